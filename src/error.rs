@@ -1,0 +1,35 @@
+//! The library's error type. `anyhow` is kept to `main`.
+
+/// Everything that can go wrong inside the operator.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No usable Kubernetes client configuration (kubeconfig or in-cluster).
+    #[error("cannot load Kubernetes client configuration: {0}")]
+    Config(#[source] Box<dyn std::error::Error + Send + Sync>),
+
+    /// The API server did not answer the first request.
+    #[error("cannot reach the Kubernetes API server at {url}: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    /// A call to the Kubernetes API failed.
+    #[error("Kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+
+    /// The log level or filter string does not parse.
+    #[error("invalid log level {level:?}: {reason}")]
+    LogLevel { level: String, reason: String },
+
+    /// The logging subsystem could not be installed.
+    #[error("cannot initialise logging: {0}")]
+    Telemetry(String),
+
+    /// Installing a signal handler failed.
+    #[error("cannot install signal handler: {0}")]
+    Signal(#[source] std::io::Error),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

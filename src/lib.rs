@@ -1,0 +1,13 @@
+//! reloader: rolls Kubernetes workloads when the ConfigMaps or Secrets they depend on change.
+//!
+//! The crate is a library with a thin binary on top (`src/main.rs`):
+//! - [`cli`] owns the command line and its environment variables;
+//! - [`telemetry`] owns logging;
+//! - [`operator`] wires everything together and runs until a shutdown signal.
+
+pub mod cli;
+pub mod error;
+pub mod operator;
+pub mod telemetry;
+
+pub use error::{Error, Result};

@@ -1,0 +1,38 @@
+//! The one place that wires the operator together.
+
+use crate::cli::Cli;
+use crate::{Error, Result};
+use kube::Client;
+use tracing::info;
+
+/// Connects to the API server and runs until SIGTERM or SIGINT.
+pub async fn run(_cli: Cli) -> Result<()> {
+    let config = kube::Config::infer().await.map_err(|e| Error::Config(Box::new(e)))?;
+    let cluster_url = config.cluster_url.to_string();
+    let client = Client::try_from(config)?;
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(|source| Error::Connect { url: cluster_url.clone(), source })?;
+    info!(
+        cluster = %cluster_url,
+        server_version = %version.git_version,
+        "connected to the Kubernetes API server"
+    );
+
+    shutdown_signal().await?;
+    info!("shutdown signal received, exiting");
+    Ok(())
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+pub async fn shutdown_signal() -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(Error::Signal)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(Error::Signal)?;
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+    Ok(())
+}

@@ -1,0 +1,41 @@
+//! Logging with `tracing`, as JSON or plain text.
+
+use crate::cli::LogFormat;
+use crate::{Error, Result};
+use tracing_subscriber::EnvFilter;
+
+/// Parses a level or filter directive such as `info` or `reloader=debug,kube=warn`.
+pub fn filter(level: &str) -> Result<EnvFilter> {
+    EnvFilter::builder()
+        .parse(level)
+        .map_err(|e| Error::LogLevel { level: level.to_string(), reason: e.to_string() })
+}
+
+/// Installs the global subscriber. Logs go to stderr so stdout stays free for commands that print.
+pub fn init(format: LogFormat, level: &str) -> Result<()> {
+    let filter = filter(level)?;
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let installed = match format {
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
+        LogFormat::Plain => builder.try_init(),
+    };
+    installed.map_err(|e| Error::Telemetry(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_levels_and_directives() {
+        for ok in ["info", "debug", "reloader=debug,kube=warn", "warn"] {
+            assert!(filter(ok).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn rejects_garbage_with_the_offending_value() {
+        let err = filter("reloader=notalevel").unwrap_err();
+        assert!(err.to_string().contains("notalevel"), "{err}");
+    }
+}

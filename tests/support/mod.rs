@@ -1,0 +1,254 @@
+//! Shared test harness: a real control plane, a namespace per test, wait-until helpers.
+//!
+//! With `RELOADER_TEST_KUBECONFIG` set, tests run against that cluster (kind, k3d, a real one).
+//! Otherwise each test binary starts its own local control plane (`testenv up`, built by
+//! `make testenv`) once, on free loopback ports, and it stops when the test binary exits: the
+//! harness holds the supervisor's stdin, and the supervisor shuts down when that pipe closes.
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::future::Future;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+
+/// The cluster the tests talk to.
+pub struct TestEnv {
+    pub kubeconfig: PathBuf,
+    /// True when this process started the control plane (so its version is the pinned one).
+    pub local: bool,
+    /// Logs of the local control plane, kept after it stops.
+    pub logs: Option<PathBuf>,
+}
+
+static ENV: OnceLock<TestEnv> = OnceLock::new();
+// Held for the life of the test process: dropping it (at exit) closes the supervisor's stdin.
+static SUPERVISOR: OnceLock<Mutex<Child>> = OnceLock::new();
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Writes straight to stderr, bypassing libtest's output capture, so the log of `make test`
+/// shows which cluster was used.
+fn announce(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+/// The shared cluster for this test binary, started on first use.
+pub fn env() -> &'static TestEnv {
+    ENV.get_or_init(|| {
+        if let Ok(path) = std::env::var("RELOADER_TEST_KUBECONFIG") {
+            announce(&format!("test cluster: RELOADER_TEST_KUBECONFIG={path}"));
+            return TestEnv { kubeconfig: PathBuf::from(path), local: false, logs: None };
+        }
+        start_local_control_plane()
+    })
+}
+
+fn start_local_control_plane() -> TestEnv {
+    let root = repo_root();
+    let bin = std::env::var_os("TESTENV_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/testenv/bin/testenv"));
+    assert!(
+        bin.exists(),
+        "the local control plane binary {} is missing: run `make testenv` (or set \
+         RELOADER_TEST_KUBECONFIG to use an existing cluster)",
+        bin.display()
+    );
+    let runs = root.join("target/testenv/runs");
+    prune_finished_runs(&runs);
+    let exe = std::env::current_exe().ok();
+    let name = exe
+        .as_deref()
+        .and_then(Path::file_stem)
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "tests".into());
+    let dir = runs.join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create testenv run directory");
+
+    let started = Instant::now();
+    let mut child = Command::new(&bin)
+        .arg("up")
+        .arg("--dir")
+        .arg(&dir)
+        .arg("--exit-on-stdin-eof")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+    let stdout = child.stdout.take().expect("supervisor stdout");
+    // A thread reads the supervisor's output for the life of the process: the ready line is
+    // passed back, later lines (restarts, shutdown) go to stderr. Closing the pipe instead would
+    // kill the supervisor with SIGPIPE on its next line, before it cleans up.
+    let (tx, rx) = std::sync::mpsc::channel::<Result<String, Vec<String>>>();
+    std::thread::spawn(move || {
+        let mut seen = Vec::new();
+        let mut tx = Some(tx);
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            match tx.take() {
+                Some(sender) if line.contains(" ready at ") => {
+                    let _ = sender.send(Ok(line));
+                }
+                Some(sender) => {
+                    seen.push(line);
+                    tx = Some(sender);
+                }
+                None => announce(&line),
+            }
+        }
+        if let Some(sender) = tx {
+            let _ = sender.send(Err(seen));
+        }
+    });
+    let ready_line = match rx.recv() {
+        Ok(Ok(line)) => line,
+        Ok(Err(seen)) => {
+            let _ = child.kill();
+            panic!(
+                "local control plane did not start; supervisor said:\n{}\nlogs in {}",
+                seen.join("\n"),
+                dir.join("logs").display()
+            );
+        }
+        Err(_) => panic!("control plane supervisor output thread ended unexpectedly"),
+    };
+    let _ = SUPERVISOR.set(Mutex::new(child));
+    announce(&format!(
+        "test cluster: local control plane started in {:.1}s: {}",
+        started.elapsed().as_secs_f64(),
+        ready_line.trim_start_matches("testenv: ")
+    ));
+    TestEnv { kubeconfig: dir.join("kubeconfig"), local: true, logs: Some(dir.join("logs")) }
+}
+
+/// Removes the directories of earlier runs whose supervisor is gone (it deletes its pid file on a
+/// clean stop; a run killed hard leaves one behind, and its pid is no longer a testenv process).
+fn prune_finished_runs(runs: &Path) {
+    let Ok(entries) = std::fs::read_dir(runs) else { return };
+    for entry in entries.flatten() {
+        let pid_file = entry.path().join("testenv.pid");
+        let live = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .is_some_and(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains("testenv"))
+            });
+        if !live {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// A client for the test cluster. Make one per test: a client is bound to the runtime it was
+/// created on, and every `#[tokio::test]` has its own.
+pub async fn client() -> Client {
+    let env = env();
+    let kubeconfig = Kubeconfig::read_from(&env.kubeconfig)
+        .unwrap_or_else(|e| panic!("read kubeconfig {}: {e}", env.kubeconfig.display()));
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig is usable");
+    Client::try_from(config).expect("build client")
+}
+
+static NS_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A namespace that belongs to one test and is deleted when the value is dropped.
+pub struct TestNamespace {
+    pub name: String,
+}
+
+impl TestNamespace {
+    /// Creates `<prefix>-<pid>-<n>`: unique across parallel tests and concurrent test runs.
+    pub async fn create(client: &Client, prefix: &str) -> Self {
+        let n = NS_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{prefix}-{}-{n}", std::process::id());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"reloader.rs/test": "true"}},
+        }))
+        .unwrap();
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+        Self { name }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // Drop cannot await, and the test's runtime may be shutting down: delete from a thread
+        // with a runtime of its own. The namespace controller removes the contents.
+        let name = self.name.clone();
+        let handle = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let api = Api::<Namespace>::all(client().await);
+                let _ = api.delete(&name, &DeleteParams::background()).await;
+            });
+        });
+        let _ = handle.join();
+    }
+}
+
+/// Polls `check` until it returns `Some`, failing the test with `what` after `timeout`.
+/// Prefer a watch where one fits; this is for conditions that span several objects.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut interval = Duration::from_millis(20);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(interval).await;
+        interval = (interval * 2).min(Duration::from_millis(250));
+    }
+}
+
+/// Runs `fut` with a deadline, failing the test with `what` when it passes.
+pub async fn within<T>(what: &str, timeout: Duration, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(timeout, fut)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {timeout:?} waiting for {what}"))
+}
+
+/// The Kubernetes version the local control plane is built from, read from `testenv/go.mod`
+/// (its one source of truth).
+pub fn pinned_kubernetes_version() -> String {
+    include_str!("../../testenv/go.mod")
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("require k8s.io/kubernetes "))
+        .or_else(|| {
+            include_str!("../../testenv/go.mod")
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("k8s.io/kubernetes "))
+        })
+        .map(|v| v.split_whitespace().next().unwrap_or(v).to_string())
+        .expect("testenv/go.mod requires k8s.io/kubernetes")
+}
+
+/// Prints the server version into the test log, past libtest's capture.
+pub fn announce_version(git_version: &str) {
+    announce(&format!("test cluster: kube-apiserver {git_version}"));
+}
