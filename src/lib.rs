@@ -5,9 +5,15 @@
 //! - [`telemetry`] owns logging;
 //! - [`operator`] wires everything together and runs until a shutdown signal.
 
+pub mod annotations;
 pub mod cli;
+pub mod decision;
 pub mod error;
+pub mod hash;
+pub mod naming;
 pub mod operator;
+pub mod source;
 pub mod telemetry;
+pub mod workload;
 
 pub use error::{Error, Result};

@@ -1,0 +1,467 @@
+//! What the operator keeps of a workload: a compact summary extracted from the object (pure, no
+//! I/O). Full objects are dropped after extraction, so memory does not grow with pod specs.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, Volume};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::annotations::AnnotationKeys;
+use crate::naming::ENV_VAR_PREFIX;
+use crate::source::{SourceKind, SourceRef};
+
+/// The workload-metadata annotation where the operator records, per source, the hash the
+/// workload was last brought up to date with (also the baseline of never-reloaded workloads).
+/// It lives outside the pod template, so writing it rolls nothing.
+pub const RECORD_ANNOTATION: &str = "reloader.rs/source-hashes";
+
+/// The pod-template annotation `kubectl rollout restart` sets; the restart strategy writes it.
+pub const RESTARTED_AT_ANNOTATION: &str = "kubectl.kubernetes.io/restartedAt";
+
+/// The workload kinds annotation mode can reload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WorkloadKind {
+    Deployment,
+    DaemonSet,
+    StatefulSet,
+    CronJob,
+    Job,
+    Rollout,
+    DeploymentConfig,
+}
+
+impl WorkloadKind {
+    pub const ALL: [WorkloadKind; 7] = [
+        WorkloadKind::Deployment,
+        WorkloadKind::DaemonSet,
+        WorkloadKind::StatefulSet,
+        WorkloadKind::CronJob,
+        WorkloadKind::Job,
+        WorkloadKind::Rollout,
+        WorkloadKind::DeploymentConfig,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::Deployment => "Deployment",
+            WorkloadKind::DaemonSet => "DaemonSet",
+            WorkloadKind::StatefulSet => "StatefulSet",
+            WorkloadKind::CronJob => "CronJob",
+            WorkloadKind::Job => "Job",
+            WorkloadKind::Rollout => "Rollout",
+            WorkloadKind::DeploymentConfig => "DeploymentConfig",
+        }
+    }
+
+    /// The lower-case plural used by `--ignored-workload-types` (`jobs`, `cronjobs`, ...).
+    pub fn plural(self) -> &'static str {
+        match self {
+            WorkloadKind::Deployment => "deployments",
+            WorkloadKind::DaemonSet => "daemonsets",
+            WorkloadKind::StatefulSet => "statefulsets",
+            WorkloadKind::CronJob => "cronjobs",
+            WorkloadKind::Job => "jobs",
+            WorkloadKind::Rollout => "rollouts",
+            WorkloadKind::DeploymentConfig => "deploymentconfigs",
+        }
+    }
+
+    pub fn from_plural(s: &str) -> Option<Self> {
+        let s = s.trim().to_ascii_lowercase();
+        Self::ALL.into_iter().find(|k| k.plural() == s || k.as_str().to_ascii_lowercase() == s)
+    }
+}
+
+impl fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Identifies one workload.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WorkloadKey {
+    pub kind: WorkloadKind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for WorkloadKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+/// A container's name and the `STAKATER_*` variables it carries with literal values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerInfo {
+    pub name: String,
+    pub reloader_env: BTreeMap<String, String>,
+}
+
+/// Everything a reload decision needs about one workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadInfo {
+    pub key: WorkloadKey,
+    pub resource_version: Option<String>,
+    /// Creation time, seconds since the epoch (0 when unknown).
+    pub created: i64,
+    /// Metadata annotations the operator reads (selection keys and its own record).
+    pub metadata_annotations: BTreeMap<String, String>,
+    /// Pod-template annotations the operator reads.
+    pub template_annotations: BTreeMap<String, String>,
+    pub containers: Vec<ContainerInfo>,
+    /// Every source the pod template references, with the index of the container the env-vars
+    /// strategy writes to for it (the first container when only an init container uses it).
+    pub references: BTreeMap<SourceRef, usize>,
+    /// A suspended CronJob (never reloaded) or a paused Deployment.
+    pub suspended: bool,
+    pub paused: bool,
+}
+
+impl WorkloadInfo {
+    /// Builds the summary from an object's metadata and pod template.
+    pub fn extract(
+        kind: WorkloadKind,
+        meta: &ObjectMeta,
+        template: Option<&PodTemplateSpec>,
+        keys: &AnnotationKeys,
+    ) -> Self {
+        let mut wanted = keys.workload_keys();
+        wanted.push(RECORD_ANNOTATION);
+        wanted.push(RESTARTED_AT_ANNOTATION);
+        let filter = |annotations: Option<&BTreeMap<String, String>>| {
+            annotations
+                .into_iter()
+                .flatten()
+                .filter(|(k, _)| wanted.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let template_meta = template.and_then(|t| t.metadata.as_ref());
+        let pod = template.and_then(|t| t.spec.as_ref());
+        let containers = pod.map(|p| p.containers.as_slice()).unwrap_or_default();
+        let init = pod.and_then(|p| p.init_containers.as_deref()).unwrap_or_default();
+        let volumes = pod.and_then(|p| p.volumes.as_deref()).unwrap_or_default();
+        WorkloadInfo {
+            key: WorkloadKey {
+                kind,
+                namespace: meta.namespace.clone().unwrap_or_default(),
+                name: meta.name.clone().unwrap_or_default(),
+            },
+            resource_version: meta.resource_version.clone(),
+            created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0),
+            metadata_annotations: filter(meta.annotations.as_ref()),
+            template_annotations: filter(template_meta.and_then(|m| m.annotations.as_ref())),
+            containers: containers.iter().map(container_info).collect(),
+            references: references(containers, init, volumes),
+            suspended: false,
+            paused: false,
+        }
+    }
+
+    /// The operator's record: source → hash the workload was last synced to.
+    pub fn record(&self) -> BTreeMap<SourceRef, String> {
+        self.metadata_annotations
+            .get(RECORD_ANNOTATION)
+            .map(|v| parse_record(v))
+            .unwrap_or_default()
+    }
+
+    /// The container (index and name) that already carries `env_name`, if any.
+    pub fn container_with_env(&self, env_name: &str) -> Option<(usize, &str)> {
+        self.containers
+            .iter()
+            .enumerate()
+            .find(|(_, c)| c.reloader_env.contains_key(env_name))
+            .map(|(i, c)| (i, c.name.as_str()))
+    }
+
+    pub fn env_value(&self, env_name: &str) -> Option<&str> {
+        self.containers.iter().find_map(|c| c.reloader_env.get(env_name).map(String::as_str))
+    }
+}
+
+fn container_info(c: &Container) -> ContainerInfo {
+    let reloader_env = c
+        .env
+        .iter()
+        .flatten()
+        .filter(|e| e.name.starts_with(ENV_VAR_PREFIX))
+        .filter_map(|e| e.value.as_ref().map(|v| (e.name.clone(), v.clone())))
+        .collect();
+    ContainerInfo { name: c.name.clone(), reloader_env }
+}
+
+/// The sources a volume provides, in order.
+fn volume_sources(v: &Volume) -> Vec<SourceRef> {
+    let mut out = Vec::new();
+    if let Some(cm) = &v.config_map {
+        out.push(SourceRef::new(SourceKind::ConfigMap, cm.name.clone()));
+    }
+    if let Some(name) = v.secret.as_ref().and_then(|s| s.secret_name.clone()) {
+        out.push(SourceRef::new(SourceKind::Secret, name));
+    }
+    for p in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+        if let Some(cm) = &p.config_map {
+            out.push(SourceRef::new(SourceKind::ConfigMap, cm.name.clone()));
+        }
+        if let Some(s) = &p.secret {
+            out.push(SourceRef::new(SourceKind::Secret, s.name.clone()));
+        }
+    }
+    if let Some(spc) = v
+        .csi
+        .as_ref()
+        .and_then(|c| c.volume_attributes.as_ref())
+        .and_then(|a| a.get("secretProviderClass"))
+    {
+        out.push(SourceRef::new(SourceKind::SecretProviderClass, spc.clone()));
+    }
+    out
+}
+
+fn env_sources(c: &Container) -> Vec<SourceRef> {
+    let mut out = Vec::new();
+    for e in c.env.iter().flatten() {
+        if let Some(from) = &e.value_from {
+            if let Some(r) = &from.config_map_key_ref {
+                out.push(SourceRef::new(SourceKind::ConfigMap, r.name.clone()));
+            }
+            if let Some(r) = &from.secret_key_ref {
+                out.push(SourceRef::new(SourceKind::Secret, r.name.clone()));
+            }
+        }
+    }
+    for e in c.env_from.iter().flatten() {
+        if let Some(r) = &e.config_map_ref {
+            out.push(SourceRef::new(SourceKind::ConfigMap, r.name.clone()));
+        }
+        if let Some(r) = &e.secret_ref {
+            out.push(SourceRef::new(SourceKind::Secret, r.name.clone()));
+        }
+    }
+    out
+}
+
+fn mounts(c: &Container, volume: &str) -> bool {
+    c.volume_mounts.iter().flatten().any(|m| m.name == volume)
+}
+
+/// Every referenced source with the container the env-vars strategy writes to, chosen as the
+/// other program does: the first container that mounts the source's (first) volume, else the
+/// first that uses it through env/envFrom; when only an init container uses it, the first
+/// container. Ephemeral containers, image pull secrets and unmounted volumes do not count.
+fn references(
+    containers: &[Container],
+    init: &[Container],
+    volumes: &[Volume],
+) -> BTreeMap<SourceRef, usize> {
+    let mut candidates: Vec<SourceRef> = volumes.iter().flat_map(volume_sources).collect();
+    for c in containers.iter().chain(init) {
+        candidates.extend(env_sources(c));
+    }
+    let mut out = BTreeMap::new();
+    if containers.is_empty() {
+        return out;
+    }
+    for source in candidates {
+        if out.contains_key(&source) {
+            continue;
+        }
+        if let Some(target) = target_container(&source, containers, init, volumes) {
+            out.insert(source, target);
+        }
+    }
+    out
+}
+
+fn target_container(
+    source: &SourceRef,
+    containers: &[Container],
+    init: &[Container],
+    volumes: &[Volume],
+) -> Option<usize> {
+    if let Some(volume) = volumes.iter().find(|v| volume_sources(v).contains(source)) {
+        if let Some(i) = containers.iter().position(|c| mounts(c, &volume.name)) {
+            return Some(i);
+        }
+        if init.iter().any(|c| mounts(c, &volume.name)) {
+            return Some(0);
+        }
+    }
+    if let Some(i) = containers.iter().position(|c| env_sources(c).contains(source)) {
+        return Some(i);
+    }
+    if init.iter().any(|c| env_sources(c).contains(source)) {
+        return Some(0);
+    }
+    None
+}
+
+/// Parses the record annotation: a JSON object of `kind/name` → hash. Unknown or malformed
+/// entries are dropped (the next write rewrites the record whole).
+pub fn parse_record(value: &str) -> BTreeMap<SourceRef, String> {
+    let Ok(map) = serde_json::from_str::<BTreeMap<String, String>>(value) else {
+        return BTreeMap::new();
+    };
+    map.into_iter()
+        .filter_map(|(k, hash)| {
+            let (tag, name) = k.split_once('/')?;
+            Some((SourceRef::new(SourceKind::from_tag(tag)?, name), hash))
+        })
+        .collect()
+}
+
+/// Renders the record annotation (keys sorted, so equal records render equally).
+pub fn format_record(record: &BTreeMap<SourceRef, String>) -> String {
+    let map: BTreeMap<String, &String> = record.iter().map(|(k, v)| (k.to_string(), v)).collect();
+    serde_json::to_string(&map).expect("a string map always serialises")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn template(spec: serde_json::Value) -> PodTemplateSpec {
+        serde_json::from_value(json!({"metadata": {"annotations": {"reloader.stakater.com/auto": "true", "other": "x"}}, "spec": spec})).unwrap()
+    }
+    fn meta() -> ObjectMeta {
+        serde_json::from_value(json!({"name": "web", "namespace": "shop", "resourceVersion": "7",
+            "annotations": {"configmap.reloader.stakater.com/reload": "a", "unrelated": "y",
+                            RECORD_ANNOTATION: "{\"configmap/a\":\"h1\"}"}}))
+        .unwrap()
+    }
+    fn cm(name: &str) -> SourceRef {
+        SourceRef::new(SourceKind::ConfigMap, name)
+    }
+    fn secret(name: &str) -> SourceRef {
+        SourceRef::new(SourceKind::Secret, name)
+    }
+
+    #[test]
+    fn extracts_references_and_target_containers() {
+        let t = template(json!({
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": "mounted-cm"}},
+                {"name": "unmounted", "configMap": {"name": "lonely"}},
+                {"name": "sec", "secret": {"secretName": "mounted-secret"}},
+                {"name": "proj", "projected": {"sources": [{"configMap": {"name": "proj-cm"}}, {"secret": {"name": "proj-secret"}}]}},
+                {"name": "init-only", "configMap": {"name": "init-cm"}},
+                {"name": "csi", "csi": {"driver": "secrets-store.csi.k8s.io", "volumeAttributes": {"secretProviderClass": "vault"}}}
+            ],
+            "initContainers": [
+                {"name": "init", "image": "busybox", "volumeMounts": [{"name": "init-only", "mountPath": "/i"}],
+                 "envFrom": [{"secretRef": {"name": "init-env-secret"}}]}
+            ],
+            "containers": [
+                {"name": "first", "image": "nginx",
+                 "env": [{"name": "STAKATER_OLD_CONFIGMAP", "value": "abc"},
+                         {"name": "PLAIN", "value": "1"},
+                         {"name": "STAKATER_FROM", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]},
+                {"name": "second", "image": "nginx",
+                 "volumeMounts": [{"name": "cfg", "mountPath": "/c"}, {"name": "sec", "mountPath": "/s"},
+                                  {"name": "proj", "mountPath": "/p"}, {"name": "csi", "mountPath": "/v"}],
+                 "env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "env-cm", "key": "k"}}},
+                         {"name": "B", "valueFrom": {"secretKeyRef": {"name": "env-secret", "key": "k"}}}],
+                 "envFrom": [{"configMapRef": {"name": "envfrom-cm"}}]}
+            ],
+            "ephemeralContainers": [{"name": "debug", "image": "busybox", "envFrom": [{"configMapRef": {"name": "ephemeral-cm"}}]}],
+            "imagePullSecrets": [{"name": "registry"}]
+        }));
+        let info = WorkloadInfo::extract(
+            WorkloadKind::Deployment,
+            &meta(),
+            Some(&t),
+            &AnnotationKeys::default(),
+        );
+        let want: BTreeMap<SourceRef, usize> = [
+            (cm("mounted-cm"), 1),
+            (secret("mounted-secret"), 1),
+            (cm("proj-cm"), 1),
+            (secret("proj-secret"), 1),
+            (cm("init-cm"), 0),
+            (SourceRef::new(SourceKind::SecretProviderClass, "vault"), 1),
+            (secret("init-env-secret"), 0),
+            (cm("env-cm"), 1),
+            (secret("env-secret"), 1),
+            (cm("envfrom-cm"), 1),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(info.references, want);
+        assert!(!info.references.contains_key(&cm("lonely")), "unmounted volumes do not count");
+        assert!(!info.references.contains_key(&cm("ephemeral-cm")));
+        assert!(!info.references.contains_key(&secret("registry")));
+
+        assert_eq!(info.key.to_string(), "Deployment shop/web");
+        assert_eq!(info.resource_version.as_deref(), Some("7"));
+        assert_eq!(info.containers[0].reloader_env.len(), 1, "only literal STAKATER_ variables");
+        assert_eq!(info.env_value("STAKATER_OLD_CONFIGMAP"), Some("abc"));
+        assert_eq!(info.container_with_env("STAKATER_OLD_CONFIGMAP"), Some((0, "first")));
+        assert!(!info.metadata_annotations.contains_key("unrelated"));
+        assert!(!info.template_annotations.contains_key("other"));
+        assert_eq!(info.template_annotations["reloader.stakater.com/auto"], "true");
+        assert_eq!(info.record(), [(cm("a"), "h1".to_string())].into_iter().collect());
+    }
+
+    #[test]
+    fn env_reference_in_a_later_container_wins_over_unmounted_volume() {
+        let t = template(json!({
+            "volumes": [{"name": "v", "configMap": {"name": "c"}}],
+            "containers": [
+                {"name": "a", "image": "x"},
+                {"name": "b", "image": "x", "envFrom": [{"configMapRef": {"name": "c"}}]}
+            ]
+        }));
+        let info = WorkloadInfo::extract(
+            WorkloadKind::Deployment,
+            &meta(),
+            Some(&t),
+            &AnnotationKeys::default(),
+        );
+        assert_eq!(info.references.get(&cm("c")), Some(&1));
+    }
+
+    #[test]
+    fn no_containers_means_no_references() {
+        let t = template(
+            json!({"containers": [], "volumes": [{"name": "v", "configMap": {"name": "c"}}]}),
+        );
+        let info = WorkloadInfo::extract(
+            WorkloadKind::Deployment,
+            &meta(),
+            Some(&t),
+            &AnnotationKeys::default(),
+        );
+        assert!(info.references.is_empty());
+        let none = WorkloadInfo::extract(
+            WorkloadKind::Deployment,
+            &meta(),
+            None,
+            &AnnotationKeys::default(),
+        );
+        assert!(none.references.is_empty() && none.containers.is_empty());
+    }
+
+    #[test]
+    fn record_round_trips_and_tolerates_garbage() {
+        let record: BTreeMap<_, _> =
+            [(cm("b"), "2".to_string()), (secret("a"), "1".to_string())].into_iter().collect();
+        let text = format_record(&record);
+        assert_eq!(text, r#"{"configmap/b":"2","secret/a":"1"}"#);
+        assert_eq!(parse_record(&text), record);
+        assert!(parse_record("not json").is_empty());
+        assert_eq!(parse_record(r#"{"configmap/x":"1","bogus/y":"2","noslash":"3"}"#).len(), 1);
+    }
+
+    #[test]
+    fn workload_types_parse_from_flag_values() {
+        assert_eq!(WorkloadKind::from_plural("jobs"), Some(WorkloadKind::Job));
+        assert_eq!(WorkloadKind::from_plural(" CronJobs "), Some(WorkloadKind::CronJob));
+        assert_eq!(WorkloadKind::from_plural("deployment"), Some(WorkloadKind::Deployment));
+        assert_eq!(WorkloadKind::from_plural("pods"), None);
+    }
+}
