@@ -12,6 +12,7 @@ pub mod error;
 pub mod hash;
 pub mod naming;
 pub mod operator;
+pub mod plan;
 pub mod source;
 pub mod telemetry;
 pub mod workload;

@@ -1,0 +1,688 @@
+//! What to write to one workload, given its summary and the current state of its sources:
+//! level-triggered and pure. The stored hash of each selected source (the `STAKATER_*` variable,
+//! the `last-reloaded-from` annotation, or the operator's record) is compared with the source's
+//! current hash; a difference is a rollout, a missing stored hash is a baseline (no rollout)
+//! unless `--reload-on-create` says otherwise.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::decision::{Selection, Via};
+use crate::hash;
+use crate::naming::env_var_name;
+use crate::source::{SourceRef, SourceState};
+use crate::workload::{RESTARTED_AT_ANNOTATION, WorkloadInfo};
+
+/// How a rollout is triggered in the pod template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Strategy {
+    /// Set `STAKATER_<NAME>_<TYPE>` to the source's hash in one container.
+    #[default]
+    #[value(name = "env-vars")]
+    EnvVars,
+    /// Set the `reloader.stakater.com/last-reloaded-from` pod-template annotation.
+    #[value(name = "annotations")]
+    Annotations,
+    /// Set `kubectl.kubernetes.io/restartedAt`, as `kubectl rollout restart` does.
+    #[value(name = "restart")]
+    Restart,
+}
+
+/// What the engine knows of a candidate source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceFacts {
+    pub state: SourceState,
+    /// Seen being created while the operator ran (not in its first list).
+    pub created_after_start: bool,
+    /// Creation time, seconds since the epoch.
+    pub created: i64,
+}
+
+/// Global switches that shape a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanOptions {
+    pub strategy: Strategy,
+    pub auto_reload_all: bool,
+    pub reload_on_create: bool,
+    pub reload_on_delete: bool,
+    /// The first pass after start with `--sync-after-restart`: sources without a stored hash
+    /// count as created.
+    pub sync_after_restart: bool,
+    /// Now, seconds since the epoch, and as RFC 3339.
+    pub now: i64,
+    pub now_rfc3339: String,
+    pub last_reloaded_from_key: String,
+}
+
+/// Why a source asks for a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    Changed,
+    Created,
+    Deleted,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub source: SourceRef,
+    pub cause: Cause,
+    pub hash: String,
+}
+
+/// A write to the pod template that makes the controller roll the workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateWrite {
+    EnvVars { set: Vec<EnvWrite>, remove: Vec<EnvRemoval> },
+    Annotation { key: String, value: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvWrite {
+    pub container: String,
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvRemoval {
+    pub container: String,
+    pub name: String,
+}
+
+/// The outcome for one workload.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Sources that roll the workload, in source order.
+    pub changes: Vec<Change>,
+    /// The template write that rolls it (present exactly when `changes` is not empty).
+    pub template: Option<TemplateWrite>,
+    /// The new record, when it differs from the stored one.
+    pub record: Option<BTreeMap<SourceRef, String>>,
+    /// Selected sources that have no container to write to (workload without containers).
+    pub unwritable: Vec<SourceRef>,
+}
+
+impl Plan {
+    pub fn is_noop(&self) -> bool {
+        self.template.is_none() && self.record.is_none()
+    }
+}
+
+/// The `last-reloaded-from` annotation value, field for field as the other program writes it.
+#[derive(Debug, Serialize)]
+struct ReloadSource<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    name: &'a str,
+    namespace: &'a str,
+    hash: &'a str,
+    #[serde(rename = "containerRefs")]
+    container_refs: Vec<&'a str>,
+    #[serde(rename = "observedAt")]
+    observed_at: i64,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct StoredReloadSource {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    hash: String,
+}
+
+struct Selected<'a> {
+    source: &'a SourceRef,
+    via: Via,
+    hash: String,
+    roll: Option<Cause>,
+}
+
+/// Computes the plan for `info` against `candidates` (its referenced sources, the sources its
+/// named patterns match, and the ones in its record), each with facts when the source exists.
+pub fn plan(
+    info: &WorkloadInfo,
+    selection: &Selection,
+    candidates: &BTreeMap<SourceRef, Option<SourceFacts>>,
+    opts: &PlanOptions,
+) -> Plan {
+    let record = info.record();
+    let mut new_record = record.clone();
+    let last_reloaded = info
+        .template_annotations
+        .get(&opts.last_reloaded_from_key)
+        .and_then(|v| serde_json::from_str::<StoredReloadSource>(v).ok());
+    let stored_hash = |source: &SourceRef| -> Option<String> {
+        let from_template = match opts.strategy {
+            Strategy::EnvVars => info.env_value(&env_var_name(source.kind, &source.name)),
+            Strategy::Annotations | Strategy::Restart => None,
+        };
+        let from_annotation = last_reloaded
+            .as_ref()
+            .filter(|l| l.kind == source.kind.env_suffix() && l.name == source.name)
+            .map(|l| l.hash.as_str());
+        from_template
+            .or(record.get(source).map(String::as_str))
+            .or(from_annotation)
+            .map(String::from)
+    };
+
+    let mut selected = Vec::new();
+    let mut deleted = Vec::new();
+    for (source, facts) in candidates {
+        let referenced = info.references.contains_key(source);
+        match facts {
+            Some(facts) => {
+                let via = match selection.selects(
+                    source.kind,
+                    &source.name,
+                    &facts.state,
+                    referenced,
+                    opts.auto_reload_all,
+                ) {
+                    Ok(via) => via,
+                    Err(_) => {
+                        new_record.remove(source);
+                        continue;
+                    }
+                };
+                let stored = stored_hash(source);
+                let roll = match &stored {
+                    Some(h) if *h == facts.state.hash => None,
+                    Some(_) => Some(Cause::Changed),
+                    None if opts.reload_on_create
+                        && (opts.sync_after_restart
+                            || (facts.created_after_start && facts.created > info.created)) =>
+                    {
+                        Some(Cause::Created)
+                    }
+                    None => None,
+                };
+                new_record.insert(source.clone(), facts.state.hash.clone());
+                selected.push(Selected { source, via, hash: facts.state.hash.clone(), roll });
+            }
+            None => {
+                if !opts.reload_on_delete {
+                    continue;
+                }
+                let Some(stored) = stored_hash(source) else { continue };
+                // The source is gone, so its own annotations are unknown: take it as selected
+                // when the workload's annotations would select it by name or by reference.
+                let probe =
+                    SourceState { hash: String::new(), matches_search: true, ignored: false };
+                if selection
+                    .selects(source.kind, &source.name, &probe, referenced, opts.auto_reload_all)
+                    .is_err()
+                {
+                    continue;
+                }
+                let marker = hash::delete_marker_hash();
+                if stored == marker {
+                    continue;
+                }
+                deleted.push((source, stored));
+            }
+        }
+    }
+
+    let mut out = Plan::default();
+    match opts.strategy {
+        Strategy::EnvVars => plan_env_vars(info, &selected, &deleted, &mut new_record, &mut out),
+        Strategy::Annotations | Strategy::Restart => {
+            plan_annotation(info, &selected, &deleted, opts, &mut new_record, &mut out)
+        }
+    }
+    if new_record != record {
+        out.record = Some(new_record);
+    }
+    out
+}
+
+fn target_container<'a>(info: &'a WorkloadInfo, source: &SourceRef, via: Via) -> Option<&'a str> {
+    let index = match info.references.get(source) {
+        Some(i) => *i,
+        None if !via.needs_reference() => 0,
+        None => return None,
+    };
+    info.containers.get(index).map(|c| c.name.as_str())
+}
+
+fn plan_env_vars(
+    info: &WorkloadInfo,
+    selected: &[Selected<'_>],
+    deleted: &[(&SourceRef, String)],
+    new_record: &mut BTreeMap<SourceRef, String>,
+    out: &mut Plan,
+) {
+    // Different source names can mangle to one variable name; such a variable holds a hash of
+    // all of its sources, so it stays stable while none of them changes.
+    let mut groups: BTreeMap<String, Vec<&Selected<'_>>> = BTreeMap::new();
+    for s in selected {
+        groups.entry(env_var_name(s.source.kind, &s.source.name)).or_default().push(s);
+    }
+    let mut set = Vec::new();
+    for (env, members) in &groups {
+        let desired = if members.len() == 1 {
+            members[0].hash.clone()
+        } else {
+            let joined: Vec<String> =
+                members.iter().map(|m| format!("{}={}", m.source, m.hash)).collect();
+            hash::sha1_hex(&joined.join(";"))
+        };
+        let current = info.env_value(env);
+        let rolling: Vec<&&Selected<'_>> = match current {
+            Some(v) if v == desired => vec![],
+            Some(_) => {
+                let changed: Vec<_> = members.iter().filter(|m| m.roll.is_some()).collect();
+                if changed.is_empty() { members.iter().take(1).collect() } else { changed }
+            }
+            None => members.iter().filter(|m| m.roll.is_some()).collect(),
+        };
+        if rolling.is_empty() {
+            continue;
+        }
+        let container = info
+            .container_with_env(env)
+            .map(|(_, name)| name)
+            .or_else(|| target_container(info, members[0].source, members[0].via));
+        let Some(container) = container else {
+            out.unwritable.extend(members.iter().map(|m| m.source.clone()));
+            continue;
+        };
+        for m in rolling {
+            let cause = m.roll.unwrap_or(Cause::Changed);
+            out.changes.push(Change { source: m.source.clone(), cause, hash: m.hash.clone() });
+        }
+        set.push(EnvWrite { container: container.to_string(), name: env.clone(), value: desired });
+    }
+    let mut remove = Vec::new();
+    for (source, stored) in deleted {
+        let env = env_var_name(source.kind, &source.name);
+        new_record.remove(*source);
+        if groups.contains_key(&env) {
+            continue; // another source still owns this variable name
+        }
+        if let Some((_, container)) = info.container_with_env(&env) {
+            remove.push(EnvRemoval { container: container.to_string(), name: env });
+            out.changes.push(Change {
+                source: (*source).clone(),
+                cause: Cause::Deleted,
+                hash: stored.clone(),
+            });
+        }
+    }
+    if !set.is_empty() || !remove.is_empty() {
+        out.template = Some(TemplateWrite::EnvVars { set, remove });
+    }
+}
+
+fn plan_annotation(
+    info: &WorkloadInfo,
+    selected: &[Selected<'_>],
+    deleted: &[(&SourceRef, String)],
+    opts: &PlanOptions,
+    new_record: &mut BTreeMap<SourceRef, String>,
+    out: &mut Plan,
+) {
+    let marker = hash::delete_marker_hash();
+    let mut first: Option<(&SourceRef, String, Option<&str>)> = None;
+    for s in selected.iter().filter(|s| s.roll.is_some()) {
+        let container = target_container(info, s.source, s.via);
+        if container.is_none() && opts.strategy == Strategy::Annotations {
+            out.unwritable.push(s.source.clone());
+            continue;
+        }
+        out.changes.push(Change {
+            source: s.source.clone(),
+            cause: s.roll.unwrap_or(Cause::Changed),
+            hash: s.hash.clone(),
+        });
+        first.get_or_insert((s.source, s.hash.clone(), container));
+    }
+    for (source, _) in deleted {
+        new_record.insert((*source).clone(), marker.clone());
+        out.changes.push(Change {
+            source: (*source).clone(),
+            cause: Cause::Deleted,
+            hash: marker.clone(),
+        });
+        let container = info.containers.first().map(|c| c.name.as_str());
+        first.get_or_insert((source, marker.clone(), container));
+    }
+    let Some((source, hash, container)) = first else { return };
+    out.template = Some(match opts.strategy {
+        Strategy::Restart => TemplateWrite::Annotation {
+            key: RESTARTED_AT_ANNOTATION.to_string(),
+            value: opts.now_rfc3339.clone(),
+        },
+        _ => {
+            let value = ReloadSource {
+                kind: source.kind.env_suffix(),
+                name: &source.name,
+                namespace: &info.key.namespace,
+                hash: &hash,
+                container_refs: container.into_iter().collect(),
+                observed_at: opts.now,
+            };
+            TemplateWrite::Annotation {
+                key: opts.last_reloaded_from_key.clone(),
+                value: serde_json::to_string(&value).expect("serialisable"),
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::annotations::AnnotationKeys;
+    use crate::source::SourceKind;
+    use crate::workload::{
+        ContainerInfo, RECORD_ANNOTATION, WorkloadKey, WorkloadKind, format_record,
+    };
+
+    const LRF: &str = "reloader.stakater.com/last-reloaded-from";
+
+    fn cm(name: &str) -> SourceRef {
+        SourceRef::new(SourceKind::ConfigMap, name)
+    }
+    fn facts(hash: &str) -> Option<SourceFacts> {
+        Some(SourceFacts {
+            state: SourceState { hash: hash.into(), matches_search: false, ignored: false },
+            created_after_start: false,
+            created: 100,
+        })
+    }
+    fn opts(strategy: Strategy) -> PlanOptions {
+        PlanOptions {
+            strategy,
+            auto_reload_all: false,
+            reload_on_create: false,
+            reload_on_delete: false,
+            sync_after_restart: false,
+            now: 1_700_000_000,
+            now_rfc3339: "2023-11-14T22:13:20Z".into(),
+            last_reloaded_from_key: LRF.into(),
+        }
+    }
+    /// A Deployment `shop/web` with containers `app` and `sidecar`, annotated `auto: true`,
+    /// referencing `cm/app-config` from `sidecar`.
+    fn workload() -> WorkloadInfo {
+        WorkloadInfo {
+            key: WorkloadKey {
+                kind: WorkloadKind::Deployment,
+                namespace: "shop".into(),
+                name: "web".into(),
+            },
+            resource_version: Some("1".into()),
+            created: 50,
+            metadata_annotations: [("reloader.stakater.com/auto".to_string(), "true".to_string())]
+                .into(),
+            template_annotations: BTreeMap::new(),
+            containers: vec![
+                ContainerInfo { name: "app".into(), reloader_env: BTreeMap::new() },
+                ContainerInfo { name: "sidecar".into(), reloader_env: BTreeMap::new() },
+            ],
+            references: [(cm("app-config"), 1)].into(),
+            suspended: false,
+            paused: false,
+        }
+    }
+    fn with_env(mut w: WorkloadInfo, container: usize, name: &str, value: &str) -> WorkloadInfo {
+        w.containers[container].reloader_env.insert(name.into(), value.into());
+        w
+    }
+    fn with_record(mut w: WorkloadInfo, entries: &[(SourceRef, &str)]) -> WorkloadInfo {
+        let record = entries.iter().map(|(s, h)| (s.clone(), h.to_string())).collect();
+        w.metadata_annotations.insert(RECORD_ANNOTATION.into(), format_record(&record));
+        w
+    }
+    fn run(
+        w: &WorkloadInfo,
+        candidates: &[(SourceRef, Option<SourceFacts>)],
+        o: &PlanOptions,
+    ) -> Plan {
+        let sel = Selection::parse(
+            &AnnotationKeys::default(),
+            &w.metadata_annotations,
+            &w.template_annotations,
+        );
+        plan(w, &sel, &candidates.iter().cloned().collect(), o)
+    }
+    fn record_of(entries: &[(SourceRef, &str)]) -> Option<BTreeMap<SourceRef, String>> {
+        Some(entries.iter().map(|(s, h)| (s.clone(), h.to_string())).collect())
+    }
+
+    #[test]
+    fn never_reloaded_workload_gets_a_baseline_and_no_rollout() {
+        let p = run(&workload(), &[(cm("app-config"), facts("h1"))], &opts(Strategy::EnvVars));
+        assert!(p.template.is_none() && p.changes.is_empty());
+        assert_eq!(p.record, record_of(&[(cm("app-config"), "h1")]));
+    }
+
+    #[test]
+    fn changed_hash_sets_the_variable_in_the_referencing_container() {
+        let w = with_record(workload(), &[(cm("app-config"), "h1")]);
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &opts(Strategy::EnvVars));
+        assert_eq!(
+            p.changes,
+            vec![Change { source: cm("app-config"), cause: Cause::Changed, hash: "h2".into() }]
+        );
+        assert_eq!(
+            p.template,
+            Some(TemplateWrite::EnvVars {
+                set: vec![EnvWrite {
+                    container: "sidecar".into(),
+                    name: "STAKATER_APP_CONFIG_CONFIGMAP".into(),
+                    value: "h2".into()
+                }],
+                remove: vec![]
+            })
+        );
+        assert_eq!(p.record, record_of(&[(cm("app-config"), "h2")]));
+    }
+
+    #[test]
+    fn a_variable_left_by_the_other_program_is_the_stored_hash() {
+        // Migrating: the variable is where the other program put it, and current.
+        let w = with_env(workload(), 0, "STAKATER_APP_CONFIG_CONFIGMAP", "h1");
+        let p = run(&w, &[(cm("app-config"), facts("h1"))], &opts(Strategy::EnvVars));
+        assert!(p.template.is_none(), "current variable: no rollout");
+        // Stale: updated in place, in the container that has it.
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &opts(Strategy::EnvVars));
+        let Some(TemplateWrite::EnvVars { set, .. }) = p.template else { panic!("{p:?}") };
+        assert_eq!(set[0].container, "app");
+        assert_eq!(set[0].value, "h2");
+    }
+
+    #[test]
+    fn up_to_date_workload_with_record_is_a_noop() {
+        let w = with_record(
+            with_env(workload(), 1, "STAKATER_APP_CONFIG_CONFIGMAP", "h1"),
+            &[(cm("app-config"), "h1")],
+        );
+        let p = run(&w, &[(cm("app-config"), facts("h1"))], &opts(Strategy::EnvVars));
+        assert!(p.is_noop(), "{p:?}");
+    }
+
+    #[test]
+    fn two_changed_sources_make_one_write() {
+        let mut w = with_record(
+            workload(),
+            &[(cm("app-config"), "a1"), (SourceRef::new(SourceKind::Secret, "db"), "b1")],
+        );
+        w.references.insert(SourceRef::new(SourceKind::Secret, "db"), 0);
+        let p = run(
+            &w,
+            &[
+                (cm("app-config"), facts("a2")),
+                (SourceRef::new(SourceKind::Secret, "db"), facts("b2")),
+            ],
+            &opts(Strategy::EnvVars),
+        );
+        assert_eq!(p.changes.len(), 2);
+        let Some(TemplateWrite::EnvVars { set, .. }) = p.template else { panic!() };
+        let names: Vec<_> = set.iter().map(|s| (s.container.as_str(), s.name.as_str())).collect();
+        assert_eq!(
+            names,
+            [("sidecar", "STAKATER_APP_CONFIG_CONFIGMAP"), ("app", "STAKATER_DB_SECRET")]
+        );
+    }
+
+    #[test]
+    fn colliding_names_share_one_stable_variable() {
+        let mut w = workload();
+        w.references = [(cm("my-config"), 0), (cm("my.config"), 1)].into();
+        let candidates = [(cm("my-config"), facts("x1")), (cm("my.config"), facts("y1"))];
+        let mut o = opts(Strategy::EnvVars);
+        o.sync_after_restart = true;
+        o.reload_on_create = true;
+        let p = run(&w, &candidates, &o);
+        let Some(TemplateWrite::EnvVars { set, .. }) = &p.template else { panic!("{p:?}") };
+        assert_eq!(set.len(), 1, "one variable for both");
+        assert_eq!(set[0].value, hash::sha1_hex("configmap/my-config=x1;configmap/my.config=y1"));
+        // Once written, the same state is a no-op (no flip-flopping between the two hashes).
+        let w = with_record(
+            with_env(w, 0, &set[0].name, &set[0].value),
+            &[(cm("my-config"), "x1"), (cm("my.config"), "y1")],
+        );
+        assert!(run(&w, &candidates, &opts(Strategy::EnvVars)).is_noop());
+    }
+
+    #[test]
+    fn named_reload_without_reference_writes_to_the_first_container() {
+        let mut w = workload();
+        w.metadata_annotations =
+            [("configmap.reloader.stakater.com/reload".to_string(), "global".to_string())].into();
+        let w = with_record(w, &[(cm("global"), "g1")]);
+        let p = run(&w, &[(cm("global"), facts("g2"))], &opts(Strategy::EnvVars));
+        let Some(TemplateWrite::EnvVars { set, .. }) = p.template else { panic!("{p:?}") };
+        assert_eq!(set[0].container, "app");
+    }
+
+    #[test]
+    fn workload_without_containers_is_reported_not_written() {
+        let mut w = with_record(workload(), &[(cm("global"), "g1")]);
+        w.metadata_annotations
+            .insert("configmap.reloader.stakater.com/reload".into(), "global".into());
+        w.containers.clear();
+        w.references.clear();
+        let p = run(&w, &[(cm("global"), facts("g2"))], &opts(Strategy::EnvVars));
+        assert!(p.template.is_none());
+        assert_eq!(p.unwritable, vec![cm("global")]);
+    }
+
+    #[test]
+    fn unselected_sources_roll_nothing_and_leave_the_record() {
+        let mut w = with_record(workload(), &[(cm("app-config"), "h1")]);
+        w.metadata_annotations.insert("reloader.stakater.com/auto".into(), "false".into());
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &opts(Strategy::EnvVars));
+        assert!(p.template.is_none());
+        assert_eq!(p.record, record_of(&[]), "the stale entry is dropped");
+    }
+
+    #[test]
+    fn reload_on_create_rolls_for_sources_created_after_the_workload() {
+        let mut o = opts(Strategy::EnvVars);
+        o.reload_on_create = true;
+        let mut f = facts("h1").unwrap();
+        f.created_after_start = true;
+        f.created = 60; // after the workload (50)
+        let p = run(&workload(), &[(cm("app-config"), Some(f.clone()))], &o);
+        assert_eq!(p.changes[0].cause, Cause::Created);
+        // Not for a source older than the workload (the workload started with it).
+        f.created = 40;
+        assert!(run(&workload(), &[(cm("app-config"), Some(f.clone()))], &o).template.is_none());
+        // Not without the flag.
+        f.created = 60;
+        assert!(
+            run(&workload(), &[(cm("app-config"), Some(f))], &opts(Strategy::EnvVars))
+                .template
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn sync_after_restart_rolls_never_reloaded_but_not_current_workloads() {
+        let mut o = opts(Strategy::EnvVars);
+        o.reload_on_create = true;
+        o.sync_after_restart = true;
+        let p = run(&workload(), &[(cm("app-config"), facts("h1"))], &o);
+        assert_eq!(p.changes[0].cause, Cause::Created);
+        let current = with_env(workload(), 1, "STAKATER_APP_CONFIG_CONFIGMAP", "h1");
+        assert!(run(&current, &[(cm("app-config"), facts("h1"))], &o).template.is_none());
+    }
+
+    #[test]
+    fn reload_on_delete_removes_the_variable_once() {
+        let mut o = opts(Strategy::EnvVars);
+        o.reload_on_delete = true;
+        let w = with_record(
+            with_env(workload(), 1, "STAKATER_APP_CONFIG_CONFIGMAP", "h1"),
+            &[(cm("app-config"), "h1")],
+        );
+        let p = run(&w, &[(cm("app-config"), None)], &o);
+        assert_eq!(
+            p.template,
+            Some(TemplateWrite::EnvVars {
+                set: vec![],
+                remove: vec![EnvRemoval {
+                    container: "sidecar".into(),
+                    name: "STAKATER_APP_CONFIG_CONFIGMAP".into()
+                }]
+            })
+        );
+        assert_eq!(p.record, record_of(&[]));
+        // Without the flag a deletion changes nothing.
+        assert!(run(&w, &[(cm("app-config"), None)], &opts(Strategy::EnvVars)).is_noop());
+        // After the removal there is nothing left to do.
+        let after = with_record(workload(), &[]);
+        assert!(run(&after, &[(cm("app-config"), None)], &o).template.is_none());
+    }
+
+    #[test]
+    fn annotations_strategy_writes_last_reloaded_from_and_skips_when_current() {
+        let w = with_record(workload(), &[(cm("app-config"), "h1")]);
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &opts(Strategy::Annotations));
+        let Some(TemplateWrite::Annotation { key, value }) = &p.template else { panic!("{p:?}") };
+        assert_eq!(key, LRF);
+        assert_eq!(
+            value,
+            r#"{"type":"CONFIGMAP","name":"app-config","namespace":"shop","hash":"h2","containerRefs":["sidecar"],"observedAt":1700000000}"#
+        );
+        // A workload the other program reloaded: kind, name and hash match, nothing is written.
+        let mut migrated = workload();
+        migrated.template_annotations.insert(LRF.into(), value.clone());
+        let p = run(&migrated, &[(cm("app-config"), facts("h2"))], &opts(Strategy::Annotations));
+        assert!(p.template.is_none(), "{p:?}");
+    }
+
+    #[test]
+    fn annotations_strategy_marks_deletions_with_the_marker_hash() {
+        let mut o = opts(Strategy::Annotations);
+        o.reload_on_delete = true;
+        let w = with_record(workload(), &[(cm("app-config"), "h1")]);
+        let p = run(&w, &[(cm("app-config"), None)], &o);
+        let Some(TemplateWrite::Annotation { value, .. }) = &p.template else { panic!("{p:?}") };
+        assert!(value.contains(&hash::delete_marker_hash()), "{value}");
+        let marker = hash::delete_marker_hash();
+        let done = with_record(workload(), &[(cm("app-config"), marker.as_str())]);
+        assert!(run(&done, &[(cm("app-config"), None)], &o).is_noop());
+    }
+
+    #[test]
+    fn restart_strategy_sets_restarted_at() {
+        let w = with_record(workload(), &[(cm("app-config"), "h1")]);
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &opts(Strategy::Restart));
+        assert_eq!(
+            p.template,
+            Some(TemplateWrite::Annotation {
+                key: RESTARTED_AT_ANNOTATION.into(),
+                value: "2023-11-14T22:13:20Z".into()
+            })
+        );
+        assert_eq!(p.record, record_of(&[(cm("app-config"), "h2")]));
+    }
+}
