@@ -1,6 +1,11 @@
 //! Command line and environment configuration.
 
-use clap::{Parser, ValueEnum};
+use std::time::Duration;
+
+use clap::{ArgAction, Parser, ValueEnum};
+
+use crate::annotations::AnnotationKeys;
+use crate::plan::Strategy;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -25,6 +30,164 @@ pub struct Cli {
     /// Log level or `tracing` filter directive (e.g. `info`, `debug`, `reloader=debug,kube=info`).
     #[arg(long, env = "RELOADER_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
+
+    #[command(flatten)]
+    pub reload: ReloadArgs,
+}
+
+/// Annotation mode: what is watched and how workloads are reloaded (stakater/Reloader's flags).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReloadArgs {
+    /// Reload every workload that references a changed ConfigMap/Secret, annotated or not
+    /// (`reloader.stakater.com/auto: "false"` still opts out).
+    #[arg(long, env = "RELOADER_AUTO_RELOAD_ALL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
+    pub auto_reload_all: bool,
+
+    /// How a reload is triggered: `env-vars` (STAKATER_* variable), `annotations`
+    /// (`reloader.stakater.com/last-reloaded-from`) or `restart` (`kubectl.kubernetes.io/restartedAt`).
+    #[arg(long, env = "RELOADER_RELOAD_STRATEGY", value_enum, default_value_t = Strategy::EnvVars)]
+    pub reload_strategy: Strategy,
+
+    /// Also reload when a referenced ConfigMap/Secret is created.
+    #[arg(long, env = "RELOADER_RELOAD_ON_CREATE", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
+    pub reload_on_create: bool,
+
+    /// Also reload when a referenced ConfigMap/Secret is deleted.
+    #[arg(long, env = "RELOADER_RELOAD_ON_DELETE", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
+    pub reload_on_delete: bool,
+
+    /// With `--reload-on-create`: at start, treat existing sources as created, so workloads
+    /// with no stored hash for them are reloaded (workloads already current never are).
+    #[arg(long, env = "RELOADER_SYNC_AFTER_RESTART", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
+    pub sync_after_restart: bool,
+
+    /// Do not watch this kind of source: `configmaps` or `secrets`.
+    #[arg(long, env = "RELOADER_RESOURCES_TO_IGNORE", value_parser = ["configmaps", "secrets"])]
+    pub resources_to_ignore: Option<String>,
+
+    /// Workload kinds never reloaded, comma separated (`jobs,cronjobs`).
+    #[arg(long, env = "RELOADER_IGNORED_WORKLOAD_TYPES", value_delimiter = ',')]
+    pub ignored_workload_types: Vec<String>,
+
+    /// Watch only these namespaces (comma separated); empty means the whole cluster.
+    #[arg(long, env = "RELOADER_NAMESPACES", value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+
+    /// Watch a single namespace (set from the pod's namespace for namespaced installs).
+    #[arg(long = "watch-namespace", env = "KUBERNETES_NAMESPACE")]
+    pub kubernetes_namespace: Option<String>,
+
+    /// Namespaces whose sources and workloads are ignored (comma separated).
+    #[arg(long, env = "RELOADER_NAMESPACES_TO_IGNORE", value_delimiter = ',')]
+    pub namespaces_to_ignore: Vec<String>,
+
+    /// Only ConfigMaps/Secrets matching this label selector are watched (server-side).
+    #[arg(long, env = "RELOADER_RESOURCE_LABEL_SELECTOR")]
+    pub resource_label_selector: Option<String>,
+
+    /// Changes arriving within this window are coalesced into one rollout per workload
+    /// (`0s` turns debouncing off).
+    #[arg(long, env = "RELOADER_DEBOUNCE", value_parser = parse_duration, default_value = "1s")]
+    pub debounce: Duration,
+
+    /// A workload whose sources keep changing is reloaded at least this often.
+    #[arg(long, env = "RELOADER_DEBOUNCE_MAX_WAIT", value_parser = parse_duration, default_value = "10s")]
+    pub debounce_max_wait: Duration,
+
+    /// Every workload is re-checked against its sources this often (level-triggered resync).
+    #[arg(long, env = "RELOADER_RESYNC_PERIOD", value_parser = parse_duration, default_value = "10m")]
+    pub resync_period: Duration,
+
+    /// Workloads reconciled in parallel.
+    #[arg(long, env = "RELOADER_WORKERS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+    pub workers: u16,
+
+    /// Annotation that enables reloading on any referenced source.
+    #[arg(long, default_value = "reloader.stakater.com/auto")]
+    pub auto_annotation: String,
+    /// Annotation that enables reloading on referenced ConfigMaps.
+    #[arg(long, default_value = "configmap.reloader.stakater.com/auto")]
+    pub configmap_auto_annotation: String,
+    /// Annotation that enables reloading on referenced Secrets.
+    #[arg(long, default_value = "secret.reloader.stakater.com/auto")]
+    pub secret_auto_annotation: String,
+    /// Annotation that lists ConfigMaps (anchored regexes) that reload the workload.
+    #[arg(long, default_value = "configmap.reloader.stakater.com/reload")]
+    pub configmap_annotation: String,
+    /// Annotation that lists Secrets (anchored regexes) that reload the workload.
+    #[arg(long, default_value = "secret.reloader.stakater.com/reload")]
+    pub secret_annotation: String,
+    /// Workload annotation that enables search mode (`"true"`).
+    #[arg(long, default_value = "reloader.stakater.com/search")]
+    pub auto_search_annotation: String,
+    /// Source annotation that matches search-mode workloads (`"true"`).
+    #[arg(long, default_value = "reloader.stakater.com/match")]
+    pub search_match_annotation: String,
+    /// Source annotation that excludes it from every reload (`"true"`).
+    #[arg(long, default_value = "reloader.stakater.com/ignore")]
+    pub ignore_annotation: String,
+    /// Deployment annotation with the pause period after a reload.
+    #[arg(long, default_value = "deployment.reloader.stakater.com/pause-period")]
+    pub pause_deployment_annotation: String,
+    /// Deployment annotation recording when the operator paused it.
+    #[arg(long, default_value = "deployment.reloader.stakater.com/paused-at")]
+    pub pause_deployment_time_annotation: String,
+}
+
+impl ReloadArgs {
+    /// The annotation keys after renaming flags.
+    pub fn annotation_keys(&self) -> AnnotationKeys {
+        AnnotationKeys {
+            auto: self.auto_annotation.clone(),
+            configmap_auto: self.configmap_auto_annotation.clone(),
+            secret_auto: self.secret_auto_annotation.clone(),
+            configmap_reload: self.configmap_annotation.clone(),
+            secret_reload: self.secret_annotation.clone(),
+            search: self.auto_search_annotation.clone(),
+            search_match: self.search_match_annotation.clone(),
+            ignore: self.ignore_annotation.clone(),
+            pause_period: self.pause_deployment_annotation.clone(),
+            paused_at: self.pause_deployment_time_annotation.clone(),
+            ..AnnotationKeys::default()
+        }
+    }
+}
+
+/// Parses `1500ms`, `30s`, `5m`, `1h`, `1m30s` (Go-style durations without fractions).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(Duration::ZERO);
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = text;
+    if rest.is_empty() {
+        return Err("empty duration".into());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(format!("invalid duration {text:?}: expected a number"));
+        }
+        let n: u64 =
+            rest[..digits].parse().map_err(|e| format!("invalid duration {text:?}: {e}"))?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        total += match unit {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n * 60),
+            "h" => Duration::from_secs(n * 3600),
+            _ => return Err(format!("invalid duration {text:?}: unit must be ms, s, m or h")),
+        };
+    }
+    Ok(total)
 }
 
 #[cfg(test)]
@@ -42,6 +205,62 @@ mod tests {
         let cli = Cli::try_parse_from(["reloader"]).unwrap();
         assert_eq!(cli.log_format, LogFormat::Plain);
         assert_eq!(cli.log_level, "info");
+    }
+
+    #[test]
+    fn boolean_flags_take_go_forms() {
+        let cli = Cli::try_parse_from([
+            "reloader",
+            "--auto-reload-all",
+            "--reload-on-create=true",
+            "--reload-on-delete=false",
+        ])
+        .unwrap();
+        assert!(cli.reload.auto_reload_all);
+        assert!(cli.reload.reload_on_create);
+        assert!(!cli.reload.reload_on_delete);
+        assert!(!cli.reload.sync_after_restart);
+    }
+
+    #[test]
+    fn list_flags_and_strategy() {
+        let cli = Cli::try_parse_from([
+            "reloader",
+            "--namespaces",
+            "a,b",
+            "--ignored-workload-types=jobs,cronjobs",
+            "--reload-strategy",
+            "annotations",
+            "--resources-to-ignore",
+            "secrets",
+        ])
+        .unwrap();
+        assert_eq!(cli.reload.namespaces, ["a", "b"]);
+        assert_eq!(cli.reload.ignored_workload_types, ["jobs", "cronjobs"]);
+        assert_eq!(cli.reload.reload_strategy, Strategy::Annotations);
+        assert_eq!(cli.reload.resources_to_ignore.as_deref(), Some("secrets"));
+        assert!(Cli::try_parse_from(["reloader", "--resources-to-ignore", "pods"]).is_err());
+        assert!(Cli::try_parse_from(["reloader", "--reload-strategy", "bogus"]).is_err());
+    }
+
+    #[test]
+    fn renaming_flags_rename_keys() {
+        let cli =
+            Cli::try_parse_from(["reloader", "--auto-annotation", "example.com/auto"]).unwrap();
+        let keys = cli.reload.annotation_keys();
+        assert_eq!(keys.auto, "example.com/auto");
+        assert_eq!(keys.secret_auto, "secret.reloader.stakater.com/auto");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("5d").is_err());
+        assert!(parse_duration("").is_err());
     }
 
     #[test]

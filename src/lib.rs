@@ -13,7 +13,9 @@ pub mod hash;
 pub mod naming;
 pub mod operator;
 pub mod plan;
+pub mod queue;
 pub mod source;
+pub mod store;
 pub mod telemetry;
 pub mod workload;
 

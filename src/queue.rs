@@ -1,0 +1,221 @@
+//! A work queue keyed by workload: one entry per key (duplicates merge), trailing-edge debounce
+//! with a cap, and never two workers on the same key.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::hash::Hash;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+struct Pending {
+    due: Instant,
+    first: Instant,
+    seq: u64,
+}
+
+struct Inner<K> {
+    pending: HashMap<K, Pending>,
+    order: BTreeSet<(Instant, u64, K)>,
+    in_flight: HashSet<K>,
+    seq: u64,
+    closed: bool,
+}
+
+/// See the module documentation.
+pub struct WorkQueue<K> {
+    inner: Mutex<Inner<K>>,
+    notify: Notify,
+    max_wait: Duration,
+}
+
+impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
+    /// `max_wait` bounds how long a stream of debounced adds can postpone a key.
+    pub fn new(max_wait: Duration) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                pending: HashMap::new(),
+                order: BTreeSet::new(),
+                in_flight: HashSet::new(),
+                seq: 0,
+                closed: false,
+            }),
+            notify: Notify::new(),
+            max_wait,
+        }
+    }
+
+    /// Schedules `key` after `delay`. A key already waiting keeps the later of its due time and
+    /// now + `delay` (so a burst of changes becomes one run after the last one), but never
+    /// later than `max_wait` after it was first added.
+    pub fn add(&self, key: K, delay: Duration) {
+        let now = Instant::now();
+        let mut inner = self.inner.lock().unwrap();
+        if inner.closed {
+            return;
+        }
+        inner.seq += 1;
+        let seq = inner.seq;
+        let (due, first) = match inner.pending.remove(&key) {
+            Some(p) => {
+                inner.order.remove(&(p.due, p.seq, key.clone()));
+                let due = p.due.max(now + delay).min(p.first + self.max_wait);
+                (due, p.first)
+            }
+            None => (now + delay, now),
+        };
+        inner.order.insert((due, seq, key.clone()));
+        inner.pending.insert(key, Pending { due, first, seq });
+        drop(inner);
+        self.notify.notify_waiters();
+        self.notify.notify_one();
+    }
+
+    /// Waits for the next due key that no worker holds; `None` once closed. The caller must
+    /// call [`WorkQueue::done`] when finished with it.
+    pub async fn next(&self) -> Option<K> {
+        loop {
+            let notified = self.notify.notified();
+            let wait_until = {
+                let mut inner = self.inner.lock().unwrap();
+                if inner.closed {
+                    return None;
+                }
+                let now = Instant::now();
+                let ready = inner
+                    .order
+                    .iter()
+                    .find(|(_, _, k)| !inner.in_flight.contains(k))
+                    .map(|(due, seq, k)| (*due, *seq, k.clone()));
+                match ready {
+                    Some((due, seq, key)) if due <= now => {
+                        inner.order.remove(&(due, seq, key.clone()));
+                        inner.pending.remove(&key);
+                        inner.in_flight.insert(key.clone());
+                        return Some(key);
+                    }
+                    Some((due, _, _)) => Some(due),
+                    None => None,
+                }
+            };
+            match wait_until {
+                Some(due) => {
+                    tokio::select! {
+                        _ = notified => {},
+                        _ = tokio::time::sleep_until(due) => {},
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+
+    /// Releases `key`; if it was added again meanwhile it runs at its due time.
+    pub fn done(&self, key: &K) {
+        self.inner.lock().unwrap().in_flight.remove(key);
+        self.notify.notify_waiters();
+        self.notify.notify_one();
+    }
+
+    /// Keys waiting (not counting those in flight).
+    pub fn len(&self) -> usize {
+        self.inner.lock().unwrap().pending.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Stops handing out keys; waiting `next` calls return `None`.
+    pub fn close(&self) {
+        self.inner.lock().unwrap().closed = true;
+        self.notify.notify_waiters();
+        self.notify.notify_one();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn duplicate_adds_merge_into_one_entry() {
+        let q = WorkQueue::new(Duration::from_secs(10));
+        q.add("a", Duration::ZERO);
+        q.add("a", Duration::ZERO);
+        q.add("b", Duration::ZERO);
+        assert_eq!(q.len(), 2);
+        let first = q.next().await.unwrap();
+        let second = q.next().await.unwrap();
+        assert_eq!([first, second], ["a", "b"]);
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_is_debounced_to_after_its_last_add() {
+        let q = WorkQueue::new(Duration::from_secs(10));
+        let start = Instant::now();
+        for _ in 0..10 {
+            q.add("w", 1000 * MS);
+            tokio::time::advance(100 * MS).await;
+        }
+        assert_eq!(q.next().await, Some("w"));
+        let waited = start.elapsed();
+        // Last add at 900 ms, due 1000 ms later.
+        assert!(waited >= 1900 * MS && waited < 2000 * MS, "{waited:?}");
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn debounce_is_capped_by_max_wait() {
+        let q = WorkQueue::new(Duration::from_secs(3));
+        let start = Instant::now();
+        let adder = async {
+            for _ in 0..100 {
+                q.add("w", 1000 * MS);
+                tokio::time::sleep(200 * MS).await;
+            }
+        };
+        let got = tokio::select! { k = q.next() => k, _ = adder => None };
+        assert_eq!(got, Some("w"));
+        assert!(start.elapsed() <= Duration::from_secs(3), "{:?}", start.elapsed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_immediate_add_does_not_cut_a_debounce_short() {
+        let q = WorkQueue::new(Duration::from_secs(10));
+        let start = Instant::now();
+        q.add("w", 1000 * MS);
+        q.add("w", Duration::ZERO);
+        q.next().await;
+        assert!(start.elapsed() >= 1000 * MS);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_in_flight_is_not_handed_out_twice() {
+        let q = WorkQueue::new(Duration::from_secs(10));
+        q.add("w", Duration::ZERO);
+        let k = q.next().await.unwrap();
+        q.add("w", Duration::ZERO);
+        q.add("other", 10 * MS);
+        // "w" is held, so the next key is "other" even though "w" is due first.
+        assert_eq!(q.next().await, Some("other"));
+        q.done(&k);
+        assert_eq!(q.next().await, Some("w"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn close_wakes_waiters() {
+        let q = std::sync::Arc::new(WorkQueue::<&str>::new(Duration::from_secs(10)));
+        let waiter = tokio::spawn({
+            let q = q.clone();
+            async move { q.next().await }
+        });
+        tokio::task::yield_now().await;
+        q.close();
+        assert_eq!(waiter.await.unwrap(), None);
+    }
+}

@@ -1,0 +1,277 @@
+//! The operator's memory: source hashes (never data) and workload summaries, indexed so that a
+//! changed source finds its workloads without asking the API server.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::decision::Selection;
+use crate::plan::SourceFacts;
+use crate::source::{SourceKind, SourceRef};
+use crate::workload::{WorkloadInfo, WorkloadKey};
+
+/// A workload summary with its parsed selection.
+#[derive(Debug)]
+pub struct WorkloadEntry {
+    pub info: WorkloadInfo,
+    pub selection: Selection,
+}
+
+#[derive(Default)]
+pub struct Store {
+    /// namespace → source → facts.
+    sources: HashMap<String, HashMap<SourceRef, SourceFacts>>,
+    workloads: HashMap<WorkloadKey, Arc<WorkloadEntry>>,
+    /// (namespace, source) → workloads that reference it.
+    by_source: HashMap<(String, SourceRef), HashSet<WorkloadKey>>,
+    /// namespace → workloads with named-reload patterns (checked against every source there).
+    named: HashMap<String, HashSet<WorkloadKey>>,
+}
+
+/// What a source update changed, so the caller knows whether to enqueue anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceUpdate {
+    Created,
+    Changed,
+    Unchanged,
+}
+
+impl Store {
+    pub fn upsert_source(
+        &mut self,
+        namespace: &str,
+        source: SourceRef,
+        facts: SourceFacts,
+    ) -> SourceUpdate {
+        let ns = self.sources.entry(namespace.to_string()).or_default();
+        match ns.get_mut(&source) {
+            Some(existing) => {
+                if existing.state == facts.state {
+                    SourceUpdate::Unchanged
+                } else {
+                    // Keep when it was first seen; only the state moves.
+                    existing.state = facts.state;
+                    SourceUpdate::Changed
+                }
+            }
+            None => {
+                ns.insert(source, facts);
+                SourceUpdate::Created
+            }
+        }
+    }
+
+    pub fn remove_source(&mut self, namespace: &str, source: &SourceRef) -> bool {
+        self.sources.get_mut(namespace).is_some_and(|ns| ns.remove(source).is_some())
+    }
+
+    /// Every stored source of `kind` (for diffing after a relist).
+    pub fn source_keys(&self, kind: SourceKind) -> Vec<(String, SourceRef)> {
+        self.sources
+            .iter()
+            .flat_map(|(ns, m)| {
+                m.keys().filter(|s| s.kind == kind).map(|s| (ns.clone(), s.clone()))
+            })
+            .collect()
+    }
+
+    pub fn source_count(&self) -> usize {
+        self.sources.values().map(HashMap::len).sum()
+    }
+
+    /// Workloads a change of `source` in `namespace` may concern.
+    pub fn affected_by(&self, namespace: &str, source: &SourceRef) -> Vec<WorkloadKey> {
+        let mut out: HashSet<WorkloadKey> = self
+            .by_source
+            .get(&(namespace.to_string(), source.clone()))
+            .cloned()
+            .unwrap_or_default();
+        if let Some(named) = self.named.get(namespace) {
+            for key in named {
+                if let Some(w) = self.workloads.get(key) {
+                    if w.selection.has_named(source.kind) {
+                        out.insert(key.clone());
+                    }
+                }
+            }
+        }
+        out.into_iter().collect()
+    }
+
+    /// Inserts or replaces a workload; returns false when nothing that matters changed.
+    pub fn upsert_workload(&mut self, entry: WorkloadEntry) -> bool {
+        let key = entry.info.key.clone();
+        if let Some(old) = self.workloads.get(&key) {
+            let mut old_info = old.info.clone();
+            old_info.resource_version = entry.info.resource_version.clone();
+            if old_info == entry.info {
+                // Only the resourceVersion moved (e.g. a status update): keep it current.
+                let updated = WorkloadEntry { info: entry.info, selection: old.selection.clone() };
+                self.workloads.insert(key, Arc::new(updated));
+                return false;
+            }
+        }
+        self.unindex(&key);
+        let ns = key.namespace.clone();
+        for source in entry.info.references.keys() {
+            self.by_source.entry((ns.clone(), source.clone())).or_default().insert(key.clone());
+        }
+        if entry.selection.has_any_named() {
+            self.named.entry(ns).or_default().insert(key.clone());
+        }
+        self.workloads.insert(key, Arc::new(entry));
+        true
+    }
+
+    pub fn remove_workload(&mut self, key: &WorkloadKey) -> bool {
+        self.unindex(key);
+        self.workloads.remove(key).is_some()
+    }
+
+    fn unindex(&mut self, key: &WorkloadKey) {
+        let Some(old) = self.workloads.get(key) else { return };
+        for source in old.info.references.keys() {
+            let k = (key.namespace.clone(), source.clone());
+            if let Some(set) = self.by_source.get_mut(&k) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.by_source.remove(&k);
+                }
+            }
+        }
+        if let Some(set) = self.named.get_mut(&key.namespace) {
+            set.remove(key);
+        }
+    }
+
+    pub fn workload(&self, key: &WorkloadKey) -> Option<Arc<WorkloadEntry>> {
+        self.workloads.get(key).cloned()
+    }
+
+    pub fn workload_keys(&self) -> Vec<WorkloadKey> {
+        self.workloads.keys().cloned().collect()
+    }
+
+    pub fn workload_count(&self) -> usize {
+        self.workloads.len()
+    }
+
+    /// The sources a plan for `entry` must consider: the ones it references, the ones its
+    /// named patterns may match, and the ones in its record; `None` for those that do not exist.
+    pub fn candidates(&self, entry: &WorkloadEntry) -> BTreeMap<SourceRef, Option<SourceFacts>> {
+        let ns = self.sources.get(&entry.info.key.namespace);
+        let facts = |s: &SourceRef| ns.and_then(|m| m.get(s)).cloned();
+        let mut out = BTreeMap::new();
+        for source in entry.info.references.keys().cloned().chain(entry.info.record().into_keys()) {
+            let f = facts(&source);
+            out.insert(source, f);
+        }
+        if entry.selection.has_any_named() {
+            for (source, f) in ns.into_iter().flatten() {
+                if entry.selection.has_named(source.kind) {
+                    out.insert(source.clone(), Some(f.clone()));
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::annotations::AnnotationKeys;
+    use crate::source::SourceState;
+    use crate::workload::WorkloadKind;
+
+    fn facts(hash: &str) -> SourceFacts {
+        SourceFacts {
+            state: SourceState { hash: hash.into(), matches_search: false, ignored: false },
+            created_after_start: false,
+            created: 0,
+        }
+    }
+    fn entry(name: &str, refs: &[&str], meta: &[(&str, &str)]) -> WorkloadEntry {
+        let metadata: BTreeMap<String, String> =
+            meta.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let selection = Selection::parse(&AnnotationKeys::default(), &metadata, &BTreeMap::new());
+        WorkloadEntry {
+            info: WorkloadInfo {
+                key: WorkloadKey {
+                    kind: WorkloadKind::Deployment,
+                    namespace: "ns".into(),
+                    name: name.into(),
+                },
+                resource_version: Some("1".into()),
+                created: 0,
+                metadata_annotations: metadata,
+                template_annotations: BTreeMap::new(),
+                containers: vec![],
+                references: refs
+                    .iter()
+                    .map(|r| (SourceRef::new(SourceKind::ConfigMap, *r), 0))
+                    .collect(),
+                suspended: false,
+                paused: false,
+            },
+            selection,
+        }
+    }
+    fn cm(n: &str) -> SourceRef {
+        SourceRef::new(SourceKind::ConfigMap, n)
+    }
+
+    #[test]
+    fn sources_report_created_changed_unchanged() {
+        let mut s = Store::default();
+        assert_eq!(s.upsert_source("ns", cm("a"), facts("1")), SourceUpdate::Created);
+        assert_eq!(s.upsert_source("ns", cm("a"), facts("1")), SourceUpdate::Unchanged);
+        assert_eq!(s.upsert_source("ns", cm("a"), facts("2")), SourceUpdate::Changed);
+        assert!(s.remove_source("ns", &cm("a")));
+        assert!(!s.remove_source("ns", &cm("a")));
+    }
+
+    #[test]
+    fn index_finds_referencing_and_named_workloads_only() {
+        let mut s = Store::default();
+        s.upsert_workload(entry("refs-a", &["a"], &[]));
+        s.upsert_workload(entry("refs-b", &["b"], &[]));
+        s.upsert_workload(entry("named", &[], &[("configmap.reloader.stakater.com/reload", "a")]));
+        s.upsert_workload(entry(
+            "named-secret",
+            &[],
+            &[("secret.reloader.stakater.com/reload", "a")],
+        ));
+        let mut hit: Vec<_> = s.affected_by("ns", &cm("a")).into_iter().map(|k| k.name).collect();
+        hit.sort();
+        assert_eq!(hit, ["named", "refs-a"]);
+        assert!(s.affected_by("other-ns", &cm("a")).is_empty());
+    }
+
+    #[test]
+    fn reindexing_follows_reference_changes() {
+        let mut s = Store::default();
+        assert!(s.upsert_workload(entry("w", &["a"], &[])));
+        assert!(!s.upsert_workload(entry("w", &["a"], &[])), "unchanged");
+        assert!(s.upsert_workload(entry("w", &["b"], &[])));
+        assert!(s.affected_by("ns", &cm("a")).is_empty());
+        assert_eq!(s.affected_by("ns", &cm("b")).len(), 1);
+        assert!(s.remove_workload(&entry("w", &[], &[]).info.key));
+        assert!(s.affected_by("ns", &cm("b")).is_empty());
+    }
+
+    #[test]
+    fn candidates_cover_references_named_matches_and_missing_sources() {
+        let mut s = Store::default();
+        s.upsert_source("ns", cm("a"), facts("1"));
+        s.upsert_source("ns", cm("global-1"), facts("2"));
+        let e = entry(
+            "w",
+            &["a", "missing"],
+            &[("configmap.reloader.stakater.com/reload", "global-.*")],
+        );
+        let c = s.candidates(&e);
+        assert_eq!(c.len(), 3);
+        assert!(c[&cm("missing")].is_none());
+        assert_eq!(c[&cm("global-1")].as_ref().unwrap().state.hash, "2");
+    }
+}
