@@ -87,10 +87,8 @@ impl Store {
             .unwrap_or_default();
         if let Some(named) = self.named.get(namespace) {
             for key in named {
-                if let Some(w) = self.workloads.get(key) {
-                    if w.selection.has_named(source.kind) {
-                        out.insert(key.clone());
-                    }
+                if self.workloads.get(key).is_some_and(|w| w.selection.has_named(source.kind)) {
+                    out.insert(key.clone());
                 }
             }
         }
