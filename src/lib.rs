@@ -8,6 +8,7 @@
 pub mod annotations;
 pub mod cli;
 pub mod decision;
+pub mod engine;
 pub mod error;
 pub mod hash;
 pub mod naming;
@@ -18,5 +19,6 @@ pub mod source;
 pub mod store;
 pub mod telemetry;
 pub mod workload;
+pub mod writer;
 
 pub use error::{Error, Result};

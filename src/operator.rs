@@ -1,12 +1,13 @@
 //! The one place that wires the operator together.
 
 use crate::cli::Cli;
+use crate::engine::{Engine, EngineConfig};
 use crate::{Error, Result};
 use kube::Client;
-use tracing::info;
+use tracing::{error, info};
 
-/// Connects to the API server and runs until SIGTERM or SIGINT.
-pub async fn run(_cli: Cli) -> Result<()> {
+/// Connects to the API server and runs the engine until SIGTERM or SIGINT.
+pub async fn run(cli: Cli) -> Result<()> {
     let config = kube::Config::infer().await.map_err(|e| Error::Config(Box::new(e)))?;
     let cluster_url = config.cluster_url.to_string();
     let client = Client::try_from(config)?;
@@ -20,8 +21,21 @@ pub async fn run(_cli: Cli) -> Result<()> {
         "connected to the Kubernetes API server"
     );
 
-    shutdown_signal().await?;
-    info!("shutdown signal received, exiting");
+    let engine = Engine::new(client, EngineConfig::from_args(&cli.reload));
+    let mut ready = engine.ready();
+    tokio::spawn(async move {
+        if ready.wait_for(|r| *r).await.is_ok() {
+            info!("ready");
+        }
+    });
+    engine
+        .run(async {
+            if let Err(e) = shutdown_signal().await {
+                error!(error = %e, "cannot wait for signals; stopping");
+            }
+            info!("shutdown signal received, exiting");
+        })
+        .await;
     Ok(())
 }
 

@@ -417,6 +417,7 @@ mod tests {
                 name: "web".into(),
             },
             resource_version: Some("1".into()),
+            uid: None,
             created: 50,
             metadata_annotations: [("reloader.stakater.com/auto".to_string(), "true".to_string())]
                 .into(),

@@ -200,6 +200,7 @@ mod tests {
                     name: name.into(),
                 },
                 resource_version: Some("1".into()),
+                uid: None,
                 created: 0,
                 metadata_annotations: metadata,
                 template_annotations: BTreeMap::new(),

@@ -105,6 +105,7 @@ pub struct ContainerInfo {
 pub struct WorkloadInfo {
     pub key: WorkloadKey,
     pub resource_version: Option<String>,
+    pub uid: Option<String>,
     /// Creation time, seconds since the epoch (0 when unknown).
     pub created: i64,
     /// Metadata annotations the operator reads (selection keys and its own record).
@@ -151,6 +152,7 @@ impl WorkloadInfo {
                 name: meta.name.clone().unwrap_or_default(),
             },
             resource_version: meta.resource_version.clone(),
+            uid: meta.uid.clone(),
             created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0),
             metadata_annotations: filter(meta.annotations.as_ref()),
             template_annotations: filter(template_meta.and_then(|m| m.annotations.as_ref())),

@@ -1,0 +1,728 @@
+//! The annotation-mode engine: watches sources and workloads into the [`Store`], queues the
+//! workloads a change concerns, and reconciles each one level-triggered through [`plan`].
+
+use std::collections::HashSet;
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
+use kube::api::{Patch, PatchParams};
+use kube::core::{ApiResource, DynamicObject};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::annotations::AnnotationKeys;
+use crate::cli::ReloadArgs;
+use crate::decision::Selection;
+use crate::hash;
+use crate::plan::{Cause, Plan, PlanOptions, SourceFacts, Strategy, plan};
+use crate::queue::WorkQueue;
+use crate::source::{SourceKind, SourceRef, SourceState};
+use crate::store::{SourceUpdate, Store, WorkloadEntry};
+use crate::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
+use crate::writer::{WORKLOAD_FIELD_MANAGER, workload_patch};
+
+/// Engine settings, derived from the command line.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub keys: AnnotationKeys,
+    pub strategy: Strategy,
+    pub auto_reload_all: bool,
+    pub reload_on_create: bool,
+    pub reload_on_delete: bool,
+    pub sync_after_restart: bool,
+    pub watch_configmaps: bool,
+    pub watch_secrets: bool,
+    pub kinds: Vec<WorkloadKind>,
+    /// Empty: the whole cluster.
+    pub namespaces: Vec<String>,
+    pub namespaces_to_ignore: HashSet<String>,
+    pub resource_label_selector: Option<String>,
+    pub debounce: Duration,
+    pub debounce_max_wait: Duration,
+    pub resync_period: Duration,
+    pub workers: usize,
+}
+
+impl EngineConfig {
+    pub fn from_args(args: &ReloadArgs) -> Self {
+        let ignored: HashSet<WorkloadKind> = args
+            .ignored_workload_types
+            .iter()
+            .filter_map(|t| WorkloadKind::from_plural(t))
+            .collect();
+        let kinds = [WorkloadKind::Deployment, WorkloadKind::DaemonSet, WorkloadKind::StatefulSet]
+            .into_iter()
+            .filter(|k| !ignored.contains(k))
+            .collect();
+        let mut namespaces: Vec<String> = args
+            .namespaces
+            .iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if let Some(ns) = args.kubernetes_namespace.as_ref().filter(|s| !s.is_empty())
+            && namespaces.is_empty()
+        {
+            namespaces.push(ns.clone());
+        }
+        EngineConfig {
+            keys: args.annotation_keys(),
+            strategy: args.reload_strategy,
+            auto_reload_all: args.auto_reload_all,
+            reload_on_create: args.reload_on_create,
+            reload_on_delete: args.reload_on_delete,
+            sync_after_restart: args.sync_after_restart,
+            watch_configmaps: args.resources_to_ignore.as_deref() != Some("configmaps"),
+            watch_secrets: args.resources_to_ignore.as_deref() != Some("secrets"),
+            kinds,
+            namespaces,
+            namespaces_to_ignore: args.namespaces_to_ignore.iter().cloned().collect(),
+            resource_label_selector: args.resource_label_selector.clone().filter(|s| !s.is_empty()),
+            debounce: args.debounce,
+            debounce_max_wait: args.debounce_max_wait,
+            resync_period: args.resync_period,
+            workers: args.workers.into(),
+        }
+    }
+}
+
+/// Shared state of the running engine.
+pub struct Engine {
+    client: Client,
+    config: EngineConfig,
+    store: RwLock<Store>,
+    queue: WorkQueue<WorkloadKey>,
+    recorder: Recorder,
+    /// Set once every watcher finished its first list.
+    synced: AtomicBool,
+    pending_watchers: AtomicUsize,
+    ready: watch::Sender<bool>,
+    /// Workloads still waiting for their first pass after start (for `--sync-after-restart`).
+    startup_pass: Mutex<HashSet<WorkloadKey>>,
+}
+
+impl Engine {
+    pub fn new(client: Client, config: EngineConfig) -> Arc<Self> {
+        let reporter =
+            Reporter { controller: "reloader".into(), instance: std::env::var("POD_NAME").ok() };
+        let recorder = Recorder::new(client.clone(), reporter);
+        let queue = WorkQueue::new(config.debounce_max_wait);
+        Arc::new(Engine {
+            client,
+            config,
+            store: RwLock::new(Store::default()),
+            queue,
+            recorder,
+            synced: AtomicBool::new(false),
+            pending_watchers: AtomicUsize::new(0),
+            ready: watch::channel(false).0,
+            startup_pass: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Resolves to true once the first list of every watched kind is in memory.
+    pub fn ready(&self) -> watch::Receiver<bool> {
+        self.ready.subscribe()
+    }
+
+    /// Runs until `shutdown` resolves; in-flight reconciles finish first.
+    pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
+        let mut tasks = tokio::task::JoinSet::new();
+        let scopes: Vec<Option<String>> = if self.config.namespaces.is_empty() {
+            vec![None]
+        } else {
+            self.config.namespaces.iter().cloned().map(Some).collect()
+        };
+        let mut watchers = 0;
+        for scope in &scopes {
+            if self.config.watch_configmaps {
+                watchers += 1;
+                tasks.spawn(
+                    self.clone().watch_sources::<ConfigMap>(scope.clone(), SourceKind::ConfigMap),
+                );
+            }
+            if self.config.watch_secrets {
+                watchers += 1;
+                tasks
+                    .spawn(self.clone().watch_sources::<Secret>(scope.clone(), SourceKind::Secret));
+            }
+            for kind in self.config.kinds.clone() {
+                watchers += 1;
+                let e = self.clone();
+                let scope = scope.clone();
+                match kind {
+                    WorkloadKind::Deployment => {
+                        tasks.spawn(e.watch_workloads::<Deployment>(scope, kind))
+                    }
+                    WorkloadKind::DaemonSet => {
+                        tasks.spawn(e.watch_workloads::<DaemonSet>(scope, kind))
+                    }
+                    WorkloadKind::StatefulSet => {
+                        tasks.spawn(e.watch_workloads::<StatefulSet>(scope, kind))
+                    }
+                    _ => continue,
+                };
+            }
+        }
+        self.pending_watchers.store(watchers, Ordering::SeqCst);
+        info!(
+            namespaces = ?self.config.namespaces,
+            kinds = ?self.config.kinds,
+            strategy = ?self.config.strategy,
+            "annotation mode starting"
+        );
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..self.config.workers {
+            workers.spawn(self.clone().worker());
+        }
+        tasks.spawn(self.clone().resync_loop());
+
+        shutdown.await;
+        info!("stopping: no new work is taken, in-flight writes finish");
+        self.queue.close();
+        // Workers return once the queue is closed and their current reconcile is done.
+        let drained = tokio::time::timeout(Duration::from_secs(20), async {
+            while workers.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            warn!("in-flight work did not finish within 20s; stopping anyway");
+        }
+        tasks.abort_all();
+    }
+
+    fn api_for<K>(&self, namespace: Option<&str>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as Resource>::DynamicType: Default,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        }
+    }
+
+    fn watcher_synced(&self) {
+        if self.pending_watchers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let keys = self.store.read().unwrap().workload_keys();
+            info!(
+                workloads = keys.len(),
+                sources = self.store.read().unwrap().source_count(),
+                "caches synced; checking every workload against its sources"
+            );
+            self.startup_pass.lock().unwrap().extend(keys.iter().cloned());
+            self.synced.store(true, Ordering::SeqCst);
+            for key in keys {
+                self.queue.add(key, Duration::ZERO);
+            }
+            let _ = self.ready.send(true);
+        }
+    }
+
+    fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::SeqCst)
+    }
+
+    fn ignored_namespace(&self, ns: &str) -> bool {
+        self.config.namespaces_to_ignore.contains(ns)
+    }
+
+    // ---- sources -------------------------------------------------------------------------
+
+    async fn watch_sources<K>(self: Arc<Self>, scope: Option<String>, kind: SourceKind)
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + 'static,
+        <K as Resource>::DynamicType: Default,
+        K: SourceObject,
+    {
+        let api: Api<K> = self.api_for(scope.as_deref());
+        let mut config = watcher::Config::default();
+        if let Some(sel) = &self.config.resource_label_selector {
+            config = config.labels(sel);
+        }
+        let stream = watcher::watcher(api, config).default_backoff();
+        self.consume(stream, kind.to_string(), scope.clone(), |engine, event, state| match event {
+            WatchItem::Apply(obj) => engine.apply_source(kind, &obj, state.first_done),
+            WatchItem::Delete(obj) => {
+                let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+                engine.delete_source(&ns, SourceRef::new(kind, name));
+            }
+            WatchItem::Seen(obj) => {
+                state.seen.insert((obj.namespace().unwrap_or_default(), obj.name_any()));
+            }
+            WatchItem::RelistDone(seen) => {
+                let gone: Vec<_> = engine
+                    .store
+                    .read()
+                    .unwrap()
+                    .source_keys(kind)
+                    .into_iter()
+                    .filter(|(ns, _)| scope.as_ref().is_none_or(|sc| sc == ns))
+                    .filter(|(ns, s)| !seen.contains(&(ns.clone(), s.name.clone())))
+                    .collect();
+                for (ns, s) in gone {
+                    engine.delete_source(&ns, s);
+                }
+            }
+        })
+        .await;
+    }
+
+    fn apply_source<K: SourceObject + Resource>(
+        &self,
+        kind: SourceKind,
+        obj: &K,
+        after_start: bool,
+    ) {
+        let meta = obj.meta();
+        let ns = meta.namespace.clone().unwrap_or_default();
+        if self.ignored_namespace(&ns) {
+            return;
+        }
+        let annotations = meta.annotations.as_ref();
+        let flag = |key: &str| annotations.and_then(|a| a.get(key)).is_some_and(|v| v == "true");
+        let state = SourceState {
+            // The object's data is hashed and dropped here; only the hash is kept.
+            hash: obj.content_hash(),
+            matches_search: flag(&self.config.keys.search_match),
+            ignored: flag(&self.config.keys.ignore),
+        };
+        let facts = SourceFacts {
+            state,
+            created_after_start: after_start,
+            created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0),
+        };
+        let source = SourceRef::new(kind, meta.name.clone().unwrap_or_default());
+        let update = self.store.write().unwrap().upsert_source(&ns, source.clone(), facts);
+        if update == SourceUpdate::Unchanged || !self.is_synced() {
+            return;
+        }
+        debug!(namespace = %ns, source = %source, ?update, "source changed");
+        self.enqueue_affected(&ns, &source);
+    }
+
+    fn delete_source(&self, ns: &str, source: SourceRef) {
+        if !self.store.write().unwrap().remove_source(ns, &source) {
+            return;
+        }
+        debug!(namespace = %ns, source = %source, "source deleted");
+        if self.is_synced() && self.config.reload_on_delete {
+            self.enqueue_affected(ns, &source);
+        }
+    }
+
+    fn enqueue_affected(&self, ns: &str, source: &SourceRef) {
+        let affected = self.store.read().unwrap().affected_by(ns, source);
+        for key in affected {
+            self.queue.add(key, self.config.debounce);
+        }
+    }
+
+    // ---- workloads -----------------------------------------------------------------------
+
+    async fn watch_workloads<K>(self: Arc<Self>, scope: Option<String>, kind: WorkloadKind)
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + 'static,
+        <K as Resource>::DynamicType: Default,
+        K: WorkloadObject,
+    {
+        let api: Api<K> = self.api_for(scope.as_deref());
+        let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+        self.consume(stream, kind.to_string(), scope.clone(), move |engine, event, state| {
+            match event {
+                WatchItem::Apply(obj) => engine.apply_workload(obj.info(kind, &engine.config.keys)),
+                WatchItem::Delete(obj) => {
+                    let key = WorkloadKey {
+                        kind,
+                        namespace: obj.namespace().unwrap_or_default(),
+                        name: obj.name_any(),
+                    };
+                    engine.store.write().unwrap().remove_workload(&key);
+                }
+                WatchItem::Seen(obj) => {
+                    state.seen.insert((obj.namespace().unwrap_or_default(), obj.name_any()));
+                }
+                WatchItem::RelistDone(seen) => {
+                    let mut store = engine.store.write().unwrap();
+                    let gone: Vec<_> = store
+                        .workload_keys()
+                        .into_iter()
+                        .filter(|k| k.kind == kind)
+                        .filter(|k| scope.as_ref().is_none_or(|sc| *sc == k.namespace))
+                        .filter(|k| !seen.contains(&(k.namespace.clone(), k.name.clone())))
+                        .collect();
+                    for key in gone {
+                        store.remove_workload(&key);
+                    }
+                }
+            }
+        })
+        .await;
+    }
+
+    fn apply_workload(&self, info: WorkloadInfo) {
+        if self.ignored_namespace(&info.key.namespace) {
+            return;
+        }
+        let selection = Selection::parse(
+            &self.config.keys,
+            &info.metadata_annotations,
+            &info.template_annotations,
+        );
+        let key = info.key.clone();
+        let changed = self
+            .store
+            .write()
+            .unwrap()
+            .upsert_workload(WorkloadEntry { info, selection: selection.clone() });
+        if changed {
+            if !selection.invalid_patterns.is_empty() {
+                warn!(workload = %key, patterns = ?selection.invalid_patterns,
+                      "skipping named-reload items that are not valid regular expressions");
+            }
+            if self.is_synced() {
+                self.queue.add(key, Duration::ZERO);
+            }
+        }
+    }
+
+    /// Drives one watch stream, translating its events for `handle` and tracking relists.
+    async fn consume<K, S, F>(
+        self: &Arc<Self>,
+        stream: S,
+        what: String,
+        scope: Option<String>,
+        mut handle: F,
+    ) where
+        K: Resource + Clone,
+        S: Stream<Item = Result<Event<K>, watcher::Error>>,
+        F: FnMut(&Arc<Self>, WatchItem<K>, &mut WatchState),
+    {
+        let mut state = WatchState::default();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(Event::Init) => state.seen.clear(),
+                Ok(Event::InitApply(obj)) => {
+                    handle(self, WatchItem::Seen(obj.clone()), &mut state);
+                    handle(self, WatchItem::Apply(obj), &mut state);
+                }
+                Ok(Event::InitDone) => {
+                    let seen = std::mem::take(&mut state.seen);
+                    handle(self, WatchItem::RelistDone(seen), &mut state);
+                    if !state.first_done {
+                        state.first_done = true;
+                        debug!(kind = %what, namespace = ?scope, "initial list done");
+                        self.watcher_synced();
+                    }
+                }
+                Ok(Event::Apply(obj)) => handle(self, WatchItem::Apply(obj), &mut state),
+                Ok(Event::Delete(obj)) => handle(self, WatchItem::Delete(obj), &mut state),
+                Err(e) => {
+                    warn!(kind = %what, namespace = ?scope, error = %e, "watch failed; retrying with backoff")
+                }
+            }
+        }
+    }
+
+    // ---- reconciling ---------------------------------------------------------------------
+
+    async fn resync_loop(self: Arc<Self>) {
+        let mut ticker = tokio::time::interval(self.config.resync_period);
+        ticker.tick().await;
+        loop {
+            ticker.tick().await;
+            if !self.is_synced() {
+                continue;
+            }
+            let keys = self.store.read().unwrap().workload_keys();
+            debug!(workloads = keys.len(), "periodic resync");
+            for key in keys {
+                self.queue.add(key, Duration::ZERO);
+            }
+        }
+    }
+
+    async fn worker(self: Arc<Self>) {
+        while let Some(key) = self.queue.next().await {
+            let retry = self.reconcile(&key).await;
+            self.queue.done(&key);
+            if let Some(after) = retry {
+                self.queue.add(key, after);
+            }
+        }
+    }
+
+    fn plan_options(&self, key: &WorkloadKey) -> PlanOptions {
+        let first_pass = self.startup_pass.lock().unwrap().remove(key);
+        let now = k8s_openapi::jiff::Timestamp::now();
+        PlanOptions {
+            strategy: self.config.strategy,
+            auto_reload_all: self.config.auto_reload_all,
+            reload_on_create: self.config.reload_on_create,
+            reload_on_delete: self.config.reload_on_delete,
+            sync_after_restart: first_pass && self.config.sync_after_restart,
+            now: now.as_second(),
+            now_rfc3339: now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            last_reloaded_from_key: self.config.keys.last_reloaded_from.clone(),
+        }
+    }
+
+    /// Brings one workload up to date; returns a delay after which to try again on failure.
+    async fn reconcile(&self, key: &WorkloadKey) -> Option<Duration> {
+        let opts = self.plan_options(key);
+        let mut entry = self.store.read().unwrap().workload(key)?;
+        for attempt in 0..5 {
+            let candidates = self.store.read().unwrap().candidates(&entry);
+            let plan = plan(&entry.info, &entry.selection, &candidates, &opts);
+            if !plan.unwritable.is_empty() {
+                warn!(workload = %key, sources = ?plan.unwritable.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                      "workload has no container to write the reload variable to");
+                self.event(
+                    &entry.info,
+                    EventType::Warning,
+                    "ReloadFail",
+                    format!("Cannot reload {key}: it has no containers"),
+                )
+                .await;
+            }
+            let patch = workload_patch(&entry.info, &plan)?;
+            match self.patch(key, &patch).await {
+                Ok(obj) => {
+                    self.refresh(key, &obj);
+                    if !plan.changes.is_empty() {
+                        self.reloaded(&entry.info, &plan).await;
+                    } else {
+                        debug!(workload = %key, "recorded baseline source hashes");
+                    }
+                    return None;
+                }
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    debug!(workload = %key, attempt, "conflict; retrying on fresh state");
+                    match self.get(key).await {
+                        Ok(obj) => {
+                            self.refresh(key, &obj);
+                            entry = self.store.read().unwrap().workload(key)?;
+                        }
+                        Err(e) => return self.failed(&entry.info, &plan, e).await,
+                    }
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => {
+                    self.store.write().unwrap().remove_workload(key);
+                    return None;
+                }
+                Err(e) => return self.failed(&entry.info, &plan, e).await,
+            }
+        }
+        warn!(workload = %key, "gave up after repeated conflicts; will retry");
+        Some(Duration::from_secs(1))
+    }
+
+    fn resource(kind: WorkloadKind) -> ApiResource {
+        match kind {
+            WorkloadKind::DaemonSet => ApiResource::erase::<DaemonSet>(&()),
+            WorkloadKind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
+            _ => ApiResource::erase::<Deployment>(&()),
+        }
+    }
+
+    async fn patch(
+        &self,
+        key: &WorkloadKey,
+        patch: &serde_json::Value,
+    ) -> kube::Result<DynamicObject> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &key.namespace, &Self::resource(key.kind));
+        let params = PatchParams {
+            field_manager: Some(WORKLOAD_FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        api.patch(&key.name, &params, &Patch::Strategic(patch)).await
+    }
+
+    async fn get(&self, key: &WorkloadKey) -> kube::Result<DynamicObject> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &key.namespace, &Self::resource(key.kind));
+        api.get(&key.name).await
+    }
+
+    /// Updates the store from an object the API server just returned.
+    fn refresh(&self, key: &WorkloadKey, obj: &DynamicObject) {
+        let info = match key.kind {
+            WorkloadKind::DaemonSet => {
+                convert::<DaemonSet>(obj).map(|o| o.info(key.kind, &self.config.keys))
+            }
+            WorkloadKind::StatefulSet => {
+                convert::<StatefulSet>(obj).map(|o| o.info(key.kind, &self.config.keys))
+            }
+            _ => convert::<Deployment>(obj).map(|o| o.info(key.kind, &self.config.keys)),
+        };
+        if let Some(info) = info {
+            let selection = Selection::parse(
+                &self.config.keys,
+                &info.metadata_annotations,
+                &info.template_annotations,
+            );
+            self.store.write().unwrap().upsert_workload(WorkloadEntry { info, selection });
+        }
+    }
+
+    async fn reloaded(&self, info: &WorkloadInfo, plan: &Plan) {
+        let key = &info.key;
+        let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
+        let causes: Vec<&str> = plan
+            .changes
+            .iter()
+            .map(|c| match c.cause {
+                Cause::Changed => "changed",
+                Cause::Created => "created",
+                Cause::Deleted => "deleted",
+            })
+            .collect();
+        info!(workload = %key, sources = ?sources, causes = ?causes, strategy = ?self.config.strategy, "reloaded workload");
+        let described: Vec<String> = plan
+            .changes
+            .iter()
+            .map(|c| format!("'{}' of type '{}'", c.source.name, c.source.kind.env_suffix()))
+            .collect();
+        let note = format!(
+            "Changes detected in {} in namespace '{}'; updated '{}' of type '{}' in namespace '{}'",
+            described.join(", "),
+            key.namespace,
+            key.name,
+            key.kind,
+            key.namespace
+        );
+        self.event(info, EventType::Normal, "Reloaded", note).await;
+    }
+
+    async fn failed(
+        &self,
+        info: &WorkloadInfo,
+        plan: &Plan,
+        error: kube::Error,
+    ) -> Option<Duration> {
+        let key = &info.key;
+        warn!(workload = %key, error = %error, "update failed; will retry");
+        if !plan.changes.is_empty() {
+            let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
+            let note = format!(
+                "Update of '{}' of type '{}' for {} failed: {error}",
+                key.name,
+                key.kind,
+                sources.join(", ")
+            );
+            self.event(info, EventType::Warning, "ReloadFail", note).await;
+        }
+        Some(Duration::from_secs(5))
+    }
+
+    async fn event(&self, info: &WorkloadInfo, type_: EventType, reason: &str, note: String) {
+        let (api_version, kind) = match info.key.kind {
+            WorkloadKind::CronJob | WorkloadKind::Job => ("batch/v1", info.key.kind.as_str()),
+            WorkloadKind::Rollout => ("argoproj.io/v1alpha1", "Rollout"),
+            WorkloadKind::DeploymentConfig => ("apps.openshift.io/v1", "DeploymentConfig"),
+            k => ("apps/v1", k.as_str()),
+        };
+        let reference = ObjectReference {
+            api_version: Some(api_version.into()),
+            kind: Some(kind.into()),
+            name: Some(info.key.name.clone()),
+            namespace: Some(info.key.namespace.clone()),
+            uid: info.uid.clone(),
+            ..Default::default()
+        };
+        let event = KubeEvent {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reload".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            warn!(workload = %info.key, error = %e, "cannot publish event");
+        }
+    }
+}
+
+fn convert<K: DeserializeOwned>(obj: &DynamicObject) -> Option<K> {
+    serde_json::to_value(obj).ok().and_then(|v| serde_json::from_value(v).ok())
+}
+
+/// What `consume` hands to a watcher's handler.
+enum WatchItem<K> {
+    Apply(K),
+    Delete(K),
+    /// Listed during a (re)list; recorded to find what disappeared meanwhile.
+    Seen(K),
+    /// A (re)list finished: every object not seen is gone.
+    RelistDone(HashSet<(String, String)>),
+}
+
+#[derive(Default)]
+struct WatchState {
+    seen: HashSet<(String, String)>,
+    first_done: bool,
+}
+
+/// A source kind the engine hashes.
+pub trait SourceObject {
+    fn content_hash(&self) -> String;
+}
+
+impl SourceObject for ConfigMap {
+    fn content_hash(&self) -> String {
+        hash::configmap_hash(self.data.as_ref(), self.binary_data.as_ref())
+    }
+}
+
+impl SourceObject for Secret {
+    fn content_hash(&self) -> String {
+        hash::secret_hash(self.data.as_ref())
+    }
+}
+
+/// A workload kind the engine summarises.
+pub trait WorkloadObject {
+    fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> WorkloadInfo;
+}
+
+impl WorkloadObject for Deployment {
+    fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> WorkloadInfo {
+        let mut info = WorkloadInfo::extract(kind, &self.metadata, Some(&self.spec.template), keys);
+        info.paused = self.spec.paused.unwrap_or(false);
+        info
+    }
+}
+
+impl WorkloadObject for DaemonSet {
+    fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> WorkloadInfo {
+        WorkloadInfo::extract(kind, &self.metadata, Some(&self.spec.template), keys)
+    }
+}
+
+impl WorkloadObject for StatefulSet {
+    fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> WorkloadInfo {
+        WorkloadInfo::extract(kind, &self.metadata, Some(&self.spec.template), keys)
+    }
+}

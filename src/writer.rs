@@ -1,0 +1,179 @@
+//! Turns a [`Plan`] into the patch sent to the API server (pure), per workload kind.
+//!
+//! Workload writes are strategic merge patches with the field manager `Reloader`, as the other
+//! program makes them: GitOps setups that ignore that manager's fields keep working, and a merge
+//! patch touches only the named variable, annotation or record (server-side apply would instead
+//! remove every field of ours it is not re-sent). The patch carries the resourceVersion the plan
+//! was made from, so a stale plan fails with 409 and is redone on fresh state.
+
+use serde_json::{Map, Value, json};
+
+use crate::plan::{Plan, TemplateWrite};
+use crate::workload::{RECORD_ANNOTATION, WorkloadInfo, WorkloadKind, format_record};
+
+/// The field manager of every workload write (the other program's, on purpose).
+pub const WORKLOAD_FIELD_MANAGER: &str = "Reloader";
+
+/// Where a kind keeps its pod template, as a JSON path from the object root.
+pub fn template_path(kind: WorkloadKind) -> &'static [&'static str] {
+    match kind {
+        WorkloadKind::CronJob => &["spec", "jobTemplate", "spec", "template"],
+        _ => &["spec", "template"],
+    }
+}
+
+fn template_value(write: &TemplateWrite) -> Value {
+    match write {
+        TemplateWrite::Annotation { key, value } => {
+            json!({"metadata": {"annotations": {key: value}}})
+        }
+        TemplateWrite::EnvVars { set, remove } => {
+            // One entry per container, in first-mention order; merged by name.
+            let mut containers: Vec<(String, Vec<Value>)> = Vec::new();
+            let mut push = |container: &str, env: Value| match containers
+                .iter_mut()
+                .find(|(c, _)| c == container)
+            {
+                Some((_, list)) => list.push(env),
+                None => containers.push((container.to_string(), vec![env])),
+            };
+            for w in set {
+                push(&w.container, json!({"name": w.name, "value": w.value}));
+            }
+            for r in remove {
+                push(&r.container, json!({"name": r.name, "$patch": "delete"}));
+            }
+            let containers: Vec<Value> = containers
+                .into_iter()
+                .map(|(name, env)| json!({"name": name, "env": env}))
+                .collect();
+            json!({"spec": {"containers": containers}})
+        }
+    }
+}
+
+/// The strategic merge patch for a workload whose pod template is patched in place
+/// (Deployment, DaemonSet, StatefulSet); `None` when the plan writes nothing.
+pub fn workload_patch(info: &WorkloadInfo, plan: &Plan) -> Option<Value> {
+    if plan.is_noop() {
+        return None;
+    }
+    let mut root = Map::new();
+    let mut metadata = Map::new();
+    if let Some(rv) = &info.resource_version {
+        metadata.insert("resourceVersion".into(), json!(rv));
+    }
+    if let Some(record) = &plan.record {
+        metadata.insert("annotations".into(), json!({RECORD_ANNOTATION: format_record(record)}));
+    }
+    root.insert("metadata".into(), Value::Object(metadata));
+    if let Some(write) = &plan.template {
+        let mut value = template_value(write);
+        for key in template_path(info.key.kind).iter().rev() {
+            value = json!({ *key: value });
+        }
+        merge(&mut root, value);
+    }
+    Some(Value::Object(root))
+}
+
+fn merge(into: &mut Map<String, Value>, from: Value) {
+    if let Value::Object(from) = from {
+        for (k, v) in from {
+            match (into.get_mut(&k), v) {
+                (Some(Value::Object(existing)), Value::Object(v)) => {
+                    merge(existing, Value::Object(v))
+                }
+                (_, v) => {
+                    into.insert(k, v);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::plan::{EnvRemoval, EnvWrite};
+    use crate::source::{SourceKind, SourceRef};
+    use crate::workload::WorkloadKey;
+
+    fn info(kind: WorkloadKind) -> WorkloadInfo {
+        WorkloadInfo {
+            key: WorkloadKey { kind, namespace: "ns".into(), name: "w".into() },
+            resource_version: Some("42".into()),
+            uid: None,
+            created: 0,
+            metadata_annotations: BTreeMap::new(),
+            template_annotations: BTreeMap::new(),
+            containers: vec![],
+            references: BTreeMap::new(),
+            suspended: false,
+            paused: false,
+        }
+    }
+
+    #[test]
+    fn env_var_patch_merges_by_container_and_deletes_by_directive() {
+        let plan = Plan {
+            template: Some(TemplateWrite::EnvVars {
+                set: vec![
+                    EnvWrite {
+                        container: "app".into(),
+                        name: "STAKATER_A_CONFIGMAP".into(),
+                        value: "1".into(),
+                    },
+                    EnvWrite {
+                        container: "app".into(),
+                        name: "STAKATER_B_SECRET".into(),
+                        value: "2".into(),
+                    },
+                ],
+                remove: vec![EnvRemoval {
+                    container: "side".into(),
+                    name: "STAKATER_C_CONFIGMAP".into(),
+                }],
+            }),
+            record: Some([(SourceRef::new(SourceKind::ConfigMap, "a"), "1".to_string())].into()),
+            ..Plan::default()
+        };
+        let patch = workload_patch(&info(WorkloadKind::Deployment), &plan).unwrap();
+        assert_eq!(
+            patch,
+            json!({
+                "metadata": {"resourceVersion": "42", "annotations": {RECORD_ANNOTATION: "{\"configmap/a\":\"1\"}"}},
+                "spec": {"template": {"spec": {"containers": [
+                    {"name": "app", "env": [{"name": "STAKATER_A_CONFIGMAP", "value": "1"}, {"name": "STAKATER_B_SECRET", "value": "2"}]},
+                    {"name": "side", "env": [{"name": "STAKATER_C_CONFIGMAP", "$patch": "delete"}]}
+                ]}}}
+            })
+        );
+    }
+
+    #[test]
+    fn record_only_patch_leaves_the_template_alone() {
+        let plan = Plan { record: Some(BTreeMap::new()), ..Plan::default() };
+        let patch = workload_patch(&info(WorkloadKind::StatefulSet), &plan).unwrap();
+        assert_eq!(
+            patch,
+            json!({"metadata": {"resourceVersion": "42", "annotations": {RECORD_ANNOTATION: "{}"}}})
+        );
+        assert!(workload_patch(&info(WorkloadKind::StatefulSet), &Plan::default()).is_none());
+    }
+
+    #[test]
+    fn annotation_patch_goes_to_the_kinds_template() {
+        let plan = Plan {
+            template: Some(TemplateWrite::Annotation { key: "k".into(), value: "v".into() }),
+            ..Plan::default()
+        };
+        let patch = workload_patch(&info(WorkloadKind::CronJob), &plan).unwrap();
+        assert_eq!(
+            patch["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["annotations"]["k"],
+            "v"
+        );
+    }
+}
