@@ -194,7 +194,7 @@ pub fn plan(
                     Some(_) => Some(Cause::Changed),
                     None if opts.reload_on_create
                         && (opts.sync_after_restart
-                            || (facts.created_after_start && facts.created > info.created)) =>
+                            || (facts.created_after_start && facts.created >= info.created)) =>
                     {
                         Some(Cause::Created)
                     }
@@ -594,7 +594,7 @@ mod tests {
         let p = run(&workload(), &[(cm("app-config"), Some(f.clone()))], &o);
         assert_eq!(p.changes[0].cause, Cause::Created);
         // Not for a source older than the workload (the workload started with it).
-        f.created = 40;
+        f.created = 40; // strictly older: the workload started with it
         assert!(run(&workload(), &[(cm("app-config"), Some(f.clone()))], &o).template.is_none());
         // Not without the flag.
         f.created = 60;

@@ -252,3 +252,66 @@ pub fn pinned_kubernetes_version() -> String {
 pub fn announce_version(git_version: &str) {
     announce(&format!("test cluster: kube-apiserver {git_version}"));
 }
+
+/// A `reloader` process run against the test cluster; killed when dropped.
+pub struct Operator {
+    child: Child,
+    pub logs: std::sync::Arc<Mutex<Vec<String>>>,
+}
+
+impl Operator {
+    /// Starts the operator binary with `args` and waits until it logs that it is ready.
+    pub fn start(args: &[&str]) -> Self {
+        let env = env();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_reloader"))
+            .args(["--log-format", "json", "--log-level", "reloader=debug,info"])
+            .args(args)
+            .env("KUBECONFIG", &env.kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start reloader");
+        let stderr = child.stderr.take().unwrap();
+        let logs = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("\"message\":\"ready\"") {
+                    let _ = tx.send(());
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        if rx.recv_timeout(Duration::from_secs(60)).is_err() {
+            let _ = child.kill();
+            panic!("reloader did not become ready; logs:\n{}", logs.lock().unwrap().join("\n"));
+        }
+        Operator { child, logs }
+    }
+
+    /// Log lines (JSON) whose message is `message`.
+    pub fn lines_with(&self, message: &str) -> Vec<serde_json::Value> {
+        let needle = format!("\"message\":\"{message}\"");
+        self.logs
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains(&needle))
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Stops the process with SIGTERM and waits for it.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        self.child.wait().expect("wait for reloader")
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

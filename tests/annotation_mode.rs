@@ -1,0 +1,542 @@
+//! Annotation mode against the real control plane: workloads annotated the stakater/Reloader
+//! way are rolled exactly when, and only when, that program would roll them (plus its fixes).
+//!
+//! Each test runs its own operator process scoped to its own namespace (`--namespaces`), so
+//! tests run in parallel without seeing each other. "Nothing happened" is proven with a
+//! sentinel: a second workload changed after the event under test, whose rollout shows the
+//! operator has already handled everything before it.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{
+    ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet,
+};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use sha1::{Digest, Sha1};
+use support::{Operator, TestNamespace, client, eventually};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn sha1_hex(text: &[u8]) -> String {
+    Sha1::digest(text).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+struct Fixture {
+    client: Client,
+    ns: TestNamespace,
+}
+
+impl Fixture {
+    async fn new(prefix: &str) -> Self {
+        let client = client().await;
+        let ns = TestNamespace::create(&client, prefix).await;
+        Fixture { client, ns }
+    }
+
+    fn name(&self) -> &str {
+        &self.ns.name
+    }
+
+    fn operator(&self, extra: &[&str]) -> Operator {
+        let mut args = vec!["--namespaces", self.name()];
+        if !extra.contains(&"--debounce") {
+            args.extend_from_slice(&["--debounce", "200ms"]);
+        }
+        args.extend_from_slice(extra);
+        Operator::start(&args)
+    }
+
+    async fn create<K>(&self, value: Value) -> K
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let obj: K = serde_json::from_value(value).unwrap();
+        Api::<K>::namespaced(self.client.clone(), self.name())
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("create {}: {e}", obj.name_any()))
+    }
+
+    async fn configmap(&self, name: &str, data: Value) -> ConfigMap {
+        self.create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}))
+            .await
+    }
+
+    async fn secret(&self, name: &str, string_data: Value) -> Secret {
+        self.create(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": string_data}))
+            .await
+    }
+
+    async fn patch_configmap(&self, name: &str, patch: Value) {
+        Api::<ConfigMap>::namespaced(self.client.clone(), self.name())
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    async fn patch_secret(&self, name: &str, string_data: Value) {
+        Api::<Secret>::namespaced(self.client.clone(), self.name())
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"stringData": string_data})),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// A Deployment `name` with one container `app` (plus `extra` pod-spec fields merged in).
+    async fn deployment(&self, name: &str, annotations: Value, pod: Value) -> Deployment {
+        self.create(workload_json("Deployment", name, annotations, pod)).await
+    }
+
+    async fn deployment_now(&self, name: &str) -> Deployment {
+        Api::<Deployment>::namespaced(self.client.clone(), self.name()).get(name).await.unwrap()
+    }
+
+    async fn replicasets(&self, deployment: &str) -> Vec<ReplicaSet> {
+        let d = self.deployment_now(deployment).await;
+        let uid = d.uid().unwrap();
+        Api::<ReplicaSet>::namespaced(self.client.clone(), self.name())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|rs| rs.owner_references().iter().any(|o| o.uid == uid))
+            .collect()
+    }
+
+    /// Waits until the Deployment has exactly `n` ReplicaSets.
+    async fn wait_replicasets(&self, deployment: &str, n: usize) {
+        eventually(&format!("{deployment} to have {n} ReplicaSet(s)"), TIMEOUT, || async {
+            (self.replicasets(deployment).await.len() == n).then_some(())
+        })
+        .await;
+    }
+
+    /// Counts ReplicaSets now, asserting it stays `n` through a sentinel round trip: the
+    /// sentinel's ConfigMap is changed and its Deployment's rollout awaited, which shows every
+    /// earlier event was handled.
+    async fn assert_still(&self, deployment: &str, n: usize, sentinel: &Sentinel) {
+        sentinel.poke(self).await;
+        assert_eq!(self.replicasets(deployment).await.len(), n, "{deployment} rolled unexpectedly");
+    }
+
+    async fn env_of(&self, deployment: &str) -> BTreeMap<String, String> {
+        let d = self.deployment_now(deployment).await;
+        let pod = d.spec.template.spec.unwrap();
+        pod.containers
+            .iter()
+            .flat_map(|c| c.env.iter().flatten())
+            .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+            .collect()
+    }
+
+    async fn template_annotations(&self, deployment: &str) -> BTreeMap<String, String> {
+        let d = self.deployment_now(deployment).await;
+        d.spec.template.metadata.and_then(|m| m.annotations).unwrap_or_default()
+    }
+}
+
+/// A workload that reloads on its own ConfigMap, used to flush the operator's pipeline.
+struct Sentinel {
+    rollouts: std::sync::atomic::AtomicUsize,
+}
+
+impl Sentinel {
+    async fn create(f: &Fixture) -> Self {
+        f.configmap("sentinel", json!({"n": "0"})).await;
+        f.deployment(
+            "sentinel",
+            json!({"reloader.stakater.com/auto": "true"}),
+            json!({"containers": [{"name": "app", "image": "nginx", "envFrom": [{"configMapRef": {"name": "sentinel"}}]}]}),
+        )
+        .await;
+        f.wait_replicasets("sentinel", 1).await;
+        Sentinel { rollouts: 0.into() }
+    }
+
+    async fn poke(&self, f: &Fixture) {
+        let n = self.rollouts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        f.patch_configmap("sentinel", json!({"data": {"n": n.to_string()}})).await;
+        f.wait_replicasets("sentinel", n + 1).await;
+    }
+}
+
+fn workload_json(kind: &str, name: &str, annotations: Value, pod: Value) -> Value {
+    let mut spec = json!({
+        "selector": {"matchLabels": {"app": name}},
+        "template": {"metadata": {"labels": {"app": name}}, "spec": pod}
+    });
+    if kind == "StatefulSet" {
+        spec["serviceName"] = json!(name);
+    }
+    json!({
+        "apiVersion": "apps/v1", "kind": kind,
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": spec
+    })
+}
+
+fn env_from_cm(cm: &str) -> Value {
+    json!({"containers": [{"name": "app", "image": "nginx", "envFrom": [{"configMapRef": {"name": cm}}]}]})
+}
+
+#[tokio::test]
+async fn auto_annotation_rolls_on_data_change_with_the_reloader_hash() {
+    let f = Fixture::new("am-auto").await;
+    let _op = f.operator(&[]);
+    f.configmap("app-config", json!({"b": "2", "a": "1"})).await;
+    f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
+        .await;
+    f.wait_replicasets("web", 1).await;
+    // Never reloaded before: a baseline is recorded, nothing rolls.
+    eventually("the baseline record", TIMEOUT, || async {
+        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
+    })
+    .await;
+    assert_eq!(f.replicasets("web").await.len(), 1);
+
+    f.patch_configmap("app-config", json!({"data": {"a": "10"}})).await;
+    f.wait_replicasets("web", 2).await;
+    let env = f.env_of("web").await;
+    assert_eq!(env["STAKATER_APP_CONFIG_CONFIGMAP"], sha1_hex(b"a=10;b=2"));
+}
+
+#[tokio::test]
+async fn label_and_annotation_only_changes_never_roll() {
+    let f = Fixture::new("am-labels").await;
+    let _op = f.operator(&[]);
+    let sentinel = Sentinel::create(&f).await;
+    f.configmap("app-config", json!({"a": "1"})).await;
+    f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
+        .await;
+    f.wait_replicasets("web", 1).await;
+    f.patch_configmap(
+        "app-config",
+        json!({"metadata": {"labels": {"x": "y"}, "annotations": {"note": "n"}}}),
+    )
+    .await;
+    f.assert_still("web", 1, &sentinel).await;
+}
+
+#[tokio::test]
+async fn secret_hash_uses_decoded_bytes_and_configmap_hash_base64s_binary_data() {
+    let f = Fixture::new("am-hash").await;
+    let _op = f.operator(&[]);
+    f.secret("db", json!({"user": "admin", "password": "x"})).await;
+    f.create::<ConfigMap>(json!({
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bin"},
+        "data": {"text": "hi"}, "binaryData": {"blob": "AAH/"}
+    }))
+    .await;
+    f.deployment(
+        "web",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!({"containers": [{"name": "app", "image": "nginx",
+            "envFrom": [{"secretRef": {"name": "db"}}, {"configMapRef": {"name": "bin"}}]}]}),
+    )
+    .await;
+    f.wait_replicasets("web", 1).await;
+    eventually("the baseline record", TIMEOUT, || async {
+        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
+    })
+    .await;
+    f.patch_secret("db", json!({"password": "s3cr3t"})).await;
+    f.patch_configmap("bin", json!({"binaryData": {"blob": "AAL/"}})).await;
+    eventually("both variables", TIMEOUT, || async {
+        let env = f.env_of("web").await;
+        (env.len() == 2).then_some(env)
+    })
+    .await;
+    let env = f.env_of("web").await;
+    assert_eq!(env["STAKATER_DB_SECRET"], sha1_hex(b"password=s3cr3t;user=admin"));
+    assert_eq!(env["STAKATER_BIN_CONFIGMAP"], sha1_hex(b"blob=AAL/;text=hi"));
+}
+
+#[tokio::test]
+async fn a_burst_of_ten_changes_is_one_rollout() {
+    let f = Fixture::new("am-burst").await;
+    let _op = f.operator(&["--debounce", "1s"]);
+    f.configmap("app-config", json!({"n": "0"})).await;
+    f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
+        .await;
+    f.wait_replicasets("web", 1).await;
+    for i in 1..=10 {
+        f.patch_configmap("app-config", json!({"data": {"n": i.to_string()}})).await;
+        tokio::time::sleep(Duration::from_millis(80)).await; // ten writes spread over ~1 s
+    }
+    f.wait_replicasets("web", 2).await;
+    let env = eventually("the final hash", TIMEOUT, || async {
+        let env = f.env_of("web").await;
+        (env.get("STAKATER_APP_CONFIG_CONFIGMAP") == Some(&sha1_hex(b"n=10"))).then_some(env)
+    })
+    .await;
+    assert_eq!(env.len(), 1);
+    let sentinel = Sentinel::create(&f).await;
+    f.assert_still("web", 2, &sentinel).await;
+}
+
+#[tokio::test]
+async fn a_configmap_and_secret_changed_together_are_one_rollout() {
+    let f = Fixture::new("am-pair").await;
+    let _op = f.operator(&["--debounce", "1s"]);
+    f.configmap("app-config", json!({"a": "1"})).await;
+    f.secret("app-secret", json!({"k": "1"})).await;
+    f.deployment(
+        "web",
+        json!({"reloader.stakater.com/auto": "true"}),
+        json!({"containers": [{"name": "app", "image": "nginx",
+            "envFrom": [{"configMapRef": {"name": "app-config"}}, {"secretRef": {"name": "app-secret"}}]}]}),
+    )
+    .await;
+    f.wait_replicasets("web", 1).await;
+    eventually("the baseline record", TIMEOUT, || async {
+        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
+    })
+    .await;
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    f.patch_secret("app-secret", json!({"k": "2"})).await;
+    f.wait_replicasets("web", 2).await;
+    let env = f.env_of("web").await;
+    assert_eq!(env["STAKATER_APP_CONFIG_CONFIGMAP"], sha1_hex(b"a=2"));
+    assert_eq!(env["STAKATER_APP_SECRET_SECRET"], sha1_hex(b"k=2"));
+    let sentinel = Sentinel::create(&f).await;
+    f.assert_still("web", 2, &sentinel).await;
+}
+
+#[tokio::test]
+async fn changes_made_while_stopped_are_caught_up_and_a_restart_rolls_nothing_current() {
+    let f = Fixture::new("am-catchup").await;
+    f.configmap("app-config", json!({"a": "1"})).await;
+    f.configmap("other", json!({"a": "1"})).await;
+    f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
+        .await;
+    f.deployment("still", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("other"))
+        .await;
+    let op = f.operator(&[]);
+    eventually("baselines", TIMEOUT, || async {
+        let a =
+            f.deployment_now("web").await.annotations().contains_key("reloader.rs/source-hashes");
+        let b =
+            f.deployment_now("still").await.annotations().contains_key("reloader.rs/source-hashes");
+        (a && b).then_some(())
+    })
+    .await;
+    assert!(op.stop().success());
+    f.wait_replicasets("web", 1).await;
+
+    // Changed while the operator is down.
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    let op = f.operator(&[]);
+    f.wait_replicasets("web", 2).await;
+    assert_eq!(f.env_of("web").await["STAKATER_APP_CONFIG_CONFIGMAP"], sha1_hex(b"a=2"));
+
+    // Another restart with everything current rolls nothing.
+    assert!(op.stop().success());
+    let _op = f.operator(&[]);
+    let sentinel = Sentinel::create(&f).await;
+    f.assert_still("web", 2, &sentinel).await;
+    f.assert_still("still", 1, &sentinel).await;
+}
+
+#[tokio::test]
+async fn named_reload_needs_no_reference_and_exclude_and_ignore_win() {
+    let f = Fixture::new("am-named").await;
+    let _op = f.operator(&[]);
+    let sentinel = Sentinel::create(&f).await;
+    f.secret("global-token", json!({"t": "1"})).await;
+    f.configmap("noisy", json!({"a": "1"})).await;
+    f.configmap("quiet", json!({"a": "1"})).await;
+    // Named by regex, not referenced anywhere in the pod spec.
+    f.deployment(
+        "named",
+        json!({"secret.reloader.stakater.com/reload": "global-.*", "reloader.stakater.com/auto": "false"}),
+        json!({"containers": [{"name": "app", "image": "nginx"}]}),
+    )
+    .await;
+    // auto, but `noisy` is excluded.
+    f.deployment(
+        "excluding",
+        json!({"reloader.stakater.com/auto": "true", "configmaps.exclude.reloader.stakater.com/reload": "noisy"}),
+        env_from_cm("noisy"),
+    )
+    .await;
+    f.deployment("ignoring", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("quiet"))
+        .await;
+    for d in ["named", "excluding", "ignoring"] {
+        f.wait_replicasets(d, 1).await;
+    }
+    eventually("baseline of the named workload", TIMEOUT, || async {
+        f.deployment_now("named").await.annotations().get("reloader.rs/source-hashes").cloned()
+    })
+    .await;
+    f.patch_secret("global-token", json!({"t": "2"})).await;
+    f.wait_replicasets("named", 2).await;
+    let env = f.env_of("named").await;
+    assert_eq!(env["STAKATER_GLOBAL_TOKEN_SECRET"], sha1_hex(b"t=2"));
+
+    f.patch_configmap("noisy", json!({"data": {"a": "2"}})).await;
+    f.patch_configmap("quiet", json!({"metadata": {"annotations": {"reloader.stakater.com/ignore": "true"}}, "data": {"a": "2"}}))
+        .await;
+    f.assert_still("excluding", 1, &sentinel).await;
+    f.assert_still("ignoring", 1, &sentinel).await;
+}
+
+#[tokio::test]
+async fn template_annotations_and_search_match() {
+    let f = Fixture::new("am-search").await;
+    let _op = f.operator(&[]);
+    let sentinel = Sentinel::create(&f).await;
+    f.create::<ConfigMap>(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "matched", "annotations": {"reloader.stakater.com/match": "true"}}, "data": {"a": "1"}}))
+        .await;
+    f.configmap("unmatched", json!({"a": "1"})).await;
+    // Selection annotations on the pod template, not the workload metadata.
+    let pod = json!({"containers": [{"name": "app", "image": "nginx",
+        "envFrom": [{"configMapRef": {"name": "matched"}}, {"configMapRef": {"name": "unmatched"}}]}]});
+    let mut d = workload_json("Deployment", "web", json!({}), pod);
+    d["spec"]["template"]["metadata"]["annotations"] =
+        json!({"reloader.stakater.com/search": "true"});
+    f.create::<Deployment>(d).await;
+    f.wait_replicasets("web", 1).await;
+    eventually("baseline", TIMEOUT, || async {
+        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
+    })
+    .await;
+    f.patch_configmap("unmatched", json!({"data": {"a": "2"}})).await;
+    f.assert_still("web", 1, &sentinel).await;
+    f.patch_configmap("matched", json!({"data": {"a": "2"}})).await;
+    f.wait_replicasets("web", 2).await;
+}
+
+#[tokio::test]
+async fn annotations_strategy_writes_last_reloaded_from() {
+    let f = Fixture::new("am-annot").await;
+    let _op = f.operator(&["--reload-strategy", "annotations"]);
+    f.configmap("app-config", json!({"a": "1"})).await;
+    f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
+        .await;
+    f.wait_replicasets("web", 1).await;
+    eventually("baseline", TIMEOUT, || async {
+        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
+    })
+    .await;
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    f.wait_replicasets("web", 2).await;
+    let annotations = f.template_annotations("web").await;
+    let value: Value =
+        serde_json::from_str(&annotations["reloader.stakater.com/last-reloaded-from"]).unwrap();
+    assert_eq!(value["type"], "CONFIGMAP");
+    assert_eq!(value["name"], "app-config");
+    assert_eq!(value["namespace"], f.name());
+    assert_eq!(value["hash"], sha1_hex(b"a=2"));
+    assert_eq!(value["containerRefs"], json!(["app"]));
+    assert!(value["observedAt"].as_i64().unwrap() > 1_700_000_000);
+    assert!(f.env_of("web").await.is_empty(), "no variables with the annotations strategy");
+}
+
+#[tokio::test]
+async fn restart_strategy_sets_restarted_at() {
+    let f = Fixture::new("am-restart").await;
+    let _op = f.operator(&["--reload-strategy", "restart"]);
+    f.configmap("app-config", json!({"a": "1"})).await;
+    f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
+        .await;
+    eventually("baseline", TIMEOUT, || async {
+        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
+    })
+    .await;
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    f.wait_replicasets("web", 2).await;
+    let annotations = f.template_annotations("web").await;
+    let at = &annotations["kubectl.kubernetes.io/restartedAt"];
+    assert!(at.parse::<k8s_openapi::jiff::Timestamp>().is_ok(), "{at}");
+}
+
+#[tokio::test]
+async fn statefulsets_and_daemonsets_get_new_controller_revisions() {
+    let f = Fixture::new("am-kinds").await;
+    let _op = f.operator(&[]);
+    f.configmap("app-config", json!({"a": "1"})).await;
+    let annotations = json!({"configmap.reloader.stakater.com/reload": "app-config"});
+    let pod = json!({"containers": [{"name": "app", "image": "nginx",
+        "volumeMounts": [{"name": "cfg", "mountPath": "/etc/cfg"}]}],
+        "volumes": [{"name": "cfg", "configMap": {"name": "app-config"}}]});
+    f.create::<StatefulSet>(workload_json("StatefulSet", "db", annotations.clone(), pod.clone()))
+        .await;
+    f.create::<DaemonSet>(workload_json("DaemonSet", "agent", annotations, pod)).await;
+    let revisions = |owner: &'static str| {
+        let client = f.client.clone();
+        let ns = f.name().to_string();
+        async move {
+            Api::<ControllerRevision>::namespaced(client, &ns)
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|r| r.owner_references().iter().any(|o| o.name == owner))
+                .count()
+        }
+    };
+    for owner in ["db", "agent"] {
+        eventually("the first ControllerRevision", TIMEOUT, || async {
+            (revisions(owner).await == 1).then_some(())
+        })
+        .await;
+    }
+    eventually("baselines", TIMEOUT, || async {
+        let sts =
+            Api::<StatefulSet>::namespaced(f.client.clone(), f.name()).get("db").await.unwrap();
+        let ds =
+            Api::<DaemonSet>::namespaced(f.client.clone(), f.name()).get("agent").await.unwrap();
+        (sts.annotations().contains_key("reloader.rs/source-hashes")
+            && ds.annotations().contains_key("reloader.rs/source-hashes"))
+        .then_some(())
+    })
+    .await;
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    for owner in ["db", "agent"] {
+        eventually("a second ControllerRevision", TIMEOUT, || async {
+            (revisions(owner).await == 2).then_some(())
+        })
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn reload_on_create_and_on_delete() {
+    let f = Fixture::new("am-create-delete").await;
+    let _op = f.operator(&["--reload-on-create", "--reload-on-delete=true"]);
+    // The workload references a ConfigMap that does not exist yet.
+    f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("late")).await;
+    f.wait_replicasets("web", 1).await;
+    f.configmap("late", json!({"a": "1"})).await;
+    f.wait_replicasets("web", 2).await;
+    assert_eq!(f.env_of("web").await["STAKATER_LATE_CONFIGMAP"], sha1_hex(b"a=1"));
+
+    Api::<ConfigMap>::namespaced(f.client.clone(), f.name())
+        .delete("late", &Default::default())
+        .await
+        .unwrap();
+    // Removing the variable brings the template back to its first revision, so the controller
+    // scales the first ReplicaSet up again instead of creating a third one.
+    eventually("the variable to be removed", TIMEOUT, || async {
+        (!f.env_of("web").await.contains_key("STAKATER_LATE_CONFIGMAP")).then_some(())
+    })
+    .await;
+    let d = f.deployment_now("web").await;
+    assert_eq!(d.metadata.generation, Some(3), "created, reloaded on create, reloaded on delete");
+}
