@@ -8,9 +8,12 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
-use kube::api::{Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy};
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
@@ -24,12 +27,13 @@ use crate::annotations::AnnotationKeys;
 use crate::cli::ReloadArgs;
 use crate::decision::Selection;
 use crate::hash;
-use crate::plan::{Cause, Plan, PlanOptions, SourceFacts, Strategy, plan};
+use crate::jobs::{is_controlled, job_from_cronjob, recreated_job};
+use crate::plan::{Cause, Plan, PlanOptions, SourceFacts, Strategy, TemplateWrite, plan};
 use crate::queue::WorkQueue;
 use crate::source::{SourceKind, SourceRef, SourceState};
 use crate::store::{SourceUpdate, Store, WorkloadEntry};
-use crate::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
-use crate::writer::{WORKLOAD_FIELD_MANAGER, workload_patch};
+use crate::workload::{RECORD_ANNOTATION, WorkloadInfo, WorkloadKey, WorkloadKind, format_record};
+use crate::writer::{WORKLOAD_FIELD_MANAGER, record_patch, workload_patch};
 
 /// Engine settings, derived from the command line.
 #[derive(Debug, Clone)]
@@ -60,10 +64,16 @@ impl EngineConfig {
             .iter()
             .filter_map(|t| WorkloadKind::from_plural(t))
             .collect();
-        let kinds = [WorkloadKind::Deployment, WorkloadKind::DaemonSet, WorkloadKind::StatefulSet]
-            .into_iter()
-            .filter(|k| !ignored.contains(k))
-            .collect();
+        let kinds = [
+            WorkloadKind::Deployment,
+            WorkloadKind::DaemonSet,
+            WorkloadKind::StatefulSet,
+            WorkloadKind::CronJob,
+            WorkloadKind::Job,
+        ]
+        .into_iter()
+        .filter(|k| !ignored.contains(k))
+        .collect();
         let mut namespaces: Vec<String> = args
             .namespaces
             .iter()
@@ -143,23 +153,26 @@ impl Engine {
         } else {
             self.config.namespaces.iter().cloned().map(Some).collect()
         };
-        let mut watchers = 0;
+        // Every watcher reports its first list once; the count must be in place before any
+        // of them can finish.
+        let kinds: Vec<WorkloadKind> =
+            self.config.kinds.iter().copied().filter(|k| Self::watchable(*k)).collect();
+        let per_scope = usize::from(self.config.watch_configmaps)
+            + usize::from(self.config.watch_secrets)
+            + kinds.len();
+        self.pending_watchers.store(per_scope * scopes.len(), Ordering::SeqCst);
         for scope in &scopes {
             if self.config.watch_configmaps {
-                watchers += 1;
                 tasks.spawn(
                     self.clone().watch_sources::<ConfigMap>(scope.clone(), SourceKind::ConfigMap),
                 );
             }
             if self.config.watch_secrets {
-                watchers += 1;
                 tasks
                     .spawn(self.clone().watch_sources::<Secret>(scope.clone(), SourceKind::Secret));
             }
-            for kind in self.config.kinds.clone() {
-                watchers += 1;
-                let e = self.clone();
-                let scope = scope.clone();
+            for &kind in &kinds {
+                let (e, scope) = (self.clone(), scope.clone());
                 match kind {
                     WorkloadKind::Deployment => {
                         tasks.spawn(e.watch_workloads::<Deployment>(scope, kind))
@@ -170,11 +183,12 @@ impl Engine {
                     WorkloadKind::StatefulSet => {
                         tasks.spawn(e.watch_workloads::<StatefulSet>(scope, kind))
                     }
-                    _ => continue,
+                    WorkloadKind::CronJob => tasks.spawn(e.watch_workloads::<CronJob>(scope, kind)),
+                    WorkloadKind::Job => tasks.spawn(e.watch_workloads::<Job>(scope, kind)),
+                    WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => continue,
                 };
             }
         }
-        self.pending_watchers.store(watchers, Ordering::SeqCst);
         info!(
             namespaces = ?self.config.namespaces,
             kinds = ?self.config.kinds,
@@ -199,6 +213,11 @@ impl Engine {
             warn!("in-flight work did not finish within 20s; stopping anyway");
         }
         tasks.abort_all();
+    }
+
+    /// Kinds with a typed watcher here (the others are discovered at run time).
+    fn watchable(kind: WorkloadKind) -> bool {
+        !matches!(kind, WorkloadKind::Rollout | WorkloadKind::DeploymentConfig)
     }
 
     fn api_for<K>(&self, namespace: Option<&str>) -> Api<K>
@@ -350,7 +369,17 @@ impl Engine {
         let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
         self.consume(stream, kind.to_string(), scope.clone(), move |engine, event, state| {
             match event {
-                WatchItem::Apply(obj) => engine.apply_workload(obj.info(kind, &engine.config.keys)),
+                WatchItem::Apply(obj) => match obj.info(kind, &engine.config.keys) {
+                    Some(info) => engine.apply_workload(info),
+                    None => {
+                        let key = WorkloadKey {
+                            kind,
+                            namespace: obj.namespace().unwrap_or_default(),
+                            name: obj.name_any(),
+                        };
+                        engine.store.write().unwrap().remove_workload(&key);
+                    }
+                },
                 WatchItem::Delete(obj) => {
                     let key = WorkloadKey {
                         kind,
@@ -506,10 +535,15 @@ impl Engine {
                 )
                 .await;
             }
-            let patch = workload_patch(&entry.info, &plan)?;
-            match self.patch(key, &patch).await {
-                Ok(obj) => {
-                    self.refresh(key, &obj);
+            if plan.is_noop() {
+                return None;
+            }
+            if entry.info.suspended {
+                debug!(workload = %key, "suspended: left alone");
+                return None;
+            }
+            match self.execute(&entry.info, &plan).await {
+                Ok(()) => {
                     if !plan.changes.is_empty() {
                         self.reloaded(&entry.info, &plan).await;
                     } else {
@@ -542,14 +576,108 @@ impl Engine {
         match kind {
             WorkloadKind::DaemonSet => ApiResource::erase::<DaemonSet>(&()),
             WorkloadKind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
+            WorkloadKind::CronJob => ApiResource::erase::<CronJob>(&()),
+            WorkloadKind::Job => ApiResource::erase::<Job>(&()),
             _ => ApiResource::erase::<Deployment>(&()),
+        }
+    }
+
+    /// Carries out a plan: a patch for kinds rolled in place, a new Job for a CronJob, a
+    /// delete and create for a Job. Conflicts and not-found errors go back to the caller.
+    async fn execute(&self, info: &WorkloadInfo, plan: &Plan) -> kube::Result<()> {
+        let key = &info.key;
+        match key.kind {
+            WorkloadKind::CronJob => {
+                if let Some(write) = &plan.template {
+                    let cronjob: CronJob =
+                        Api::namespaced(self.client.clone(), &key.namespace).get(&key.name).await?;
+                    let job = job_from_cronjob(&cronjob, Some(write), &BTreeMap::new());
+                    let created = Api::<Job>::namespaced(self.client.clone(), &key.namespace)
+                        .create(&self.post_params(), &job)
+                        .await?;
+                    debug!(workload = %key, job = %created.name_any(), "created Job from CronJob");
+                }
+                if let Some(patch) = record_patch(plan) {
+                    let obj = self.patch(key, &Patch::Merge(&patch)).await?;
+                    self.refresh(key, &obj);
+                }
+            }
+            WorkloadKind::Job => match &plan.template {
+                Some(write) => self.recreate_job(info, plan, write).await?,
+                None => {
+                    if let Some(patch) = record_patch(plan) {
+                        let obj = self.patch(key, &Patch::Merge(&patch)).await?;
+                        self.refresh(key, &obj);
+                    }
+                }
+            },
+            _ => {
+                if let Some(patch) = workload_patch(info, plan) {
+                    let obj = self.patch(key, &Patch::Strategic(&patch)).await?;
+                    self.refresh(key, &obj);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn post_params(&self) -> PostParams {
+        PostParams { field_manager: Some(WORKLOAD_FIELD_MANAGER.into()), ..Default::default() }
+    }
+
+    /// Deletes the Job (only the version the plan was made from) and creates it again.
+    async fn recreate_job(
+        &self,
+        info: &WorkloadInfo,
+        plan: &Plan,
+        write: &TemplateWrite,
+    ) -> kube::Result<()> {
+        let key = &info.key;
+        let api: Api<Job> = Api::namespaced(self.client.clone(), &key.namespace);
+        let old = api.get(&key.name).await?;
+        if old.metadata.resource_version != info.resource_version {
+            return Err(conflict(key));
+        }
+        let mut annotations = BTreeMap::new();
+        if let Some(record) = &plan.record {
+            annotations.insert(RECORD_ANNOTATION.to_string(), format_record(record));
+        }
+        let new = recreated_job(&old, Some(write), &annotations);
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            preconditions: Some(Preconditions {
+                uid: old.metadata.uid.clone(),
+                resource_version: old.metadata.resource_version.clone(),
+            }),
+            ..Default::default()
+        };
+        api.delete(&key.name, &params).await?;
+        // The name is free once the old object is gone; that takes a moment.
+        let mut attempts = 0;
+        loop {
+            match api.create(&self.post_params(), &new).await {
+                Ok(created) => {
+                    if let Some(info) = created.info(key.kind, &self.config.keys) {
+                        self.store_workload(info);
+                    }
+                    return Ok(());
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 && attempts < 100 => {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => {
+                    warn!(workload = %key, error = %e, "deleted the Job but could not create it again");
+                    return Err(e);
+                }
+            }
         }
     }
 
     async fn patch(
         &self,
         key: &WorkloadKey,
-        patch: &serde_json::Value,
+        patch: &Patch<&serde_json::Value>,
     ) -> kube::Result<DynamicObject> {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.client.clone(), &key.namespace, &Self::resource(key.kind));
@@ -557,7 +685,7 @@ impl Engine {
             field_manager: Some(WORKLOAD_FIELD_MANAGER.into()),
             ..Default::default()
         };
-        api.patch(&key.name, &params, &Patch::Strategic(patch)).await
+        api.patch(&key.name, &params, patch).await
     }
 
     async fn get(&self, key: &WorkloadKey) -> kube::Result<DynamicObject> {
@@ -568,23 +696,30 @@ impl Engine {
 
     /// Updates the store from an object the API server just returned.
     fn refresh(&self, key: &WorkloadKey, obj: &DynamicObject) {
+        let keys = &self.config.keys;
         let info = match key.kind {
             WorkloadKind::DaemonSet => {
-                convert::<DaemonSet>(obj).map(|o| o.info(key.kind, &self.config.keys))
+                convert::<DaemonSet>(obj).and_then(|o| o.info(key.kind, keys))
             }
             WorkloadKind::StatefulSet => {
-                convert::<StatefulSet>(obj).map(|o| o.info(key.kind, &self.config.keys))
+                convert::<StatefulSet>(obj).and_then(|o| o.info(key.kind, keys))
             }
-            _ => convert::<Deployment>(obj).map(|o| o.info(key.kind, &self.config.keys)),
+            WorkloadKind::CronJob => convert::<CronJob>(obj).and_then(|o| o.info(key.kind, keys)),
+            WorkloadKind::Job => convert::<Job>(obj).and_then(|o| o.info(key.kind, keys)),
+            _ => convert::<Deployment>(obj).and_then(|o| o.info(key.kind, keys)),
         };
         if let Some(info) = info {
-            let selection = Selection::parse(
-                &self.config.keys,
-                &info.metadata_annotations,
-                &info.template_annotations,
-            );
-            self.store.write().unwrap().upsert_workload(WorkloadEntry { info, selection });
+            self.store_workload(info);
         }
+    }
+
+    fn store_workload(&self, info: WorkloadInfo) {
+        let selection = Selection::parse(
+            &self.config.keys,
+            &info.metadata_annotations,
+            &info.template_annotations,
+        );
+        self.store.write().unwrap().upsert_workload(WorkloadEntry { info, selection });
     }
 
     async fn reloaded(&self, info: &WorkloadInfo, plan: &Plan) {
@@ -703,26 +838,54 @@ impl SourceObject for Secret {
 }
 
 /// A workload kind the engine summarises.
+/// `None` for objects annotation mode leaves to someone else (Jobs a CronJob controls).
 pub trait WorkloadObject {
-    fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> WorkloadInfo;
+    fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> Option<WorkloadInfo>;
 }
 
 impl WorkloadObject for Deployment {
-    fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> WorkloadInfo {
+    fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> Option<WorkloadInfo> {
         let mut info = WorkloadInfo::extract(kind, &self.metadata, Some(&self.spec.template), keys);
         info.paused = self.spec.paused.unwrap_or(false);
-        info
+        Some(info)
     }
 }
 
 impl WorkloadObject for DaemonSet {
-    fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> WorkloadInfo {
-        WorkloadInfo::extract(kind, &self.metadata, Some(&self.spec.template), keys)
+    fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> Option<WorkloadInfo> {
+        Some(WorkloadInfo::extract(kind, &self.metadata, Some(&self.spec.template), keys))
     }
 }
 
 impl WorkloadObject for StatefulSet {
-    fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> WorkloadInfo {
-        WorkloadInfo::extract(kind, &self.metadata, Some(&self.spec.template), keys)
+    fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> Option<WorkloadInfo> {
+        Some(WorkloadInfo::extract(kind, &self.metadata, Some(&self.spec.template), keys))
     }
+}
+
+impl WorkloadObject for CronJob {
+    fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> Option<WorkloadInfo> {
+        let template = self.spec.job_template.spec.as_ref().map(|s| &s.template);
+        let mut info = WorkloadInfo::extract(kind, &self.metadata, template, keys);
+        info.suspended = self.spec.suspend.unwrap_or(false);
+        Some(info)
+    }
+}
+
+impl WorkloadObject for Job {
+    fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> Option<WorkloadInfo> {
+        if is_controlled(self) {
+            return None;
+        }
+        let template = self.spec.as_ref().map(|s| &s.template);
+        Some(WorkloadInfo::extract(kind, &self.metadata, template, keys))
+    }
+}
+
+fn conflict(key: &WorkloadKey) -> kube::Error {
+    kube::Error::Api(
+        kube::core::Status::failure(&format!("{key} changed since it was read"), "Conflict")
+            .with_code(409)
+            .boxed(),
+    )
 }

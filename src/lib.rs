@@ -11,6 +11,7 @@ pub mod decision;
 pub mod engine;
 pub mod error;
 pub mod hash;
+pub mod jobs;
 pub mod naming;
 pub mod operator;
 pub mod plan;

@@ -6,6 +6,7 @@
 //! remove every field of ours it is not re-sent). The patch carries the resourceVersion the plan
 //! was made from, so a stale plan fails with 409 and is redone on fresh state.
 
+use k8s_openapi::api::core::v1::{EnvVar, PodTemplateSpec};
 use serde_json::{Map, Value, json};
 
 use crate::plan::{Plan, TemplateWrite};
@@ -50,6 +51,58 @@ fn template_value(write: &TemplateWrite) -> Value {
             json!({"spec": {"containers": containers}})
         }
     }
+}
+
+/// Applies a template write to a pod template in memory (for kinds that are re-created rather
+/// than patched: a Job made from a CronJob, a re-created Job).
+pub fn apply_to_template(template: &mut PodTemplateSpec, write: &TemplateWrite) {
+    match write {
+        TemplateWrite::Annotation { key, value } => {
+            template
+                .metadata
+                .get_or_insert_with(Default::default)
+                .annotations
+                .get_or_insert_with(Default::default)
+                .insert(key.clone(), value.clone());
+        }
+        TemplateWrite::EnvVars { set, remove } => {
+            let Some(pod) = template.spec.as_mut() else { return };
+            for w in set {
+                let Some(c) = pod.containers.iter_mut().find(|c| c.name == w.container) else {
+                    continue;
+                };
+                let env = c.env.get_or_insert_with(Vec::new);
+                match env.iter_mut().find(|e| e.name == w.name) {
+                    Some(e) => {
+                        e.value = Some(w.value.clone());
+                        e.value_from = None;
+                    }
+                    None => env.push(EnvVar {
+                        name: w.name.clone(),
+                        value: Some(w.value.clone()),
+                        value_from: None,
+                    }),
+                }
+            }
+            for r in remove {
+                if let Some(env) = pod
+                    .containers
+                    .iter_mut()
+                    .find(|c| c.name == r.container)
+                    .and_then(|c| c.env.as_mut())
+                {
+                    env.retain(|e| e.name != r.name);
+                }
+            }
+        }
+    }
+}
+
+/// A merge patch that only sets the record annotation: safe without a resourceVersion
+/// precondition, since it touches nothing but the operator's own key.
+pub fn record_patch(plan: &Plan) -> Option<Value> {
+    let record = plan.record.as_ref()?;
+    Some(json!({"metadata": {"annotations": {RECORD_ANNOTATION: format_record(record)}}}))
 }
 
 /// The strategic merge patch for a workload whose pod template is patched in place
@@ -151,6 +204,49 @@ mod tests {
                 ]}}}
             })
         );
+    }
+
+    #[test]
+    fn in_memory_writes_match_the_patch_semantics() {
+        let mut t: PodTemplateSpec = serde_json::from_value(json!({"spec": {"containers": [
+            {"name": "app", "image": "x", "env": [{"name": "STAKATER_A_CONFIGMAP", "value": "old"}, {"name": "KEEP", "value": "1"}]},
+            {"name": "side", "image": "x", "env": [{"name": "STAKATER_C_CONFIGMAP", "value": "c"}]}
+        ]}}))
+        .unwrap();
+        let write = TemplateWrite::EnvVars {
+            set: vec![
+                EnvWrite {
+                    container: "app".into(),
+                    name: "STAKATER_A_CONFIGMAP".into(),
+                    value: "new".into(),
+                },
+                EnvWrite {
+                    container: "side".into(),
+                    name: "STAKATER_B_SECRET".into(),
+                    value: "b".into(),
+                },
+                EnvWrite { container: "missing".into(), name: "X".into(), value: "x".into() },
+            ],
+            remove: vec![EnvRemoval {
+                container: "side".into(),
+                name: "STAKATER_C_CONFIGMAP".into(),
+            }],
+        };
+        apply_to_template(&mut t, &write);
+        let v = serde_json::to_value(&t).unwrap();
+        assert_eq!(
+            v["spec"]["containers"][0]["env"],
+            json!([{"name": "STAKATER_A_CONFIGMAP", "value": "new"}, {"name": "KEEP", "value": "1"}])
+        );
+        assert_eq!(
+            v["spec"]["containers"][1]["env"],
+            json!([{"name": "STAKATER_B_SECRET", "value": "b"}])
+        );
+        apply_to_template(
+            &mut t,
+            &TemplateWrite::Annotation { key: "k".into(), value: "v".into() },
+        );
+        assert_eq!(t.metadata.unwrap().annotations.unwrap()["k"], "v");
     }
 
     #[test]

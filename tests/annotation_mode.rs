@@ -14,6 +14,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::{
     ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet,
 };
+use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -539,4 +540,106 @@ async fn reload_on_create_and_on_delete() {
     .await;
     let d = f.deployment_now("web").await;
     assert_eq!(d.metadata.generation, Some(3), "created, reloaded on create, reloaded on delete");
+}
+
+fn cronjob_json(name: &str, suspend: bool, cm: &str) -> Value {
+    json!({
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": name, "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"schedule": "0 0 1 1 *", "suspend": suspend, "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "task", "image": "busybox", "envFrom": [{"configMapRef": {"name": cm}}]}]
+        }}}}}
+    })
+}
+
+async fn jobs_owned_by(f: &Fixture, owner: &str) -> Vec<Job> {
+    Api::<Job>::namespaced(f.client.clone(), f.name())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|j| j.owner_references().iter().any(|o| o.name == owner && o.kind == "CronJob"))
+        .collect()
+}
+
+#[tokio::test]
+async fn cronjob_reload_creates_a_job_and_suspended_cronjobs_are_left_alone() {
+    let f = Fixture::new("am-cronjob").await;
+    let _op = f.operator(&[]);
+    let sentinel = Sentinel::create(&f).await;
+    f.configmap("task-config", json!({"a": "1"})).await;
+    f.create::<CronJob>(cronjob_json("nightly", false, "task-config")).await;
+    f.create::<CronJob>(cronjob_json("paused", true, "task-config")).await;
+    eventually("the CronJob baseline", TIMEOUT, || async {
+        let cj =
+            Api::<CronJob>::namespaced(f.client.clone(), f.name()).get("nightly").await.unwrap();
+        cj.annotations().contains_key("reloader.rs/source-hashes").then_some(())
+    })
+    .await;
+    let paused_before =
+        Api::<CronJob>::namespaced(f.client.clone(), f.name()).get("paused").await.unwrap();
+
+    f.patch_configmap("task-config", json!({"data": {"a": "2"}})).await;
+    let jobs = eventually("a Job made from the CronJob", TIMEOUT, || async {
+        let jobs = jobs_owned_by(&f, "nightly").await;
+        (!jobs.is_empty()).then_some(jobs)
+    })
+    .await;
+    assert_eq!(jobs.len(), 1);
+    let job = &jobs[0];
+    assert!(job.name_any().starts_with("nightly-"));
+    assert_eq!(job.annotations()["cronjob.kubernetes.io/instantiate"], "manual");
+    let env = job.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0]
+        .env
+        .clone()
+        .unwrap();
+    assert_eq!(env[0].name, "STAKATER_TASK_CONFIG_CONFIGMAP");
+    assert_eq!(env[0].value.as_deref(), Some(sha1_hex(b"a=2").as_str()));
+
+    // The CronJob's own template is not changed, and the suspended one is not touched at all.
+    let cj = Api::<CronJob>::namespaced(f.client.clone(), f.name()).get("nightly").await.unwrap();
+    let cj_env = &cj.spec.job_template.spec.unwrap().template.spec.unwrap().containers[0].env;
+    assert!(cj_env.is_none());
+    sentinel.poke(&f).await;
+    let paused_after =
+        Api::<CronJob>::namespaced(f.client.clone(), f.name()).get("paused").await.unwrap();
+    assert_eq!(paused_before.resource_version(), paused_after.resource_version());
+    assert!(jobs_owned_by(&f, "paused").await.is_empty());
+    assert_eq!(jobs_owned_by(&f, "nightly").await.len(), 1, "one Job per change");
+}
+
+#[tokio::test]
+async fn job_reload_recreates_the_job() {
+    let f = Fixture::new("am-job").await;
+    let _op = f.operator(&[]);
+    f.configmap("migrate-config", json!({"a": "1"})).await;
+    let created: Job = f
+        .create(json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "migrate", "annotations": {"reloader.stakater.com/auto": "true"}, "labels": {"app": "m"}},
+            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "task", "image": "busybox", "envFrom": [{"configMapRef": {"name": "migrate-config"}}]}]}}}
+        }))
+        .await;
+    let jobs: Api<Job> = Api::namespaced(f.client.clone(), f.name());
+    eventually("the Job baseline", TIMEOUT, || async {
+        jobs.get("migrate")
+            .await
+            .unwrap()
+            .annotations()
+            .contains_key("reloader.rs/source-hashes")
+            .then_some(())
+    })
+    .await;
+    f.patch_configmap("migrate-config", json!({"data": {"a": "2"}})).await;
+    let new = eventually("the Job to be re-created", TIMEOUT, || async {
+        let j = jobs.get_opt("migrate").await.unwrap()?;
+        (j.uid() != created.uid()).then_some(j)
+    })
+    .await;
+    assert_eq!(new.labels()["app"], "m");
+    let env = new.spec.unwrap().template.spec.unwrap().containers[0].env.clone().unwrap();
+    assert_eq!(env[0].value.as_deref(), Some(sha1_hex(b"a=2").as_str()));
 }
