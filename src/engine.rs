@@ -28,6 +28,7 @@ use crate::cli::ReloadArgs;
 use crate::decision::Selection;
 use crate::hash;
 use crate::jobs::{is_controlled, job_from_cronjob, recreated_job};
+use crate::pause;
 use crate::plan::{Cause, Plan, PlanOptions, SourceFacts, Strategy, TemplateWrite, plan};
 use crate::queue::WorkQueue;
 use crate::source::{SourceKind, SourceRef, SourceState};
@@ -497,7 +498,7 @@ impl Engine {
             let retry = self.reconcile(&key).await;
             self.queue.done(&key);
             if let Some(after) = retry {
-                self.queue.add(key, after);
+                self.queue.schedule(key, after);
             }
         }
     }
@@ -523,7 +524,15 @@ impl Engine {
         let mut entry = self.store.read().unwrap().workload(key)?;
         for attempt in 0..5 {
             let candidates = self.store.read().unwrap().candidates(&entry);
-            let plan = plan(&entry.info, &entry.selection, &candidates, &opts);
+            let mut plan = plan(&entry.info, &entry.selection, &candidates, &opts);
+            // A pause window that ends later needs this workload looked at again then.
+            let revisit = match pause::apply(&mut plan, &entry.info, &self.config.keys, opts.now) {
+                Ok(at) => at.map(|at| Duration::from_secs((at - opts.now).max(0) as u64 + 1)),
+                Err(e) => {
+                    warn!(workload = %key, error = %e, "ignoring an invalid pause period");
+                    None
+                }
+            };
             if !plan.unwritable.is_empty() {
                 warn!(workload = %key, sources = ?plan.unwritable.iter().map(ToString::to_string).collect::<Vec<_>>(),
                       "workload has no container to write the reload variable to");
@@ -536,7 +545,7 @@ impl Engine {
                 .await;
             }
             if plan.is_noop() {
-                return None;
+                return revisit;
             }
             if entry.info.suspended {
                 debug!(workload = %key, "suspended: left alone");
@@ -549,7 +558,10 @@ impl Engine {
                     } else {
                         debug!(workload = %key, "recorded baseline source hashes");
                     }
-                    return None;
+                    if let Some(p) = &plan.pause {
+                        info!(workload = %key, paused = p.paused, "pause period: {}", if p.paused { "paused" } else { "resumed" });
+                    }
+                    return revisit;
                 }
                 Err(kube::Error::Api(status)) if status.code == 409 => {
                     debug!(workload = %key, attempt, "conflict; retrying on fresh state");
@@ -612,7 +624,7 @@ impl Engine {
                 }
             },
             _ => {
-                if let Some(patch) = workload_patch(info, plan) {
+                if let Some(patch) = workload_patch(info, plan, &self.config.keys.paused_at) {
                     let obj = self.patch(key, &Patch::Strategic(&patch)).await?;
                     self.refresh(key, &obj);
                 }

@@ -14,6 +14,7 @@ pub mod hash;
 pub mod jobs;
 pub mod naming;
 pub mod operator;
+pub mod pause;
 pub mod plan;
 pub mod queue;
 pub mod source;

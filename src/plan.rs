@@ -101,11 +101,13 @@ pub struct Plan {
     pub record: Option<BTreeMap<SourceRef, String>>,
     /// Selected sources that have no container to write to (workload without containers).
     pub unwritable: Vec<SourceRef>,
+    /// Pausing or resuming a Deployment with a pause period (see [`crate::pause`]).
+    pub pause: Option<crate::pause::PauseWrite>,
 }
 
 impl Plan {
     pub fn is_noop(&self) -> bool {
-        self.template.is_none() && self.record.is_none()
+        self.template.is_none() && self.record.is_none() && self.pause.is_none()
     }
 }
 

@@ -50,6 +50,16 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
     /// now + `delay` (so a burst of changes becomes one run after the last one), but never
     /// later than `max_wait` after it was first added.
     pub fn add(&self, key: K, delay: Duration) {
+        self.insert(key, delay, true);
+    }
+
+    /// Schedules `key` after `delay` without postponing it if it is already due earlier (for
+    /// retries and timed revisits, which must not push back pending work).
+    pub fn schedule(&self, key: K, delay: Duration) {
+        self.insert(key, delay, false);
+    }
+
+    fn insert(&self, key: K, delay: Duration, debounce: bool) {
         let now = Instant::now();
         let mut inner = self.inner.lock().unwrap();
         if inner.closed {
@@ -60,7 +70,11 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         let (due, first) = match inner.pending.remove(&key) {
             Some(p) => {
                 inner.order.remove(&(p.due, p.seq, key.clone()));
-                let due = p.due.max(now + delay).min(p.first + self.max_wait);
+                let due = if debounce {
+                    p.due.max(now + delay).min(p.first + self.max_wait)
+                } else {
+                    p.due.min(now + delay)
+                };
                 (due, p.first)
             }
             None => (now + delay, now),
@@ -192,6 +206,16 @@ mod tests {
         q.add("w", Duration::ZERO);
         q.next().await;
         assert!(start.elapsed() >= 1000 * MS);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn schedule_never_postpones_pending_work() {
+        let q = WorkQueue::new(Duration::from_secs(100));
+        let start = Instant::now();
+        q.add("w", 200 * MS);
+        q.schedule("w", Duration::from_secs(30));
+        assert_eq!(q.next().await, Some("w"));
+        assert!(start.elapsed() < 300 * MS);
     }
 
     #[tokio::test(start_paused = true)]

@@ -107,7 +107,7 @@ pub fn record_patch(plan: &Plan) -> Option<Value> {
 
 /// The strategic merge patch for a workload whose pod template is patched in place
 /// (Deployment, DaemonSet, StatefulSet); `None` when the plan writes nothing.
-pub fn workload_patch(info: &WorkloadInfo, plan: &Plan) -> Option<Value> {
+pub fn workload_patch(info: &WorkloadInfo, plan: &Plan, paused_at_key: &str) -> Option<Value> {
     if plan.is_noop() {
         return None;
     }
@@ -116,8 +116,17 @@ pub fn workload_patch(info: &WorkloadInfo, plan: &Plan) -> Option<Value> {
     if let Some(rv) = &info.resource_version {
         metadata.insert("resourceVersion".into(), json!(rv));
     }
+    let mut annotations = Map::new();
     if let Some(record) = &plan.record {
-        metadata.insert("annotations".into(), json!({RECORD_ANNOTATION: format_record(record)}));
+        annotations.insert(RECORD_ANNOTATION.into(), json!(format_record(record)));
+    }
+    if let Some(pause) = &plan.pause {
+        // null removes the key in a merge patch.
+        annotations.insert(paused_at_key.into(), json!(pause.paused_at));
+        root.insert("spec".into(), json!({"paused": pause.paused}));
+    }
+    if !annotations.is_empty() {
+        metadata.insert("annotations".into(), Value::Object(annotations));
     }
     root.insert("metadata".into(), Value::Object(metadata));
     if let Some(write) = &plan.template {
@@ -193,7 +202,7 @@ mod tests {
             record: Some([(SourceRef::new(SourceKind::ConfigMap, "a"), "1".to_string())].into()),
             ..Plan::default()
         };
-        let patch = workload_patch(&info(WorkloadKind::Deployment), &plan).unwrap();
+        let patch = workload_patch(&info(WorkloadKind::Deployment), &plan, "p").unwrap();
         assert_eq!(
             patch,
             json!({
@@ -252,12 +261,30 @@ mod tests {
     #[test]
     fn record_only_patch_leaves_the_template_alone() {
         let plan = Plan { record: Some(BTreeMap::new()), ..Plan::default() };
-        let patch = workload_patch(&info(WorkloadKind::StatefulSet), &plan).unwrap();
+        let patch = workload_patch(&info(WorkloadKind::StatefulSet), &plan, "p").unwrap();
         assert_eq!(
             patch,
             json!({"metadata": {"resourceVersion": "42", "annotations": {RECORD_ANNOTATION: "{}"}}})
         );
-        assert!(workload_patch(&info(WorkloadKind::StatefulSet), &Plan::default()).is_none());
+        assert!(workload_patch(&info(WorkloadKind::StatefulSet), &Plan::default(), "p").is_none());
+    }
+
+    #[test]
+    fn pause_sets_spec_paused_and_paused_at() {
+        let plan = Plan {
+            pause: Some(crate::pause::PauseWrite { paused: true, paused_at: Some("t".into()) }),
+            ..Plan::default()
+        };
+        let patch = workload_patch(&info(WorkloadKind::Deployment), &plan, "p").unwrap();
+        assert_eq!(patch["spec"]["paused"], true);
+        assert_eq!(patch["metadata"]["annotations"]["p"], "t");
+        let resume = Plan {
+            pause: Some(crate::pause::PauseWrite { paused: false, paused_at: None }),
+            ..Plan::default()
+        };
+        let patch = workload_patch(&info(WorkloadKind::Deployment), &resume, "p").unwrap();
+        assert_eq!(patch["spec"]["paused"], false);
+        assert_eq!(patch["metadata"]["annotations"]["p"], Value::Null);
     }
 
     #[test]
@@ -266,7 +293,7 @@ mod tests {
             template: Some(TemplateWrite::Annotation { key: "k".into(), value: "v".into() }),
             ..Plan::default()
         };
-        let patch = workload_patch(&info(WorkloadKind::CronJob), &plan).unwrap();
+        let patch = workload_patch(&info(WorkloadKind::CronJob), &plan, "p").unwrap();
         assert_eq!(
             patch["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["annotations"]["k"],
             "v"

@@ -643,3 +643,45 @@ async fn job_reload_recreates_the_job() {
     let env = new.spec.unwrap().template.spec.unwrap().containers[0].env.clone().unwrap();
     assert_eq!(env[0].value.as_deref(), Some(sha1_hex(b"a=2").as_str()));
 }
+
+#[tokio::test]
+async fn pause_period_batches_changes_and_resumes_after_an_operator_restart() {
+    let f = Fixture::new("am-pause").await;
+    let op = f.operator(&[]);
+    f.configmap("app-config", json!({"a": "1"})).await;
+    f.deployment(
+        "web",
+        json!({"reloader.stakater.com/auto": "true", "deployment.reloader.stakater.com/pause-period": "4s"}),
+        env_from_cm("app-config"),
+    )
+    .await;
+    f.wait_replicasets("web", 1).await;
+    eventually("baseline", TIMEOUT, || async {
+        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
+    })
+    .await;
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    let paused = eventually("the Deployment to be paused", TIMEOUT, || async {
+        let d = f.deployment_now("web").await;
+        (d.spec.paused == Some(true)).then_some(d)
+    })
+    .await;
+    let paused_at = paused.annotations()["deployment.reloader.stakater.com/paused-at"].clone();
+    assert!(paused_at.parse::<k8s_openapi::jiff::Timestamp>().is_ok(), "{paused_at}");
+
+    // The operator goes away mid-pause; another change lands in the window.
+    assert!(op.stop().success());
+    f.patch_configmap("app-config", json!({"data": {"a": "3"}})).await;
+    let _op = f.operator(&[]);
+    let resumed = eventually("the Deployment to be resumed", TIMEOUT, || async {
+        let d = f.deployment_now("web").await;
+        (d.spec.paused != Some(true)).then_some(d)
+    })
+    .await;
+    assert!(!resumed.annotations().contains_key("deployment.reloader.stakater.com/paused-at"));
+    assert_eq!(f.env_of("web").await["STAKATER_APP_CONFIG_CONFIGMAP"], sha1_hex(b"a=3"));
+    // Both changes became one rollout.
+    f.wait_replicasets("web", 2).await;
+    let sentinel = Sentinel::create(&f).await;
+    f.assert_still("web", 2, &sentinel).await;
+}
