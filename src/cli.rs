@@ -85,9 +85,19 @@ pub struct ReloadArgs {
     #[arg(long, env = "RELOADER_NAMESPACES_TO_IGNORE", value_delimiter = ',')]
     pub namespaces_to_ignore: Vec<String>,
 
+    /// Only namespaces whose labels match are served: a label selector (comma = AND), where the
+    /// legacy forms `key:value` and `key:*` (key exists) are accepted too.
+    #[arg(long, env = "RELOADER_NAMESPACE_SELECTOR")]
+    pub namespace_selector: Option<String>,
+
     /// Only ConfigMaps/Secrets matching this label selector are watched (server-side).
     #[arg(long, env = "RELOADER_RESOURCE_LABEL_SELECTOR")]
     pub resource_label_selector: Option<String>,
+
+    /// Instead of reloading, POST each reload's details (workload, sources, hashes) as JSON to
+    /// this URL; the workload is not changed.
+    #[arg(long, env = "RELOADER_WEBHOOK_URL")]
+    pub webhook_url: Option<String>,
 
     /// Changes arriving within this window are coalesced into one rollout per workload
     /// (`0s` turns debouncing off).
@@ -155,6 +165,37 @@ impl ReloadArgs {
             ..AnnotationKeys::default()
         }
     }
+}
+
+/// Turns the namespace selector into a Kubernetes label selector: `key:value` becomes
+/// `key=value` and `key:*` becomes `key`; other terms pass through. Commas inside
+/// parentheses (`env in (a,b)`) do not split terms.
+pub fn namespace_label_selector(text: &str) -> String {
+    let mut terms = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                terms.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    terms.push(&text[start..]);
+    terms
+        .into_iter()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| match t.split_once(':') {
+            Some((k, "*")) => k.trim().to_string(),
+            Some((k, v)) if !t.contains(['=', '!', '(']) => format!("{}={}", k.trim(), v.trim()),
+            _ => t.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Parses `1500ms`, `30s`, `5m`, `1h`, `1m30s` (Go-style durations without fractions).
@@ -250,6 +291,15 @@ mod tests {
         let keys = cli.reload.annotation_keys();
         assert_eq!(keys.auto, "example.com/auto");
         assert_eq!(keys.secret_auto, "secret.reloader.stakater.com/auto");
+    }
+
+    #[test]
+    fn namespace_selectors_accept_legacy_forms() {
+        assert_eq!(namespace_label_selector("env:prod"), "env=prod");
+        assert_eq!(namespace_label_selector("team:*"), "team");
+        assert_eq!(namespace_label_selector("env=prod, team:*,tier!=db"), "env=prod,team,tier!=db");
+        assert_eq!(namespace_label_selector("env in (a,b),x:y"), "env in (a,b),x=y");
+        assert_eq!(namespace_label_selector(""), "");
     }
 
     #[test]

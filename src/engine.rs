@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, Secret};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy};
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
@@ -52,6 +52,10 @@ pub struct EngineConfig {
     pub namespaces: Vec<String>,
     pub namespaces_to_ignore: HashSet<String>,
     pub resource_label_selector: Option<String>,
+    /// Only namespaces with matching labels are served (a Kubernetes label selector).
+    pub namespace_selector: Option<String>,
+    /// POST reload details here instead of changing workloads.
+    pub webhook_url: Option<String>,
     pub debounce: Duration,
     pub debounce_max_wait: Duration,
     pub resync_period: Duration,
@@ -99,6 +103,12 @@ impl EngineConfig {
             namespaces,
             namespaces_to_ignore: args.namespaces_to_ignore.iter().cloned().collect(),
             resource_label_selector: args.resource_label_selector.clone().filter(|s| !s.is_empty()),
+            namespace_selector: args
+                .namespace_selector
+                .as_deref()
+                .map(crate::cli::namespace_label_selector)
+                .filter(|s| !s.is_empty()),
+            webhook_url: args.webhook_url.clone().filter(|s| !s.is_empty()),
             debounce: args.debounce,
             debounce_max_wait: args.debounce_max_wait,
             resync_period: args.resync_period,
@@ -114,12 +124,17 @@ pub struct Engine {
     store: RwLock<Store>,
     queue: WorkQueue<WorkloadKey>,
     recorder: Recorder,
+    http: reqwest::Client,
     /// Set once every watcher finished its first list.
     synced: AtomicBool,
     pending_watchers: AtomicUsize,
     ready: watch::Sender<bool>,
     /// Workloads still waiting for their first pass after start (for `--sync-after-restart`).
     startup_pass: Mutex<HashSet<WorkloadKey>>,
+    /// With `--namespace-selector`: the namespaces that match it now.
+    selected_namespaces: RwLock<HashSet<String>>,
+    /// Workloads whose rollout waits for their sources to settle, and since when.
+    deferred: Mutex<std::collections::HashMap<WorkloadKey, std::time::Instant>>,
 }
 
 impl Engine {
@@ -134,10 +149,16 @@ impl Engine {
             store: RwLock::new(Store::default()),
             queue,
             recorder,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .build()
+                .expect("an HTTP client with a timeout"),
             synced: AtomicBool::new(false),
             pending_watchers: AtomicUsize::new(0),
             ready: watch::channel(false).0,
             startup_pass: Mutex::new(HashSet::new()),
+            selected_namespaces: RwLock::new(HashSet::new()),
+            deferred: Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -161,7 +182,11 @@ impl Engine {
         let per_scope = usize::from(self.config.watch_configmaps)
             + usize::from(self.config.watch_secrets)
             + kinds.len();
-        self.pending_watchers.store(per_scope * scopes.len(), Ordering::SeqCst);
+        let namespace_watcher = usize::from(self.config.namespace_selector.is_some());
+        self.pending_watchers.store(per_scope * scopes.len() + namespace_watcher, Ordering::SeqCst);
+        if let Some(selector) = self.config.namespace_selector.clone() {
+            tasks.spawn(self.clone().watch_namespaces(selector));
+        }
         for scope in &scopes {
             if self.config.watch_configmaps {
                 tasks.spawn(
@@ -257,6 +282,47 @@ impl Engine {
         self.config.namespaces_to_ignore.contains(ns)
     }
 
+    /// Whether a namespace is served now (the selector can change while objects stay stored).
+    fn namespace_selected(&self, ns: &str) -> bool {
+        self.config.namespace_selector.is_none()
+            || self.selected_namespaces.read().unwrap().contains(ns)
+    }
+
+    /// Tracks the namespaces matching `--namespace-selector` (server-side label selector); a
+    /// namespace that starts matching gets its workloads checked.
+    async fn watch_namespaces(self: Arc<Self>, selector: String) {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let stream =
+            watcher::watcher(api, watcher::Config::default().labels(&selector)).default_backoff();
+        self.consume(stream, "Namespace".into(), None, |engine, event, state| match event {
+            WatchItem::Apply(ns) => {
+                let name = ns.name_any();
+                let added = engine.selected_namespaces.write().unwrap().insert(name.clone());
+                if added && engine.is_synced() {
+                    info!(namespace = %name, "namespace now matches the namespace selector");
+                    let keys = engine.store.read().unwrap().workload_keys();
+                    for key in keys.into_iter().filter(|k| k.namespace == name) {
+                        engine.queue.add(key, Duration::ZERO);
+                    }
+                }
+            }
+            WatchItem::Delete(ns) => {
+                engine.selected_namespaces.write().unwrap().remove(&ns.name_any());
+            }
+            WatchItem::Seen(ns) => {
+                state.seen.insert((String::new(), ns.name_any()));
+            }
+            WatchItem::RelistDone(seen) => {
+                engine
+                    .selected_namespaces
+                    .write()
+                    .unwrap()
+                    .retain(|n| seen.contains(&(String::new(), n.clone())));
+            }
+        })
+        .await;
+    }
+
     // ---- sources -------------------------------------------------------------------------
 
     async fn watch_sources<K>(self: Arc<Self>, scope: Option<String>, kind: SourceKind)
@@ -326,6 +392,7 @@ impl Engine {
             state,
             created_after_start: after_start,
             created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0),
+            changed_at: after_start.then(|| k8s_openapi::jiff::Timestamp::now().as_second()),
         };
         let source = SourceRef::new(kind, meta.name.clone().unwrap_or_default());
         let update = self.store.write().unwrap().upsert_source(&ns, source.clone(), facts);
@@ -504,7 +571,8 @@ impl Engine {
     }
 
     fn plan_options(&self, key: &WorkloadKey) -> PlanOptions {
-        let first_pass = self.startup_pass.lock().unwrap().remove(key);
+        // Removed once the workload's first pass really ran (see `worker`), not when deferred.
+        let first_pass = self.startup_pass.lock().unwrap().contains(key);
         let now = k8s_openapi::jiff::Timestamp::now();
         PlanOptions {
             strategy: self.config.strategy,
@@ -520,6 +588,9 @@ impl Engine {
 
     /// Brings one workload up to date; returns a delay after which to try again on failure.
     async fn reconcile(&self, key: &WorkloadKey) -> Option<Duration> {
+        if !self.namespace_selected(&key.namespace) {
+            return None;
+        }
         let opts = self.plan_options(key);
         let mut entry = self.store.read().unwrap().workload(key)?;
         for attempt in 0..5 {
@@ -545,12 +616,19 @@ impl Engine {
                 .await;
             }
             if plan.is_noop() {
+                self.startup_pass.lock().unwrap().remove(key);
                 return revisit;
             }
             if entry.info.suspended {
                 debug!(workload = %key, "suspended: left alone");
+                self.startup_pass.lock().unwrap().remove(key);
                 return None;
             }
+            if let Some(wait) = self.settle_time(key, &plan) {
+                debug!(workload = %key, ?wait, "sources still changing; rollout deferred");
+                return Some(wait);
+            }
+            self.startup_pass.lock().unwrap().remove(key);
             match self.execute(&entry.info, &plan).await {
                 Ok(()) => {
                     if !plan.changes.is_empty() {
@@ -563,17 +641,17 @@ impl Engine {
                     }
                     return revisit;
                 }
-                Err(kube::Error::Api(status)) if status.code == 409 => {
+                Err(ExecError::Kube(kube::Error::Api(status))) if status.code == 409 => {
                     debug!(workload = %key, attempt, "conflict; retrying on fresh state");
                     match self.get(key).await {
                         Ok(obj) => {
                             self.refresh(key, &obj);
                             entry = self.store.read().unwrap().workload(key)?;
                         }
-                        Err(e) => return self.failed(&entry.info, &plan, e).await,
+                        Err(e) => return self.failed(&entry.info, &plan, e.into()).await,
                     }
                 }
-                Err(kube::Error::Api(status)) if status.code == 404 => {
+                Err(ExecError::Kube(kube::Error::Api(status))) if status.code == 404 => {
                     self.store.write().unwrap().remove_workload(key);
                     return None;
                 }
@@ -582,6 +660,32 @@ impl Engine {
         }
         warn!(workload = %key, "gave up after repeated conflicts; will retry");
         Some(Duration::from_secs(1))
+    }
+
+    /// A rollout waits until its sources have been quiet for the debounce window (however the
+    /// reconcile was triggered), so a burst is one rollout; never longer than the max wait.
+    fn settle_time(&self, key: &WorkloadKey, plan: &Plan) -> Option<Duration> {
+        let window = self.config.debounce;
+        if plan.template.is_none() || window.is_zero() {
+            self.deferred.lock().unwrap().remove(key);
+            return None;
+        }
+        let store = self.store.read().unwrap();
+        let newest = plan
+            .changes
+            .iter()
+            .filter_map(|c| store.last_change(&key.namespace, &c.source))
+            .max()?;
+        drop(store);
+        let now = std::time::Instant::now();
+        let settled_at = newest + window;
+        let mut deferred = self.deferred.lock().unwrap();
+        let since = *deferred.entry(key.clone()).or_insert(now);
+        if settled_at > now && now.duration_since(since) < self.config.debounce_max_wait {
+            return Some(settled_at - now);
+        }
+        deferred.remove(key);
+        None
     }
 
     fn resource(kind: WorkloadKind) -> ApiResource {
@@ -596,8 +700,19 @@ impl Engine {
 
     /// Carries out a plan: a patch for kinds rolled in place, a new Job for a CronJob, a
     /// delete and create for a Job. Conflicts and not-found errors go back to the caller.
-    async fn execute(&self, info: &WorkloadInfo, plan: &Plan) -> kube::Result<()> {
+    async fn execute(&self, info: &WorkloadInfo, plan: &Plan) -> Result<(), ExecError> {
         let key = &info.key;
+        if let Some(url) = &self.config.webhook_url {
+            // Webhook mode: tell the receiver, then record the hashes so it is told once.
+            if !plan.changes.is_empty() {
+                self.post_webhook(url, info, plan).await?;
+            }
+            if let Some(patch) = record_patch(plan) {
+                let obj = self.patch(key, &Patch::Merge(&patch)).await?;
+                self.refresh(key, &obj);
+            }
+            return Ok(());
+        }
         match key.kind {
             WorkloadKind::CronJob => {
                 if let Some(write) = &plan.template {
@@ -633,6 +748,44 @@ impl Engine {
         Ok(())
     }
 
+    async fn post_webhook(
+        &self,
+        url: &str,
+        info: &WorkloadInfo,
+        plan: &Plan,
+    ) -> Result<(), ExecError> {
+        let key = &info.key;
+        let resources: Vec<serde_json::Value> = plan
+            .changes
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "kind": c.source.kind.env_suffix(),
+                    "name": c.source.name,
+                    "namespace": key.namespace,
+                    "hash": c.hash,
+                })
+            })
+            .collect();
+        let body = serde_json::json!({
+            "webhook": "update successful",
+            "workload": {"kind": key.kind.as_str(), "name": key.name, "namespace": key.namespace},
+            "resources": resources,
+        });
+        let response = self
+            .http
+            .post(url)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| ExecError::Webhook(e.without_url().to_string()))?;
+        if !response.status().is_success() {
+            return Err(ExecError::Webhook(format!("receiver answered {}", response.status())));
+        }
+        info!(workload = %key, "sent reload webhook");
+        Ok(())
+    }
+
     fn post_params(&self) -> PostParams {
         PostParams { field_manager: Some(WORKLOAD_FIELD_MANAGER.into()), ..Default::default() }
     }
@@ -643,12 +796,12 @@ impl Engine {
         info: &WorkloadInfo,
         plan: &Plan,
         write: &TemplateWrite,
-    ) -> kube::Result<()> {
+    ) -> Result<(), ExecError> {
         let key = &info.key;
         let api: Api<Job> = Api::namespaced(self.client.clone(), &key.namespace);
         let old = api.get(&key.name).await?;
         if old.metadata.resource_version != info.resource_version {
-            return Err(conflict(key));
+            return Err(ExecError::Kube(conflict(key)));
         }
         let mut annotations = BTreeMap::new();
         if let Some(record) = &plan.record {
@@ -680,7 +833,7 @@ impl Engine {
                 }
                 Err(e) => {
                     warn!(workload = %key, error = %e, "deleted the Job but could not create it again");
-                    return Err(e);
+                    return Err(e.into());
                 }
             }
         }
@@ -763,12 +916,7 @@ impl Engine {
         self.event(info, EventType::Normal, "Reloaded", note).await;
     }
 
-    async fn failed(
-        &self,
-        info: &WorkloadInfo,
-        plan: &Plan,
-        error: kube::Error,
-    ) -> Option<Duration> {
+    async fn failed(&self, info: &WorkloadInfo, plan: &Plan, error: ExecError) -> Option<Duration> {
         let key = &info.key;
         warn!(workload = %key, error = %error, "update failed; will retry");
         if !plan.changes.is_empty() {
@@ -810,6 +958,15 @@ impl Engine {
             warn!(workload = %info.key, error = %e, "cannot publish event");
         }
     }
+}
+
+/// Why carrying out a plan failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error("webhook: {0}")]
+    Webhook(String),
 }
 
 fn convert<K: DeserializeOwned>(obj: &DynamicObject) -> Option<K> {

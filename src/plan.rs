@@ -37,6 +37,10 @@ pub struct SourceFacts {
     pub created_after_start: bool,
     /// Creation time, seconds since the epoch.
     pub created: i64,
+    /// When the operator saw the data change while running (seconds since the epoch): a
+    /// workload that existed then and has no stored hash yet is rolled, as the other program
+    /// would have on that update, instead of taking the new hash as its baseline.
+    pub changed_at: Option<i64>,
 }
 
 /// Global switches that shape a plan.
@@ -194,6 +198,9 @@ pub fn plan(
                 let roll = match &stored {
                     Some(h) if *h == facts.state.hash => None,
                     Some(_) => Some(Cause::Changed),
+                    None if facts.changed_at.is_some_and(|at| at >= info.created) => {
+                        Some(Cause::Changed)
+                    }
                     None if opts.reload_on_create
                         && (opts.sync_after_restart
                             || (facts.created_after_start && facts.created >= info.created)) =>
@@ -395,6 +402,7 @@ mod tests {
             state: SourceState { hash: hash.into(), matches_search: false, ignored: false },
             created_after_start: false,
             created: 100,
+            changed_at: None,
         })
     }
     fn opts(strategy: Strategy) -> PlanOptions {
@@ -600,6 +608,21 @@ mod tests {
         assert!(run(&workload(), &[(cm("app-config"), Some(f.clone()))], &o).template.is_none());
         // Not without the flag.
         f.created = 60;
+        assert!(
+            run(&workload(), &[(cm("app-config"), Some(f))], &opts(Strategy::EnvVars))
+                .template
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_change_seen_before_the_first_baseline_still_rolls() {
+        let mut f = facts("h2").unwrap();
+        f.changed_at = Some(60); // after the workload was created (50)
+        let p = run(&workload(), &[(cm("app-config"), Some(f.clone()))], &opts(Strategy::EnvVars));
+        assert_eq!(p.changes[0].cause, Cause::Changed);
+        // A change from before the workload existed is just its starting config.
+        f.changed_at = Some(40);
         assert!(
             run(&workload(), &[(cm("app-config"), Some(f))], &opts(Strategy::EnvVars))
                 .template

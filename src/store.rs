@@ -25,6 +25,8 @@ pub struct Store {
     by_source: HashMap<(String, SourceRef), HashSet<WorkloadKey>>,
     /// namespace → workloads with named-reload patterns (checked against every source there).
     named: HashMap<String, HashSet<WorkloadKey>>,
+    /// When each source last changed or appeared (monotonic), for debouncing rollouts.
+    last_change: HashMap<(String, SourceRef), std::time::Instant>,
 }
 
 /// What a source update changed, so the caller knows whether to enqueue anything.
@@ -42,26 +44,50 @@ impl Store {
         source: SourceRef,
         facts: SourceFacts,
     ) -> SourceUpdate {
+        let update = self.upsert_source_state(namespace, source.clone(), facts);
+        if update != SourceUpdate::Unchanged {
+            self.last_change.insert((namespace.to_string(), source), std::time::Instant::now());
+        }
+        update
+    }
+
+    /// When `source` last changed, appeared or went away while the operator ran.
+    pub fn last_change(&self, namespace: &str, source: &SourceRef) -> Option<std::time::Instant> {
+        self.last_change.get(&(namespace.to_string(), source.clone())).copied()
+    }
+
+    fn upsert_source_state(
+        &mut self,
+        namespace: &str,
+        source: SourceRef,
+        facts: SourceFacts,
+    ) -> SourceUpdate {
         let ns = self.sources.entry(namespace.to_string()).or_default();
         match ns.get_mut(&source) {
             Some(existing) => {
                 if existing.state == facts.state {
                     SourceUpdate::Unchanged
                 } else {
-                    // Keep when it was first seen; only the state moves.
+                    // Keep when it was first seen; the state and the time of change move.
                     existing.state = facts.state;
+                    existing.changed_at = facts.changed_at;
                     SourceUpdate::Changed
                 }
             }
             None => {
-                ns.insert(source, facts);
+                ns.insert(source, SourceFacts { changed_at: None, ..facts });
                 SourceUpdate::Created
             }
         }
     }
 
     pub fn remove_source(&mut self, namespace: &str, source: &SourceRef) -> bool {
-        self.sources.get_mut(namespace).is_some_and(|ns| ns.remove(source).is_some())
+        let removed = self.sources.get_mut(namespace).is_some_and(|ns| ns.remove(source).is_some());
+        if removed {
+            self.last_change
+                .insert((namespace.to_string(), source.clone()), std::time::Instant::now());
+        }
+        removed
     }
 
     /// Every stored source of `kind` (for diffing after a relist).
@@ -186,6 +212,7 @@ mod tests {
             state: SourceState { hash: hash.into(), matches_search: false, ignored: false },
             created_after_start: false,
             created: 0,
+            changed_at: None,
         }
     }
     fn entry(name: &str, refs: &[&str], meta: &[(&str, &str)]) -> WorkloadEntry {

@@ -8,191 +8,16 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{
-    ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet,
-};
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use sha1::{Digest, Sha1};
-use support::{Operator, TestNamespace, client, eventually};
-
-const TIMEOUT: Duration = Duration::from_secs(60);
-
-fn sha1_hex(text: &[u8]) -> String {
-    Sha1::digest(text).iter().map(|b| format!("{b:02x}")).collect()
-}
-
-struct Fixture {
-    client: Client,
-    ns: TestNamespace,
-}
-
-impl Fixture {
-    async fn new(prefix: &str) -> Self {
-        let client = client().await;
-        let ns = TestNamespace::create(&client, prefix).await;
-        Fixture { client, ns }
-    }
-
-    fn name(&self) -> &str {
-        &self.ns.name
-    }
-
-    fn operator(&self, extra: &[&str]) -> Operator {
-        let mut args = vec!["--namespaces", self.name()];
-        if !extra.contains(&"--debounce") {
-            args.extend_from_slice(&["--debounce", "200ms"]);
-        }
-        args.extend_from_slice(extra);
-        Operator::start(&args)
-    }
-
-    async fn create<K>(&self, value: Value) -> K
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + serde::de::DeserializeOwned
-            + serde::Serialize
-            + std::fmt::Debug,
-    {
-        let obj: K = serde_json::from_value(value).unwrap();
-        Api::<K>::namespaced(self.client.clone(), self.name())
-            .create(&PostParams::default(), &obj)
-            .await
-            .unwrap_or_else(|e| panic!("create {}: {e}", obj.name_any()))
-    }
-
-    async fn configmap(&self, name: &str, data: Value) -> ConfigMap {
-        self.create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}))
-            .await
-    }
-
-    async fn secret(&self, name: &str, string_data: Value) -> Secret {
-        self.create(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": string_data}))
-            .await
-    }
-
-    async fn patch_configmap(&self, name: &str, patch: Value) {
-        Api::<ConfigMap>::namespaced(self.client.clone(), self.name())
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .unwrap();
-    }
-
-    async fn patch_secret(&self, name: &str, string_data: Value) {
-        Api::<Secret>::namespaced(self.client.clone(), self.name())
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"stringData": string_data})),
-            )
-            .await
-            .unwrap();
-    }
-
-    /// A Deployment `name` with one container `app` (plus `extra` pod-spec fields merged in).
-    async fn deployment(&self, name: &str, annotations: Value, pod: Value) -> Deployment {
-        self.create(workload_json("Deployment", name, annotations, pod)).await
-    }
-
-    async fn deployment_now(&self, name: &str) -> Deployment {
-        Api::<Deployment>::namespaced(self.client.clone(), self.name()).get(name).await.unwrap()
-    }
-
-    async fn replicasets(&self, deployment: &str) -> Vec<ReplicaSet> {
-        let d = self.deployment_now(deployment).await;
-        let uid = d.uid().unwrap();
-        Api::<ReplicaSet>::namespaced(self.client.clone(), self.name())
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|rs| rs.owner_references().iter().any(|o| o.uid == uid))
-            .collect()
-    }
-
-    /// Waits until the Deployment has exactly `n` ReplicaSets.
-    async fn wait_replicasets(&self, deployment: &str, n: usize) {
-        eventually(&format!("{deployment} to have {n} ReplicaSet(s)"), TIMEOUT, || async {
-            (self.replicasets(deployment).await.len() == n).then_some(())
-        })
-        .await;
-    }
-
-    /// Counts ReplicaSets now, asserting it stays `n` through a sentinel round trip: the
-    /// sentinel's ConfigMap is changed and its Deployment's rollout awaited, which shows every
-    /// earlier event was handled.
-    async fn assert_still(&self, deployment: &str, n: usize, sentinel: &Sentinel) {
-        sentinel.poke(self).await;
-        assert_eq!(self.replicasets(deployment).await.len(), n, "{deployment} rolled unexpectedly");
-    }
-
-    async fn env_of(&self, deployment: &str) -> BTreeMap<String, String> {
-        let d = self.deployment_now(deployment).await;
-        let pod = d.spec.template.spec.unwrap();
-        pod.containers
-            .iter()
-            .flat_map(|c| c.env.iter().flatten())
-            .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
-            .collect()
-    }
-
-    async fn template_annotations(&self, deployment: &str) -> BTreeMap<String, String> {
-        let d = self.deployment_now(deployment).await;
-        d.spec.template.metadata.and_then(|m| m.annotations).unwrap_or_default()
-    }
-}
-
-/// A workload that reloads on its own ConfigMap, used to flush the operator's pipeline.
-struct Sentinel {
-    rollouts: std::sync::atomic::AtomicUsize,
-}
-
-impl Sentinel {
-    async fn create(f: &Fixture) -> Self {
-        f.configmap("sentinel", json!({"n": "0"})).await;
-        f.deployment(
-            "sentinel",
-            json!({"reloader.stakater.com/auto": "true"}),
-            json!({"containers": [{"name": "app", "image": "nginx", "envFrom": [{"configMapRef": {"name": "sentinel"}}]}]}),
-        )
-        .await;
-        f.wait_replicasets("sentinel", 1).await;
-        Sentinel { rollouts: 0.into() }
-    }
-
-    async fn poke(&self, f: &Fixture) {
-        let n = self.rollouts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        f.patch_configmap("sentinel", json!({"data": {"n": n.to_string()}})).await;
-        f.wait_replicasets("sentinel", n + 1).await;
-    }
-}
-
-fn workload_json(kind: &str, name: &str, annotations: Value, pod: Value) -> Value {
-    let mut spec = json!({
-        "selector": {"matchLabels": {"app": name}},
-        "template": {"metadata": {"labels": {"app": name}}, "spec": pod}
-    });
-    if kind == "StatefulSet" {
-        spec["serviceName"] = json!(name);
-    }
-    json!({
-        "apiVersion": "apps/v1", "kind": kind,
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": spec
-    })
-}
-
-fn env_from_cm(cm: &str) -> Value {
-    json!({"containers": [{"name": "app", "image": "nginx", "envFrom": [{"configMapRef": {"name": cm}}]}]})
-}
+use support::eventually;
+use support::fixture::{Fixture, Sentinel, TIMEOUT, env_from_cm, sha1_hex, workload_json};
 
 #[tokio::test]
 async fn auto_annotation_rolls_on_data_change_with_the_reloader_hash() {
@@ -455,6 +280,7 @@ async fn restart_strategy_sets_restarted_at() {
     f.configmap("app-config", json!({"a": "1"})).await;
     f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
         .await;
+    f.wait_replicasets("web", 1).await;
     eventually("baseline", TIMEOUT, || async {
         f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
     })

@@ -6,6 +6,8 @@
 //! harness holds the supervisor's stdin, and the supervisor shuts down when that pipe closes.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod fixture;
+
 use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -311,6 +313,9 @@ impl Operator {
 
 impl Drop for Operator {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            announce(&format!("---- reloader logs ----\n{}", self.logs.lock().unwrap().join("\n")));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -1,0 +1,214 @@
+//! Workload fixtures for annotation-mode tests: a namespace, an operator scoped to it, and
+//! helpers to create objects, count rollouts and prove that nothing rolled.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use sha1::{Digest, Sha1};
+
+use super::{Operator, TestNamespace, client, eventually};
+
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+pub fn sha1_hex(text: &[u8]) -> String {
+    Sha1::digest(text).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub struct Fixture {
+    pub client: Client,
+    pub ns: TestNamespace,
+}
+
+impl Fixture {
+    pub async fn new(prefix: &str) -> Self {
+        let client = client().await;
+        let ns = TestNamespace::create(&client, prefix).await;
+        Fixture { client, ns }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.ns.name
+    }
+
+    pub fn operator(&self, extra: &[&str]) -> Operator {
+        let mut args = vec!["--namespaces", self.name()];
+        if !extra.contains(&"--debounce") {
+            args.extend_from_slice(&["--debounce", "200ms"]);
+        }
+        args.extend_from_slice(extra);
+        Operator::start(&args)
+    }
+
+    pub async fn create<K>(&self, value: Value) -> K
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let obj: K = serde_json::from_value(value).unwrap();
+        Api::<K>::namespaced(self.client.clone(), self.name())
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("create {}: {e}", obj.name_any()))
+    }
+
+    pub async fn configmap(&self, name: &str, data: Value) -> ConfigMap {
+        self.create(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data}))
+            .await
+    }
+
+    pub async fn secret(&self, name: &str, string_data: Value) -> Secret {
+        self.create(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": string_data}))
+            .await
+    }
+
+    pub async fn patch_configmap(&self, name: &str, patch: Value) {
+        Api::<ConfigMap>::namespaced(self.client.clone(), self.name())
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    pub async fn patch_secret(&self, name: &str, string_data: Value) {
+        Api::<Secret>::namespaced(self.client.clone(), self.name())
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"stringData": string_data})),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// A Deployment `name` with one container `app` (plus `extra` pod-spec fields merged in).
+    pub async fn deployment(&self, name: &str, annotations: Value, pod: Value) -> Deployment {
+        self.create(workload_json("Deployment", name, annotations, pod)).await
+    }
+
+    pub async fn deployment_now(&self, name: &str) -> Deployment {
+        Api::<Deployment>::namespaced(self.client.clone(), self.name()).get(name).await.unwrap()
+    }
+
+    pub async fn replicasets(&self, deployment: &str) -> Vec<ReplicaSet> {
+        let d = self.deployment_now(deployment).await;
+        let uid = d.uid().unwrap();
+        Api::<ReplicaSet>::namespaced(self.client.clone(), self.name())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|rs| rs.owner_references().iter().any(|o| o.uid == uid))
+            .collect()
+    }
+
+    /// Waits until the Deployment has exactly `n` ReplicaSets.
+    pub async fn wait_replicasets(&self, deployment: &str, n: usize) {
+        let deadline = std::time::Instant::now() + TIMEOUT;
+        loop {
+            let sets = self.replicasets(deployment).await;
+            if sets.len() == n {
+                return;
+            }
+            if std::time::Instant::now() > deadline {
+                let d = self.deployment_now(deployment).await;
+                panic!(
+                    "timed out waiting for {deployment} to have {n} ReplicaSet(s); it has {:?}; deployment generation {:?}, observed {:?}, template {}",
+                    sets.iter().map(|r| r.name_any()).collect::<Vec<_>>(),
+                    d.metadata.generation,
+                    d.status.as_ref().and_then(|s| s.observed_generation),
+                    serde_json::to_string(&d.spec.template).unwrap_or_default()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Counts ReplicaSets now, asserting it stays `n` through a sentinel round trip: the
+    /// sentinel's ConfigMap is changed and its Deployment's rollout awaited, which shows every
+    /// earlier event was handled.
+    pub async fn assert_still(&self, deployment: &str, n: usize, sentinel: &Sentinel) {
+        sentinel.poke(self).await;
+        assert_eq!(self.replicasets(deployment).await.len(), n, "{deployment} rolled unexpectedly");
+    }
+
+    pub async fn env_of(&self, deployment: &str) -> BTreeMap<String, String> {
+        let d = self.deployment_now(deployment).await;
+        let pod = d.spec.template.spec.unwrap();
+        pod.containers
+            .iter()
+            .flat_map(|c| c.env.iter().flatten())
+            .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+            .collect()
+    }
+
+    pub async fn template_annotations(&self, deployment: &str) -> BTreeMap<String, String> {
+        let d = self.deployment_now(deployment).await;
+        d.spec.template.metadata.and_then(|m| m.annotations).unwrap_or_default()
+    }
+}
+
+/// A workload that reloads on its own ConfigMap, used to flush the operator's pipeline.
+pub struct Sentinel {
+    rollouts: std::sync::atomic::AtomicUsize,
+}
+
+impl Sentinel {
+    pub async fn create(f: &Fixture) -> Self {
+        Self::create_with_labels(f, json!({})).await
+    }
+
+    pub async fn create_with_labels(f: &Fixture, labels: Value) -> Self {
+        f.create::<ConfigMap>(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "sentinel", "labels": labels}, "data": {"n": "0"}}))
+            .await;
+        f.deployment(
+            "sentinel",
+            json!({"reloader.stakater.com/auto": "true"}),
+            json!({"containers": [{"name": "app", "image": "nginx", "envFrom": [{"configMapRef": {"name": "sentinel"}}]}]}),
+        )
+        .await;
+        f.wait_replicasets("sentinel", 1).await;
+        eventually("the sentinel's baseline", TIMEOUT, || async {
+            f.deployment_now("sentinel")
+                .await
+                .annotations()
+                .get("reloader.rs/source-hashes")
+                .cloned()
+        })
+        .await;
+        Sentinel { rollouts: 0.into() }
+    }
+
+    pub async fn poke(&self, f: &Fixture) {
+        let n = self.rollouts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        f.patch_configmap("sentinel", json!({"data": {"n": n.to_string()}})).await;
+        f.wait_replicasets("sentinel", n + 1).await;
+    }
+}
+
+pub fn workload_json(kind: &str, name: &str, annotations: Value, pod: Value) -> Value {
+    let mut spec = json!({
+        "selector": {"matchLabels": {"app": name}},
+        "template": {"metadata": {"labels": {"app": name}}, "spec": pod}
+    });
+    if kind == "StatefulSet" {
+        spec["serviceName"] = json!(name);
+    }
+    json!({
+        "apiVersion": "apps/v1", "kind": kind,
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": spec
+    })
+}
+
+pub fn env_from_cm(cm: &str) -> Value {
+    json!({"containers": [{"name": "app", "image": "nginx", "envFrom": [{"configMapRef": {"name": cm}}]}]})
+}
