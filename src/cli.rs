@@ -65,6 +65,17 @@ pub struct ReloadArgs {
           default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
     pub sync_after_restart: bool,
 
+    /// Also reload Argo Rollouts (`argoproj.io/v1alpha1`); their API is looked up at start and
+    /// then every `--api-discovery-interval` until it exists.
+    #[arg(long = "is-Argo-Rollouts", env = "RELOADER_IS_ARGO_ROLLOUTS", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
+    pub is_argo_rollouts: bool,
+
+    /// How often to look for APIs that may appear later (Argo Rollouts, OpenShift
+    /// DeploymentConfigs).
+    #[arg(long, env = "RELOADER_API_DISCOVERY_INTERVAL", value_parser = parse_duration, default_value = "30s")]
+    pub api_discovery_interval: Duration,
+
     /// Do not watch this kind of source: `configmaps` or `secrets`.
     #[arg(long, env = "RELOADER_RESOURCES_TO_IGNORE", value_parser = ["configmaps", "secrets"])]
     pub resources_to_ignore: Option<String>,

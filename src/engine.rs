@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, PodTemplateSpec, Secret};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy};
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
@@ -34,7 +34,7 @@ use crate::queue::WorkQueue;
 use crate::source::{SourceKind, SourceRef, SourceState};
 use crate::store::{SourceUpdate, Store, WorkloadEntry};
 use crate::workload::{RECORD_ANNOTATION, WorkloadInfo, WorkloadKey, WorkloadKind, format_record};
-use crate::writer::{WORKLOAD_FIELD_MANAGER, record_patch, workload_patch};
+use crate::writer::{WORKLOAD_FIELD_MANAGER, apply_to_template, record_patch, workload_patch};
 
 /// Engine settings, derived from the command line.
 #[derive(Debug, Clone)]
@@ -60,6 +60,7 @@ pub struct EngineConfig {
     pub debounce_max_wait: Duration,
     pub resync_period: Duration,
     pub workers: usize,
+    pub api_discovery_interval: Duration,
 }
 
 impl EngineConfig {
@@ -75,8 +76,10 @@ impl EngineConfig {
             WorkloadKind::StatefulSet,
             WorkloadKind::CronJob,
             WorkloadKind::Job,
+            WorkloadKind::DeploymentConfig,
         ]
         .into_iter()
+        .chain(args.is_argo_rollouts.then_some(WorkloadKind::Rollout))
         .filter(|k| !ignored.contains(k))
         .collect();
         let mut namespaces: Vec<String> = args
@@ -113,6 +116,7 @@ impl EngineConfig {
             debounce_max_wait: args.debounce_max_wait,
             resync_period: args.resync_period,
             workers: args.workers.into(),
+            api_discovery_interval: args.api_discovery_interval,
         }
     }
 }
@@ -187,6 +191,11 @@ impl Engine {
         if let Some(selector) = self.config.namespace_selector.clone() {
             tasks.spawn(self.clone().watch_namespaces(selector));
         }
+        // Kinds whose API may not exist (yet): found by discovery, watched once found. They do
+        // not hold up readiness; their workloads are checked as they arrive.
+        for kind in self.config.kinds.iter().copied().filter(|k| !Self::watchable(*k)) {
+            tasks.spawn(self.clone().discover_and_watch(kind, scopes.clone()));
+        }
         for scope in &scopes {
             if self.config.watch_configmaps {
                 tasks.spawn(
@@ -239,6 +248,85 @@ impl Engine {
             warn!("in-flight work did not finish within 20s; stopping anyway");
         }
         tasks.abort_all();
+    }
+
+    /// The API of a kind without a typed client here.
+    fn dynamic_resource(kind: WorkloadKind) -> ApiResource {
+        let (group, version, kind_name, plural) = match kind {
+            WorkloadKind::Rollout => ("argoproj.io", "v1alpha1", "Rollout", "rollouts"),
+            _ => ("apps.openshift.io", "v1", "DeploymentConfig", "deploymentconfigs"),
+        };
+        ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(group, version, kind_name),
+            plural,
+        )
+    }
+
+    /// Waits until the API of `kind` is served, then watches it in every scope.
+    async fn discover_and_watch(self: Arc<Self>, kind: WorkloadKind, scopes: Vec<Option<String>>) {
+        let ar = Self::dynamic_resource(kind);
+        let mut announced = false;
+        loop {
+            match self.client.list_api_group_resources(&ar.api_version).await {
+                Ok(list) if list.resources.iter().any(|r| r.name == ar.plural) => break,
+                Ok(_) | Err(_) => {
+                    if !announced {
+                        info!(kind = %kind, api = %ar.api_version, "API not served (yet); looking again every {:?}", self.config.api_discovery_interval);
+                        announced = true;
+                    }
+                }
+            }
+            tokio::time::sleep(self.config.api_discovery_interval).await;
+        }
+        info!(kind = %kind, api = %ar.api_version, "API found; watching");
+        let mut watchers = tokio::task::JoinSet::new();
+        for scope in scopes {
+            watchers.spawn(self.clone().watch_dynamic(scope, kind, ar.clone()));
+        }
+        while watchers.join_next().await.is_some() {}
+    }
+
+    async fn watch_dynamic(
+        self: Arc<Self>,
+        scope: Option<String>,
+        kind: WorkloadKind,
+        ar: ApiResource,
+    ) {
+        let api: Api<DynamicObject> = match scope.as_deref() {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        };
+        let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+        // This watcher is not counted for readiness: its first list must not count down.
+        self.consume_uncounted(stream, kind, scope.clone(), move |engine, event, state| {
+            match event {
+                WatchItem::Apply(obj) => match dynamic_info(&obj, kind, &engine.config.keys) {
+                    Some(info) => engine.apply_workload(info),
+                    None => warn!(kind = %kind, name = %obj.name_any(), "cannot read the pod template; skipping"),
+                },
+                WatchItem::Delete(obj) => {
+                    let key = WorkloadKey { kind, namespace: obj.namespace().unwrap_or_default(), name: obj.name_any() };
+                    engine.store.write().unwrap().remove_workload(&key);
+                }
+                WatchItem::Seen(obj) => {
+                    state.seen.insert((obj.namespace().unwrap_or_default(), obj.name_any()));
+                }
+                WatchItem::RelistDone(seen) => {
+                    let mut store = engine.store.write().unwrap();
+                    let gone: Vec<_> = store
+                        .workload_keys()
+                        .into_iter()
+                        .filter(|k| k.kind == kind)
+                        .filter(|k| scope.as_ref().is_none_or(|sc| *sc == k.namespace))
+                        .filter(|k| !seen.contains(&(k.namespace.clone(), k.name.clone())))
+                        .collect();
+                    for key in gone {
+                        store.remove_workload(&key);
+                    }
+                }
+            }
+        })
+        .await;
     }
 
     /// Kinds with a typed watcher here (the others are discovered at run time).
@@ -477,10 +565,50 @@ impl Engine {
         .await;
     }
 
-    fn apply_workload(&self, info: WorkloadInfo) {
+    fn apply_workload(&self, mut info: WorkloadInfo) {
         if self.ignored_namespace(&info.key.namespace) {
             return;
         }
+        if let Some(deployment) = info.workload_ref.clone() {
+            self.fill_from_deployment(&mut info, &deployment);
+        }
+        let is_deployment = info.key.kind == WorkloadKind::Deployment;
+        let (namespace, name) = (info.key.namespace.clone(), info.key.name.clone());
+        if self.store_workload_entry(info) && is_deployment {
+            // Rollouts that run this Deployment's template see its new references.
+            let dependents: Vec<_> = {
+                let store = self.store.read().unwrap();
+                store
+                    .workload_keys()
+                    .into_iter()
+                    .filter(|k| k.kind == WorkloadKind::Rollout && k.namespace == namespace)
+                    .filter_map(|k| store.workload(&k))
+                    .filter(|e| e.info.workload_ref.as_deref() == Some(name.as_str()))
+                    .map(|e| e.info.clone())
+                    .collect()
+            };
+            for rollout in dependents {
+                self.apply_workload(rollout);
+            }
+        }
+    }
+
+    /// A Rollout with `workloadRef` runs the Deployment's pod template: take its references.
+    fn fill_from_deployment(&self, info: &mut WorkloadInfo, deployment: &str) {
+        let key = WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: info.key.namespace.clone(),
+            name: deployment.to_string(),
+        };
+        if let Some(d) = self.store.read().unwrap().workload(&key) {
+            info.containers = d.info.containers.clone();
+            info.references = d.info.references.clone();
+            info.template_annotations = d.info.template_annotations.clone();
+        }
+    }
+
+    /// Stores a workload and queues it when something that matters changed.
+    fn store_workload_entry(&self, info: WorkloadInfo) -> bool {
         let selection = Selection::parse(
             &self.config.keys,
             &info.metadata_annotations,
@@ -501,6 +629,22 @@ impl Engine {
                 self.queue.add(key, Duration::ZERO);
             }
         }
+        changed
+    }
+
+    /// As [`Engine::consume`], for a watcher that readiness does not wait for.
+    async fn consume_uncounted<K, S, F>(
+        self: &Arc<Self>,
+        stream: S,
+        kind: WorkloadKind,
+        scope: Option<String>,
+        handle: F,
+    ) where
+        K: Resource + Clone,
+        S: Stream<Item = Result<Event<K>, watcher::Error>>,
+        F: FnMut(&Arc<Self>, WatchItem<K>, &mut WatchState),
+    {
+        self.consume_inner(stream, kind.to_string(), scope, false, handle).await
     }
 
     /// Drives one watch stream, translating its events for `handle` and tracking relists.
@@ -509,6 +653,21 @@ impl Engine {
         stream: S,
         what: String,
         scope: Option<String>,
+        handle: F,
+    ) where
+        K: Resource + Clone,
+        S: Stream<Item = Result<Event<K>, watcher::Error>>,
+        F: FnMut(&Arc<Self>, WatchItem<K>, &mut WatchState),
+    {
+        self.consume_inner(stream, what, scope, true, handle).await
+    }
+
+    async fn consume_inner<K, S, F>(
+        self: &Arc<Self>,
+        stream: S,
+        what: String,
+        scope: Option<String>,
+        counted: bool,
         mut handle: F,
     ) where
         K: Resource + Clone,
@@ -530,7 +689,9 @@ impl Engine {
                     if !state.first_done {
                         state.first_done = true;
                         debug!(kind = %what, namespace = ?scope, "initial list done");
-                        self.watcher_synced();
+                        if counted {
+                            self.watcher_synced();
+                        }
                     }
                 }
                 Ok(Event::Apply(obj)) => handle(self, WatchItem::Apply(obj), &mut state),
@@ -694,7 +855,8 @@ impl Engine {
             WorkloadKind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
             WorkloadKind::CronJob => ApiResource::erase::<CronJob>(&()),
             WorkloadKind::Job => ApiResource::erase::<Job>(&()),
-            _ => ApiResource::erase::<Deployment>(&()),
+            WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => Self::dynamic_resource(kind),
+            WorkloadKind::Deployment => ApiResource::erase::<Deployment>(&()),
         }
     }
 
@@ -728,6 +890,9 @@ impl Engine {
                     let obj = self.patch(key, &Patch::Merge(&patch)).await?;
                     self.refresh(key, &obj);
                 }
+            }
+            WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => {
+                self.patch_dynamic(info, plan).await?;
             }
             WorkloadKind::Job => match &plan.template {
                 Some(write) => self.recreate_job(info, plan, write).await?,
@@ -783,6 +948,49 @@ impl Engine {
             return Err(ExecError::Webhook(format!("receiver answered {}", response.status())));
         }
         info!(workload = %key, "sent reload webhook");
+        Ok(())
+    }
+
+    /// Rollouts and DeploymentConfigs are custom resources (no strategic merge): the pod template
+    /// is sent whole in a merge patch guarded by the resourceVersion the plan was made from. A
+    /// Rollout annotated `rollout-strategy: restart`, or running a Deployment's template through
+    /// `workloadRef`, is restarted with `spec.restartAt` instead.
+    async fn patch_dynamic(&self, info: &WorkloadInfo, plan: &Plan) -> Result<(), ExecError> {
+        let key = &info.key;
+        let mut patch = serde_json::json!({"metadata": {}});
+        if let Some(rv) = &info.resource_version {
+            patch["metadata"]["resourceVersion"] = serde_json::json!(rv);
+        }
+        if let Some(record) = &plan.record {
+            patch["metadata"]["annotations"] =
+                serde_json::json!({RECORD_ANNOTATION: format_record(record)});
+        }
+        if let Some(write) = &plan.template {
+            let restart = key.kind == WorkloadKind::Rollout
+                && (info.workload_ref.is_some()
+                    || info
+                        .metadata_annotations
+                        .get(&self.config.keys.rollout_strategy)
+                        .map(String::as_str)
+                        == Some("restart"));
+            if restart {
+                let now =
+                    k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+                patch["spec"] = serde_json::json!({"restartAt": now});
+            } else {
+                let current = self.get(key).await?;
+                let mut template: PodTemplateSpec = current
+                    .data
+                    .get("spec")
+                    .and_then(|s| s.get("template"))
+                    .and_then(|t| serde_json::from_value(t.clone()).ok())
+                    .unwrap_or_default();
+                apply_to_template(&mut template, write);
+                patch["spec"] = serde_json::json!({"template": template});
+            }
+        }
+        let obj = self.patch(key, &Patch::Merge(&patch)).await?;
+        self.refresh(key, &obj);
         Ok(())
     }
 
@@ -871,9 +1079,17 @@ impl Engine {
             }
             WorkloadKind::CronJob => convert::<CronJob>(obj).and_then(|o| o.info(key.kind, keys)),
             WorkloadKind::Job => convert::<Job>(obj).and_then(|o| o.info(key.kind, keys)),
-            _ => convert::<Deployment>(obj).and_then(|o| o.info(key.kind, keys)),
+            WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => {
+                dynamic_info(obj, key.kind, keys)
+            }
+            WorkloadKind::Deployment => {
+                convert::<Deployment>(obj).and_then(|o| o.info(key.kind, keys))
+            }
         };
-        if let Some(info) = info {
+        if let Some(mut info) = info {
+            if let Some(deployment) = info.workload_ref.clone() {
+                self.fill_from_deployment(&mut info, &deployment);
+            }
             self.store_workload(info);
         }
     }
@@ -1049,6 +1265,30 @@ impl WorkloadObject for Job {
         let template = self.spec.as_ref().map(|s| &s.template);
         Some(WorkloadInfo::extract(kind, &self.metadata, template, keys))
     }
+}
+
+/// Summarises a Rollout or DeploymentConfig from its JSON: `spec.template` is a pod template;
+/// a Rollout may instead name a Deployment in `spec.workloadRef`.
+pub fn dynamic_info(
+    obj: &DynamicObject,
+    kind: WorkloadKind,
+    keys: &AnnotationKeys,
+) -> Option<WorkloadInfo> {
+    let spec = obj.data.get("spec");
+    let template: Option<PodTemplateSpec> = match spec.and_then(|s| s.get("template")) {
+        Some(t) => Some(serde_json::from_value(t.clone()).ok()?),
+        None => None,
+    };
+    let mut info = WorkloadInfo::extract(kind, &obj.metadata, template.as_ref(), keys);
+    if kind == WorkloadKind::Rollout {
+        let reference = spec.and_then(|s| s.get("workloadRef"));
+        if reference.and_then(|r| r.get("kind")).and_then(|k| k.as_str()) == Some("Deployment") {
+            info.workload_ref =
+                reference.and_then(|r| r.get("name")).and_then(|n| n.as_str()).map(String::from);
+        }
+    }
+    info.paused = spec.and_then(|s| s.get("paused")).and_then(|p| p.as_bool()).unwrap_or(false);
+    Some(info)
 }
 
 fn conflict(key: &WorkloadKey) -> kube::Error {

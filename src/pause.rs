@@ -83,6 +83,7 @@ mod tests {
             references: BTreeMap::new(),
             suspended: false,
             paused: false,
+            workload_ref: None,
         }
     }
     fn rolling() -> Plan {

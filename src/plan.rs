@@ -439,6 +439,7 @@ mod tests {
             references: [(cm("app-config"), 1)].into(),
             suspended: false,
             paused: false,
+            workload_ref: None,
         }
     }
     fn with_env(mut w: WorkloadInfo, container: usize, name: &str, value: &str) -> WorkloadInfo {

@@ -238,6 +238,7 @@ mod tests {
                     .collect(),
                 suspended: false,
                 paused: false,
+                workload_ref: None,
             },
             selection,
         }

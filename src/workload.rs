@@ -119,6 +119,8 @@ pub struct WorkloadInfo {
     /// A suspended CronJob (never reloaded) or a paused Deployment.
     pub suspended: bool,
     pub paused: bool,
+    /// An Argo Rollout's `spec.workloadRef` Deployment, whose template the Rollout runs.
+    pub workload_ref: Option<String>,
 }
 
 impl WorkloadInfo {
@@ -160,6 +162,7 @@ impl WorkloadInfo {
             references: references(containers, init, volumes),
             suspended: false,
             paused: false,
+            workload_ref: None,
         }
     }
 

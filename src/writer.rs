@@ -175,6 +175,7 @@ mod tests {
             references: BTreeMap::new(),
             suspended: false,
             paused: false,
+            workload_ref: None,
         }
     }
 

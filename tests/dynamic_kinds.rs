@@ -1,0 +1,164 @@
+//! Argo Rollouts and OpenShift DeploymentConfigs: custom resources whose APIs may appear after
+//! the operator started. Their CRDs are installed here (with open schemas, no controllers), after
+//! the operator is up, so the test also shows the APIs being discovered later.
+//!
+//! One test on purpose: the CRDs are cluster-wide and their appearance is the thing under test.
+
+mod support;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DynamicObject, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use support::fixture::{Fixture, TIMEOUT, env_from_cm, sha1_hex};
+use support::{Operator, eventually, within};
+
+fn crd(group: &str, version: &str, kind: &str, plural: &str) -> CustomResourceDefinition {
+    serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}")},
+        "spec": {
+            "group": group, "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+            "versions": [{"name": version, "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]
+        }
+    }))
+    .unwrap()
+}
+
+async fn install(f: &Fixture, crd: CustomResourceDefinition) {
+    let api: Api<CustomResourceDefinition> = Api::all(f.client.clone());
+    let name = crd.name_any();
+    match api.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("install CRD {name}: {e}"),
+    }
+    within(
+        "the CRD to be established",
+        TIMEOUT,
+        await_condition(api, &name, conditions::is_crd_established()),
+    )
+    .await
+    .unwrap();
+}
+
+fn dynamic(
+    f: &Fixture,
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> Api<DynamicObject> {
+    let ar =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural);
+    Api::namespaced_with(f.client.clone(), f.name(), &ar)
+}
+
+async fn create(api: &Api<DynamicObject>, value: Value) -> DynamicObject {
+    let obj: DynamicObject = serde_json::from_value(value).unwrap();
+    // Discovery of a new CRD takes a moment on the API server too.
+    eventually("the custom resource to be accepted", TIMEOUT, || async {
+        api.create(&PostParams::default(), &obj).await.ok()
+    })
+    .await
+}
+
+fn env_of(obj: &DynamicObject) -> Option<String> {
+    obj.data["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"]
+        .as_str()
+        .map(String::from)
+}
+
+#[tokio::test]
+async fn rollouts_and_deployment_configs_are_discovered_later_and_reloaded() {
+    let f = Fixture::new("dyn").await;
+    // No CRDs yet: the operator must still become ready.
+    let _op = Operator::start(&[
+        "--namespaces",
+        f.name(),
+        "--is-Argo-Rollouts=true",
+        "--api-discovery-interval",
+        "500ms",
+        "--debounce",
+        "200ms",
+    ]);
+    f.configmap("app-config", json!({"a": "1"})).await;
+
+    install(&f, crd("argoproj.io", "v1alpha1", "Rollout", "rollouts")).await;
+    install(&f, crd("apps.openshift.io", "v1", "DeploymentConfig", "deploymentconfigs")).await;
+    let rollouts = dynamic(&f, "argoproj.io", "v1alpha1", "Rollout", "rollouts");
+    let dcs = dynamic(&f, "apps.openshift.io", "v1", "DeploymentConfig", "deploymentconfigs");
+
+    let template = json!({"metadata": {"labels": {"app": "x"}}, "spec": env_from_cm("app-config")});
+    create(
+        &rollouts,
+        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": "inline", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": template}}),
+    )
+    .await;
+    create(
+        &rollouts,
+        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": "restarted", "annotations": {"reloader.stakater.com/auto": "true",
+            "reloader.stakater.com/rollout-strategy": "restart"}},
+        "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": template}}),
+    )
+    .await;
+    // A Rollout that runs a Deployment's template; the Deployment itself is not annotated.
+    f.deployment("backing", json!({}), env_from_cm("app-config")).await;
+    create(&rollouts, json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+        "metadata": {"name": "by-ref", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"workloadRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "backing"}}}))
+    .await;
+    create(
+        &dcs,
+        json!({"apiVersion": "apps.openshift.io/v1", "kind": "DeploymentConfig",
+        "metadata": {"name": "legacy", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {"replicas": 1, "template": template}}),
+    )
+    .await;
+
+    for (api, name) in
+        [(&rollouts, "inline"), (&rollouts, "restarted"), (&rollouts, "by-ref"), (&dcs, "legacy")]
+    {
+        eventually(&format!("the baseline of {name}"), TIMEOUT, || async {
+            api.get(name).await.unwrap().annotations().get("reloader.rs/source-hashes").cloned()
+        })
+        .await;
+    }
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    let want = sha1_hex(b"a=2");
+
+    let inline = eventually("the inline Rollout's template", TIMEOUT, || async {
+        let r = rollouts.get("inline").await.unwrap();
+        (env_of(&r).as_deref() == Some(want.as_str())).then_some(r)
+    })
+    .await;
+    assert_eq!(
+        inline.data["spec"]["template"]["spec"]["containers"][0]["env"][0]["name"],
+        "STAKATER_APP_CONFIG_CONFIGMAP"
+    );
+    assert!(inline.data["spec"].get("restartAt").is_none());
+
+    for name in ["restarted", "by-ref"] {
+        let r = eventually(&format!("{name} to get spec.restartAt"), TIMEOUT, || async {
+            let r = rollouts.get(name).await.unwrap();
+            r.data["spec"]["restartAt"].is_string().then_some(r)
+        })
+        .await;
+        assert!(env_of(&r).is_none(), "{name}: the template is not changed");
+    }
+    // The Deployment behind `by-ref` is left alone (it is not annotated itself).
+    assert!(f.env_of("backing").await.is_empty());
+
+    eventually("the DeploymentConfig's template", TIMEOUT, || async {
+        let d = dcs.get("legacy").await.unwrap();
+        (env_of(&d).as_deref() == Some(want.as_str())).then_some(())
+    })
+    .await;
+}
