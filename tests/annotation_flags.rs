@@ -217,6 +217,10 @@ async fn sync_after_restart_rolls_never_reloaded_workloads_but_not_current_ones(
 
 /// A loopback HTTP receiver that records request bodies and answers 200.
 async fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
+    receiver_answering("200 OK").await
+}
+
+async fn receiver_answering(status: &'static str) -> (String, Arc<Mutex<Vec<Value>>>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/hook", listener.local_addr().unwrap());
     let bodies = Arc::new(Mutex::new(Vec::new()));
@@ -248,7 +252,10 @@ async fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
                             if let Ok(v) = serde_json::from_slice(body) {
                                 sink.lock().unwrap().push(v);
                             }
-                            let _ = socket.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+                            let reply = format!(
+                                "HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                            );
+                            let _ = socket.write_all(reply.as_bytes()).await;
                             return;
                         }
                     }
@@ -297,4 +304,26 @@ async fn webhook_url_posts_instead_of_reloading() {
     assert_eq!(f.replicasets("web").await.len(), 1);
     assert!(f.env_of("web").await.is_empty());
     assert_eq!(bodies.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_failing_reload_is_a_reload_fail_event_and_is_retried() {
+    let f = Fixture::new("af-fail").await;
+    let (url, bodies) = receiver_answering("500 Internal Server Error").await;
+    let _op = f.operator(&["--webhook-url", &url]);
+    f.configmap("app-config", json!({"a": "1"})).await;
+    f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
+        .await;
+    f.wait_replicasets("web", 1).await;
+    baseline(&f, "web").await;
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    let notes = eventually("a ReloadFail event", TIMEOUT, || async {
+        let notes = f.events("Deployment", "web", "ReloadFail").await;
+        (!notes.is_empty()).then_some(notes)
+    })
+    .await;
+    assert!(notes[0].contains("configmap/app-config") && notes[0].contains("500"), "{notes:?}");
+    // Nothing is lost: the failed reload is tried again.
+    eventually("a retry", TIMEOUT, || async { (bodies.lock().unwrap().len() >= 2).then_some(()) })
+        .await;
 }

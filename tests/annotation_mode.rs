@@ -38,6 +38,39 @@ async fn auto_annotation_rolls_on_data_change_with_the_reloader_hash() {
     f.wait_replicasets("web", 2).await;
     let env = f.env_of("web").await;
     assert_eq!(env["STAKATER_APP_CONFIG_CONFIGMAP"], sha1_hex(b"a=10;b=2"));
+    // A Reloaded event on the workload names the resource.
+    let notes = eventually("a Reloaded event", TIMEOUT, || async {
+        let notes = f.events("Deployment", "web", "Reloaded").await;
+        (!notes.is_empty()).then_some(notes)
+    })
+    .await;
+    assert!(notes[0].contains("'app-config' of type 'CONFIGMAP'"), "{notes:?}");
+}
+
+#[tokio::test]
+async fn typed_auto_annotations_select_one_kind_only() {
+    let f = Fixture::new("am-typed").await;
+    let _op = f.operator(&[]);
+    let sentinel = Sentinel::create(&f).await;
+    f.configmap("app-config", json!({"a": "1"})).await;
+    f.secret("app-secret", json!({"k": "1"})).await;
+    f.deployment(
+        "web",
+        json!({"secret.reloader.stakater.com/auto": "true"}),
+        json!({"containers": [{"name": "app", "image": "nginx",
+            "envFrom": [{"configMapRef": {"name": "app-config"}}, {"secretRef": {"name": "app-secret"}}]}]}),
+    )
+    .await;
+    f.wait_replicasets("web", 1).await;
+    eventually("baseline", TIMEOUT, || async {
+        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
+    })
+    .await;
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    f.assert_still("web", 1, &sentinel).await;
+    f.patch_secret("app-secret", json!({"k": "2"})).await;
+    f.wait_replicasets("web", 2).await;
+    assert_eq!(f.env_of("web").await.keys().collect::<Vec<_>>(), ["STAKATER_APP_SECRET_SECRET"]);
 }
 
 #[tokio::test]

@@ -149,6 +149,24 @@ impl Fixture {
             .collect()
     }
 
+    /// Events (events.k8s.io) about `kind/name` with `reason`, as "note" strings.
+    pub async fn events(&self, kind: &str, name: &str, reason: &str) -> Vec<String> {
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(self.client.clone(), self.name())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter(|e| {
+                e.regarding.as_ref().is_some_and(|r| {
+                    r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
+                })
+            })
+            .filter_map(|e| e.note)
+            .collect()
+    }
+
     pub async fn template_annotations(&self, deployment: &str) -> BTreeMap<String, String> {
         let d = self.deployment_now(deployment).await;
         d.spec.template.metadata.and_then(|m| m.annotations).unwrap_or_default()
