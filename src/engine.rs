@@ -137,6 +137,8 @@ pub struct Engine {
     startup_pass: Mutex<HashSet<WorkloadKey>>,
     /// With `--namespace-selector`: the namespaces that match it now.
     selected_namespaces: RwLock<HashSet<String>>,
+    /// Consecutive failed writes per workload, for the retry backoff.
+    failures: Mutex<std::collections::HashMap<WorkloadKey, u32>>,
     /// Workloads whose rollout waits for their sources to settle, and since when.
     deferred: Mutex<std::collections::HashMap<WorkloadKey, std::time::Instant>>,
 }
@@ -163,6 +165,7 @@ impl Engine {
             startup_pass: Mutex::new(HashSet::new()),
             selected_namespaces: RwLock::new(HashSet::new()),
             deferred: Mutex::new(std::collections::HashMap::new()),
+            failures: Mutex::new(std::collections::HashMap::new()),
         })
     }
 
@@ -792,6 +795,7 @@ impl Engine {
             self.startup_pass.lock().unwrap().remove(key);
             match self.execute(&entry.info, &plan).await {
                 Ok(()) => {
+                    self.failures.lock().unwrap().remove(key);
                     if !plan.changes.is_empty() {
                         self.reloaded(&entry.info, &plan).await;
                     } else {
@@ -1134,7 +1138,13 @@ impl Engine {
 
     async fn failed(&self, info: &WorkloadInfo, plan: &Plan, error: ExecError) -> Option<Duration> {
         let key = &info.key;
-        warn!(workload = %key, error = %error, "update failed; will retry");
+        let retry = {
+            let mut failures = self.failures.lock().unwrap();
+            let n = failures.entry(key.clone()).or_insert(0);
+            *n += 1;
+            retry_delay(*n)
+        };
+        warn!(workload = %key, error = %error, ?retry, "update failed; will retry");
         if !plan.changes.is_empty() {
             let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
             let note = format!(
@@ -1145,7 +1155,7 @@ impl Engine {
             );
             self.event(info, EventType::Warning, "ReloadFail", note).await;
         }
-        Some(Duration::from_secs(5))
+        Some(retry)
     }
 
     async fn event(&self, info: &WorkloadInfo, type_: EventType, reason: &str, note: String) {
@@ -1174,6 +1184,11 @@ impl Engine {
             warn!(workload = %info.key, error = %e, "cannot publish event");
         }
     }
+}
+
+/// Backoff after the `n`th consecutive failure: 1 s, 2 s, 4 s, … up to 5 minutes.
+pub fn retry_delay(n: u32) -> Duration {
+    Duration::from_secs(1u64 << n.saturating_sub(1).min(9)).min(Duration::from_secs(300))
 }
 
 /// Why carrying out a plan failed.
@@ -1297,4 +1312,15 @@ fn conflict(key: &WorkloadKey) -> kube::Error {
             .with_code(409)
             .boxed(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_exponentially_to_five_minutes() {
+        let delays: Vec<u64> = (1..=12).map(|n| retry_delay(n).as_secs()).collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+    }
 }
