@@ -18,7 +18,7 @@ GO_LDFLAGS   := -s -w \
 	-X k8s.io/component-base/version.gitTreeState=clean
 
 .PHONY: help build release test lint fmt-check clippy unit integration testenv cluster-up \
-	cluster-down cluster-status demo bench clean
+	cluster-down cluster-status demo bench crd clean
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -49,6 +49,9 @@ unit: ## fast tests of pure logic, no cluster
 integration: testenv ## integration tests against a real kube-apiserver, etcd and kube-controller-manager
 	@echo "integration tests: Kubernetes $(K8S_VERSION) control plane ($$($(TESTENV) version)) unless RELOADER_TEST_KUBECONFIG is set"
 	$(CARGO) test --locked --test '*'
+
+crd: ## regenerate crd/reloadpolicy.yaml from the Rust types
+	$(CARGO) run --locked --quiet -- crd > crd/reloadpolicy.yaml
 
 testenv: $(TESTENV) ## build the local control plane (no-op when up to date)
 

@@ -33,6 +33,16 @@ pub struct Cli {
 
     #[command(flatten)]
     pub reload: ReloadArgs,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// One-off commands; without one, the operator runs.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum Command {
+    /// Print the ReloadPolicy CustomResourceDefinition (YAML) and exit.
+    Crd,
 }
 
 /// Annotation mode: what is watched and how workloads are reloaded (stakater/Reloader's flags).

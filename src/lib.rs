@@ -16,6 +16,7 @@ pub mod naming;
 pub mod operator;
 pub mod pause;
 pub mod plan;
+pub mod policy;
 pub mod queue;
 pub mod source;
 pub mod store;

@@ -3,6 +3,10 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = reloader::cli::Cli::parse();
+    if let Some(reloader::cli::Command::Crd) = cli.command {
+        print!("{}", reloader::policy::crd_yaml());
+        return Ok(());
+    }
     reloader::telemetry::init(cli.log_format, &cli.log_level)?;
     reloader::operator::run(cli).await?;
     Ok(())
