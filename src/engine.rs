@@ -484,6 +484,8 @@ impl Engine {
             created_after_start: after_start,
             created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0),
             changed_at: after_start.then(|| k8s_openapi::jiff::Timestamp::now().as_second()),
+            labels: meta.labels.clone().unwrap_or_default(),
+            key_hashes: obj.key_hashes(),
         };
         let source = SourceRef::new(kind, meta.name.clone().unwrap_or_default());
         let update = self.store.write().unwrap().upsert_source(&ns, source.clone(), facts);
@@ -1223,17 +1225,24 @@ struct WatchState {
 /// A source kind the engine hashes.
 pub trait SourceObject {
     fn content_hash(&self) -> String;
+    fn key_hashes(&self) -> BTreeMap<String, String>;
 }
 
 impl SourceObject for ConfigMap {
     fn content_hash(&self) -> String {
         hash::configmap_hash(self.data.as_ref(), self.binary_data.as_ref())
     }
+    fn key_hashes(&self) -> BTreeMap<String, String> {
+        hash::configmap_key_hashes(self.data.as_ref(), self.binary_data.as_ref())
+    }
 }
 
 impl SourceObject for Secret {
     fn content_hash(&self) -> String {
         hash::secret_hash(self.data.as_ref())
+    }
+    fn key_hashes(&self) -> BTreeMap<String, String> {
+        hash::secret_key_hashes(self.data.as_ref())
     }
 }
 

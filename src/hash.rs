@@ -83,6 +83,42 @@ pub fn secret_provider_class_hash<'a>(
     hash_entries(entries)
 }
 
+/// Per-key hashes of a ConfigMap: SHA-1 of each entry as it enters [`configmap_hash`].
+pub fn configmap_key_hashes(
+    data: Option<&BTreeMap<String, String>>,
+    binary_data: Option<&BTreeMap<String, ByteString>>,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (k, v) in data.into_iter().flatten() {
+        out.insert(k.clone(), hash_entries(vec![entry(k, v.as_bytes())]));
+    }
+    for (k, v) in binary_data.into_iter().flatten() {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(&v.0);
+        out.insert(k.clone(), hash_entries(vec![entry(k, encoded.as_bytes())]));
+    }
+    out
+}
+
+/// Per-key hashes of a Secret.
+pub fn secret_key_hashes(data: Option<&BTreeMap<String, ByteString>>) -> BTreeMap<String, String> {
+    data.into_iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), hash_entries(vec![entry(k, &v.0)])))
+        .collect()
+}
+
+/// The hash of only `keys` of a source, from its per-key hashes: SHA-1 of `key=<key hash>` for
+/// each selected key present, sorted and joined with `;` (keys absent from the data drop out).
+pub fn keyed_hash(key_hashes: &BTreeMap<String, String>, keys: &[String]) -> String {
+    let entries = keys
+        .iter()
+        .filter_map(|k| key_hashes.get(k).map(|h| entry(k, h.as_bytes())))
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    hash_entries(entries)
+}
+
 /// The hash the annotations strategy writes when a source is deleted.
 pub fn delete_marker_hash() -> String {
     hash_entries(vec![DELETE_MARKER.as_bytes().to_vec()])
@@ -167,6 +203,20 @@ mod tests {
         let b = secret_hash(Some(&bytes(&[("k", &[0xff, 0xfd])])));
         assert_ne!(a, b);
         assert_eq!(a.len(), 40);
+    }
+
+    #[test]
+    fn keyed_hash_ignores_other_keys_and_golden_value() {
+        let a = configmap_key_hashes(Some(&strings(&[("flags", "on"), ("other", "1")])), None);
+        let b = configmap_key_hashes(Some(&strings(&[("flags", "on"), ("other", "2")])), None);
+        let keys = ["flags".to_string()];
+        assert_eq!(keyed_hash(&a, &keys), keyed_hash(&b, &keys));
+        let c = configmap_key_hashes(Some(&strings(&[("flags", "off"), ("other", "1")])), None);
+        assert_ne!(keyed_hash(&a, &keys), keyed_hash(&c, &keys));
+        // printf 'flags=on' | sha1sum  -> the key hash; then 'flags=<that>' | sha1sum
+        assert_eq!(a["flags"], "45d8cfd70c0bf8ec3986fa1e3e1a57effabb56ce");
+        assert_eq!(keyed_hash(&a, &keys), "1f469c5ee206403869a902f453bea0f5208415cf");
+        assert_eq!(keyed_hash(&a, &["missing".to_string()]), EMPTY_HASH);
     }
 
     #[test]

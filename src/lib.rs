@@ -17,6 +17,7 @@ pub mod operator;
 pub mod pause;
 pub mod plan;
 pub mod policy;
+pub mod policy_plan;
 pub mod queue;
 pub mod source;
 pub mod store;

@@ -84,6 +84,7 @@ mod tests {
             suspended: false,
             paused: false,
             workload_ref: None,
+            labels: BTreeMap::new(),
         }
     }
     fn rolling() -> Plan {

@@ -41,6 +41,10 @@ pub struct SourceFacts {
     /// workload that existed then and has no stored hash yet is rolled, as the other program
     /// would have on that update, instead of taking the new hash as its baseline.
     pub changed_at: Option<i64>,
+    /// The source's labels (for ReloadPolicy selectors).
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// SHA-1 of each data entry, by key (for ReloadPolicy key filters); never the data.
+    pub key_hashes: std::collections::BTreeMap<String, String>,
 }
 
 /// Global switches that shape a plan.
@@ -403,6 +407,8 @@ mod tests {
             created_after_start: false,
             created: 100,
             changed_at: None,
+            labels: BTreeMap::new(),
+            key_hashes: BTreeMap::new(),
         })
     }
     fn opts(strategy: Strategy) -> PlanOptions {
@@ -440,6 +446,7 @@ mod tests {
             suspended: false,
             paused: false,
             workload_ref: None,
+            labels: BTreeMap::new(),
         }
     }
     fn with_env(mut w: WorkloadInfo, container: usize, name: &str, value: &str) -> WorkloadInfo {

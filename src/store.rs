@@ -34,6 +34,8 @@ pub struct Store {
 pub enum SourceUpdate {
     Created,
     Changed,
+    /// Only the labels changed.
+    Relabelled,
     Unchanged,
 }
 
@@ -66,11 +68,18 @@ impl Store {
         match ns.get_mut(&source) {
             Some(existing) => {
                 if existing.state == facts.state {
+                    if existing.labels != facts.labels {
+                        // Labels never roll anything, but they can change what a policy selects.
+                        existing.labels = facts.labels;
+                        return SourceUpdate::Relabelled;
+                    }
                     SourceUpdate::Unchanged
                 } else {
                     // Keep when it was first seen; the state and the time of change move.
                     existing.state = facts.state;
                     existing.changed_at = facts.changed_at;
+                    existing.labels = facts.labels;
+                    existing.key_hashes = facts.key_hashes;
                     SourceUpdate::Changed
                 }
             }
@@ -213,6 +222,8 @@ mod tests {
             created_after_start: false,
             created: 0,
             changed_at: None,
+            labels: BTreeMap::new(),
+            key_hashes: BTreeMap::new(),
         }
     }
     fn entry(name: &str, refs: &[&str], meta: &[(&str, &str)]) -> WorkloadEntry {
@@ -239,6 +250,7 @@ mod tests {
                 suspended: false,
                 paused: false,
                 workload_ref: None,
+                labels: BTreeMap::new(),
             },
             selection,
         }

@@ -121,6 +121,8 @@ pub struct WorkloadInfo {
     pub paused: bool,
     /// An Argo Rollout's `spec.workloadRef` Deployment, whose template the Rollout runs.
     pub workload_ref: Option<String>,
+    /// The workload's labels (for ReloadPolicy target selectors).
+    pub labels: BTreeMap<String, String>,
 }
 
 impl WorkloadInfo {
@@ -163,6 +165,7 @@ impl WorkloadInfo {
             suspended: false,
             paused: false,
             workload_ref: None,
+            labels: meta.labels.clone().unwrap_or_default(),
         }
     }
 

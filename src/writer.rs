@@ -176,6 +176,7 @@ mod tests {
             suspended: false,
             paused: false,
             workload_ref: None,
+            labels: BTreeMap::new(),
         }
     }
 

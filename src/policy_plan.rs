@@ -1,0 +1,471 @@
+//! ReloadPolicy selection and planning, pure: which policies target a workload, which sources a
+//! policy resolves to, and what a policy asks of one target (level-triggered, like annotation
+//! mode, with its own record so the two never mistake each other's hashes).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use serde::Serialize;
+
+use crate::hash;
+use crate::naming::env_var_name;
+use crate::plan::{Cause, Change, EnvWrite, SourceFacts, TemplateWrite};
+use crate::policy::{
+    PolicySource, PolicySourceKind, PolicyStrategy, PolicyTarget, PolicyTargetKind,
+    ReloadPolicySpec,
+};
+use crate::source::{SourceKind, SourceRef};
+use crate::workload::{RESTARTED_AT_ANNOTATION, WorkloadInfo, WorkloadKind};
+
+/// The workload-metadata annotation with the per-policy record: `<policy>/<kind>/<name>` → the
+/// hash (of the selected keys) the workload was last brought up to date with.
+pub const POLICY_RECORD_ANNOTATION: &str = "reloader.rs/policy-hashes";
+
+/// A policy as the engine holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActivePolicy {
+    pub namespace: String,
+    pub name: String,
+    pub generation: Option<i64>,
+    pub spec: ReloadPolicySpec,
+}
+
+/// Whether `labels` satisfy `selector` (matchLabels and matchExpressions; an empty selector
+/// matches everything).
+pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let by_labels = selector.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
+    let by_expressions = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
+            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
+            "Exists" => labels.contains_key(&e.key),
+            "DoesNotExist" => !labels.contains_key(&e.key),
+            _ => false,
+        }
+    });
+    by_labels && by_expressions
+}
+
+pub fn target_kind(kind: PolicyTargetKind) -> WorkloadKind {
+    match kind {
+        PolicyTargetKind::Deployment => WorkloadKind::Deployment,
+        PolicyTargetKind::StatefulSet => WorkloadKind::StatefulSet,
+        PolicyTargetKind::DaemonSet => WorkloadKind::DaemonSet,
+        PolicyTargetKind::CronJob => WorkloadKind::CronJob,
+        PolicyTargetKind::Rollout => WorkloadKind::Rollout,
+    }
+}
+
+pub fn source_kind(kind: PolicySourceKind) -> SourceKind {
+    match kind {
+        PolicySourceKind::ConfigMap => SourceKind::ConfigMap,
+        PolicySourceKind::Secret => SourceKind::Secret,
+    }
+}
+
+/// The target entry of `spec` that selects `info`, if any.
+pub fn target_for<'a>(spec: &'a ReloadPolicySpec, info: &WorkloadInfo) -> Option<&'a PolicyTarget> {
+    spec.targets.iter().find(|t| {
+        target_kind(t.kind) == info.key.kind
+            && match (&t.name, &t.selector) {
+                (Some(name), _) => *name == info.key.name,
+                (None, Some(selector)) => selector_matches(selector, &info.labels),
+                (None, None) => false,
+            }
+    })
+}
+
+/// Whether the policy source entry selects the source `name` with `labels`.
+pub fn source_entry_selects(
+    entry: &PolicySource,
+    source: &SourceRef,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    source_kind(entry.kind) == source.kind
+        && match (&entry.name, &entry.selector) {
+            (Some(name), _) => *name == source.name,
+            (None, Some(selector)) => selector_matches(selector, labels),
+            (None, None) => false,
+        }
+}
+
+/// A source a policy resolved to, with the hash that counts for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub source: SourceRef,
+    /// The full hash, or the hash of the selected keys when the entry has `keys`.
+    pub hash: String,
+    /// The full-content hash (what annotation mode would write).
+    pub full_hash: String,
+    pub changed_at: Option<i64>,
+}
+
+/// Resolves the policy's sources against the namespace's sources; also returns the entries
+/// that found nothing (named sources missing, selectors matching nothing).
+pub fn resolve_sources<'a>(
+    spec: &'a ReloadPolicySpec,
+    sources: &[(SourceRef, SourceFacts)],
+) -> (Vec<Resolved>, Vec<&'a PolicySource>) {
+    let mut resolved: BTreeMap<SourceRef, Resolved> = BTreeMap::new();
+    let mut missing = Vec::new();
+    for entry in &spec.sources {
+        let mut found = false;
+        for (source, facts) in sources {
+            if !source_entry_selects(entry, source, &facts.labels) {
+                continue;
+            }
+            found = true;
+            let hash = match &entry.keys {
+                Some(keys) => hash::keyed_hash(&facts.key_hashes, keys),
+                None => facts.state.hash.clone(),
+            };
+            resolved.insert(
+                source.clone(),
+                Resolved {
+                    source: source.clone(),
+                    hash,
+                    full_hash: facts.state.hash.clone(),
+                    changed_at: facts.changed_at,
+                },
+            );
+        }
+        if !found {
+            missing.push(entry);
+        }
+    }
+    (resolved.into_values().collect(), missing)
+}
+
+/// One value that changes when any resolved source changes.
+pub fn combined_hash(resolved: &[Resolved]) -> String {
+    let parts: Vec<String> = resolved.iter().map(|r| format!("{}={}", r.source, r.hash)).collect();
+    hash::sha1_hex(&parts.join(";"))
+}
+
+pub fn record_key(policy: &str, source: &SourceRef) -> String {
+    format!("{policy}/{source}")
+}
+
+pub fn parse_policy_record(info: &WorkloadInfo) -> BTreeMap<String, String> {
+    info.metadata_annotations
+        .get(POLICY_RECORD_ANNOTATION)
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default()
+}
+
+/// What one policy asks of one target.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PolicyPlan {
+    pub changes: Vec<Change>,
+    pub template: Option<TemplateWrite>,
+    /// This policy's record entries for the target, as they should be.
+    pub record: BTreeMap<String, String>,
+}
+
+#[derive(Serialize)]
+struct ReloadSource<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    name: &'a str,
+    namespace: &'a str,
+    hash: &'a str,
+    #[serde(rename = "containerRefs")]
+    container_refs: Vec<&'a str>,
+    #[serde(rename = "observedAt")]
+    observed_at: i64,
+}
+
+/// Plans one policy for one target. `env_owned_by_annotations` names the variables annotation
+/// mode already manages on this workload: the policy leaves them to it (one writer per
+/// variable), and its rollout, if any, is the same write.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_policy(
+    info: &WorkloadInfo,
+    policy: &ActivePolicy,
+    target: &PolicyTarget,
+    resolved: &[Resolved],
+    env_owned_by_annotations: &[String],
+    now: i64,
+    now_rfc3339: &str,
+    last_reloaded_from_key: &str,
+) -> PolicyPlan {
+    let record = parse_policy_record(info);
+    let mut out = PolicyPlan::default();
+    let containers: Vec<&str> = info
+        .containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .filter(|c| target.containers.as_ref().is_none_or(|list| list.iter().any(|l| l == c)))
+        .collect();
+    let mut rolled: Vec<&Resolved> = Vec::new();
+    for r in resolved {
+        let key = record_key(&policy.name, &r.source);
+        let env = env_var_name(r.source.kind, &r.source.name);
+        let from_env = match policy.spec.strategy {
+            PolicyStrategy::EnvVar => containers.iter().find_map(|c| {
+                info.containers
+                    .iter()
+                    .find(|ci| ci.name == *c)
+                    .and_then(|ci| ci.reloader_env.get(&env))
+            }),
+            _ => None,
+        };
+        let stored =
+            record.get(&key).or(from_env.filter(|_| !env_owned_by_annotations.contains(&env)));
+        let roll = match stored {
+            Some(h) if *h == r.hash => None,
+            Some(_) => Some(Cause::Changed),
+            None if r.changed_at.is_some_and(|at| at >= info.created) => Some(Cause::Changed),
+            None => None,
+        };
+        out.record.insert(key, r.hash.clone());
+        if let Some(cause) = roll {
+            out.changes.push(Change { source: r.source.clone(), cause, hash: r.hash.clone() });
+            rolled.push(r);
+        }
+    }
+    if rolled.is_empty() {
+        return out;
+    }
+    out.template = Some(match policy.spec.strategy {
+        PolicyStrategy::EnvVar => {
+            let mut set = Vec::new();
+            for r in resolved {
+                let env = env_var_name(r.source.kind, &r.source.name);
+                if env_owned_by_annotations.contains(&env) {
+                    continue;
+                }
+                for c in &containers {
+                    set.push(EnvWrite {
+                        container: c.to_string(),
+                        name: env.clone(),
+                        value: r.hash.clone(),
+                    });
+                }
+            }
+            TemplateWrite::EnvVars { set, remove: vec![] }
+        }
+        PolicyStrategy::Annotation => {
+            let r = rolled[0];
+            let value = ReloadSource {
+                kind: r.source.kind.env_suffix(),
+                name: &r.source.name,
+                namespace: &info.key.namespace,
+                hash: &r.hash,
+                container_refs: containers.clone(),
+                observed_at: now,
+            };
+            TemplateWrite::Annotation {
+                key: last_reloaded_from_key.to_string(),
+                value: serde_json::to_string(&value).expect("serialisable"),
+            }
+        }
+        PolicyStrategy::Restart => TemplateWrite::Annotation {
+            key: RESTARTED_AT_ANNOTATION.to_string(),
+            value: now_rfc3339.to_string(),
+        },
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::SourceState;
+    use crate::workload::{ContainerInfo, WorkloadKey};
+    use serde_json::json;
+
+    fn spec(v: serde_json::Value) -> ReloadPolicySpec {
+        serde_json::from_value(v).unwrap()
+    }
+    fn facts(hash: &str, labels: &[(&str, &str)], keys: &[(&str, &str)]) -> SourceFacts {
+        SourceFacts {
+            state: SourceState { hash: hash.into(), matches_search: false, ignored: false },
+            created_after_start: false,
+            created: 0,
+            changed_at: None,
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            key_hashes: keys.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+    fn cm(n: &str) -> SourceRef {
+        SourceRef::new(SourceKind::ConfigMap, n)
+    }
+    fn workload(labels: &[(&str, &str)]) -> WorkloadInfo {
+        WorkloadInfo {
+            key: WorkloadKey {
+                kind: WorkloadKind::Deployment,
+                namespace: "ns".into(),
+                name: "api".into(),
+            },
+            resource_version: None,
+            uid: None,
+            created: 10,
+            metadata_annotations: BTreeMap::new(),
+            template_annotations: BTreeMap::new(),
+            containers: vec![
+                ContainerInfo { name: "app".into(), reloader_env: BTreeMap::new() },
+                ContainerInfo { name: "side".into(), reloader_env: BTreeMap::new() },
+            ],
+            references: BTreeMap::new(),
+            suspended: false,
+            paused: false,
+            workload_ref: None,
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+    fn active(spec: ReloadPolicySpec) -> ActivePolicy {
+        ActivePolicy { namespace: "ns".into(), name: "p".into(), generation: Some(1), spec }
+    }
+
+    #[test]
+    fn selectors_match_labels_and_expressions() {
+        let labels: BTreeMap<String, String> =
+            [("app".to_string(), "api".to_string()), ("tier".to_string(), "web".to_string())]
+                .into();
+        let sel = |v: serde_json::Value| -> LabelSelector { serde_json::from_value(v).unwrap() };
+        assert!(selector_matches(&sel(json!({})), &labels));
+        assert!(selector_matches(&sel(json!({"matchLabels": {"app": "api"}})), &labels));
+        assert!(!selector_matches(&sel(json!({"matchLabels": {"app": "db"}})), &labels));
+        assert!(selector_matches(
+            &sel(
+                json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["web", "x"]}]})
+            ),
+            &labels
+        ));
+        assert!(!selector_matches(
+            &sel(
+                json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["web"]}]})
+            ),
+            &labels
+        ));
+        assert!(selector_matches(
+            &sel(json!({"matchExpressions": [{"key": "env", "operator": "DoesNotExist"}]})),
+            &labels
+        ));
+        assert!(!selector_matches(
+            &sel(json!({"matchExpressions": [{"key": "env", "operator": "Exists"}]})),
+            &labels
+        ));
+    }
+
+    #[test]
+    fn targets_by_name_and_selector_and_kind() {
+        let s = spec(json!({"sources": [{"kind": "ConfigMap", "name": "c"}], "targets": [
+            {"kind": "StatefulSet", "name": "api"}, {"kind": "Deployment", "selector": {"matchLabels": {"app": "api"}}}]}));
+        assert!(target_for(&s, &workload(&[("app", "api")])).is_some());
+        assert!(target_for(&s, &workload(&[("app", "other")])).is_none());
+    }
+
+    #[test]
+    fn sources_resolve_by_name_and_selector_with_key_filters() {
+        let s = spec(json!({"sources": [
+            {"kind": "ConfigMap", "name": "settings", "keys": ["flags"]},
+            {"kind": "ConfigMap", "selector": {"matchLabels": {"team": "shop"}}},
+            {"kind": "Secret", "name": "missing"}], "targets": [{"kind": "Deployment", "name": "api"}]}));
+        let sources = vec![
+            (cm("settings"), facts("full", &[], &[("flags", "f1"), ("other", "o1")])),
+            (cm("shop-a"), facts("a", &[("team", "shop")], &[])),
+            (cm("unrelated"), facts("u", &[], &[])),
+        ];
+        let (resolved, missing) = resolve_sources(&s, &sources);
+        let names: Vec<_> = resolved.iter().map(|r| r.source.name.as_str()).collect();
+        assert_eq!(names, ["settings", "shop-a"]);
+        assert_eq!(resolved[0].hash, hash::keyed_hash(&sources[0].1.key_hashes, &["flags".into()]));
+        assert_eq!(resolved[1].hash, "a");
+        assert_eq!(missing.len(), 1);
+        assert_eq!(missing[0].name.as_deref(), Some("missing"));
+    }
+
+    fn resolved(hash: &str, changed_at: Option<i64>) -> Vec<Resolved> {
+        vec![Resolved { source: cm("c"), hash: hash.into(), full_hash: hash.into(), changed_at }]
+    }
+
+    #[test]
+    fn policy_plan_baselines_then_rolls_every_container() {
+        let p = active(spec(
+            json!({"sources": [{"kind": "ConfigMap", "name": "c"}], "targets": [{"kind": "Deployment", "name": "api"}]}),
+        ));
+        let w = workload(&[]);
+        let t = &p.spec.targets[0];
+        let first = plan_policy(&w, &p, t, &resolved("h1", None), &[], 0, "", "lrf");
+        assert!(first.template.is_none());
+        assert_eq!(first.record, BTreeMap::from([("p/configmap/c".to_string(), "h1".to_string())]));
+
+        let mut w = w;
+        w.metadata_annotations
+            .insert(POLICY_RECORD_ANNOTATION.into(), r#"{"p/configmap/c":"h1"}"#.into());
+        let next = plan_policy(&w, &p, t, &resolved("h2", None), &[], 0, "", "lrf");
+        let Some(TemplateWrite::EnvVars { set, .. }) = next.template else { panic!("{next:?}") };
+        assert_eq!(set.iter().map(|s| s.container.as_str()).collect::<Vec<_>>(), ["app", "side"]);
+        assert!(set.iter().all(|s| s.name == "STAKATER_C_CONFIGMAP" && s.value == "h2"));
+    }
+
+    #[test]
+    fn policy_plan_limits_containers_and_yields_variables_to_annotation_mode() {
+        let p = active(spec(json!({"sources": [{"kind": "ConfigMap", "name": "c"}],
+            "targets": [{"kind": "Deployment", "name": "api", "containers": ["side"]}]})));
+        let mut w = workload(&[]);
+        w.metadata_annotations
+            .insert(POLICY_RECORD_ANNOTATION.into(), r#"{"p/configmap/c":"h1"}"#.into());
+        let t = &p.spec.targets[0];
+        let plan = plan_policy(&w, &p, t, &resolved("h2", None), &[], 0, "", "lrf");
+        let Some(TemplateWrite::EnvVars { set, .. }) = plan.template else { panic!() };
+        assert_eq!(set.len(), 1);
+        assert_eq!(set[0].container, "side");
+        let shared = plan_policy(
+            &w,
+            &p,
+            t,
+            &resolved("h2", None),
+            &["STAKATER_C_CONFIGMAP".into()],
+            0,
+            "",
+            "lrf",
+        );
+        assert_eq!(shared.template, Some(TemplateWrite::EnvVars { set: vec![], remove: vec![] }));
+        assert_eq!(
+            shared.changes.len(),
+            1,
+            "the change still counts (and joins annotation mode's rollout)"
+        );
+    }
+
+    #[test]
+    fn policy_plan_restart_and_annotation_strategies_and_late_changes() {
+        let mut s = spec(
+            json!({"sources": [{"kind": "ConfigMap", "name": "c"}], "targets": [{"kind": "Deployment", "name": "api"}], "strategy": "Restart"}),
+        );
+        let w = workload(&[]);
+        // Never recorded, but the change was seen after the workload existed: roll.
+        let p = active(s.clone());
+        let plan = plan_policy(
+            &w,
+            &p,
+            &p.spec.targets[0],
+            &resolved("h2", Some(20)),
+            &[],
+            0,
+            "2026-01-01T00:00:00Z",
+            "lrf",
+        );
+        assert_eq!(
+            plan.template,
+            Some(TemplateWrite::Annotation {
+                key: RESTARTED_AT_ANNOTATION.into(),
+                value: "2026-01-01T00:00:00Z".into()
+            })
+        );
+        s.strategy = PolicyStrategy::Annotation;
+        let p = active(s);
+        let plan =
+            plan_policy(&w, &p, &p.spec.targets[0], &resolved("h2", Some(20)), &[], 7, "", "lrf");
+        let Some(TemplateWrite::Annotation { key, value }) = plan.template else { panic!() };
+        assert_eq!(key, "lrf");
+        assert_eq!(
+            value,
+            r#"{"type":"CONFIGMAP","name":"c","namespace":"ns","hash":"h2","containerRefs":["app","side"],"observedAt":7}"#
+        );
+    }
+}
