@@ -23,6 +23,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+mod policies;
+
 use crate::annotations::AnnotationKeys;
 use crate::cli::ReloadArgs;
 use crate::decision::Selection;
@@ -33,8 +35,10 @@ use crate::plan::{Cause, Plan, PlanOptions, SourceFacts, Strategy, TemplateWrite
 use crate::queue::WorkQueue;
 use crate::source::{SourceKind, SourceRef, SourceState};
 use crate::store::{SourceUpdate, Store, WorkloadEntry};
-use crate::workload::{RECORD_ANNOTATION, WorkloadInfo, WorkloadKey, WorkloadKind, format_record};
-use crate::writer::{WORKLOAD_FIELD_MANAGER, apply_to_template, record_patch, workload_patch};
+use crate::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
+use crate::writer::{
+    WORKLOAD_FIELD_MANAGER, apply_to_template, record_annotations, record_patch, workload_patch,
+};
 
 /// Engine settings, derived from the command line.
 #[derive(Debug, Clone)]
@@ -137,6 +141,10 @@ pub struct Engine {
     startup_pass: Mutex<HashSet<WorkloadKey>>,
     /// With `--namespace-selector`: the namespaces that match it now.
     selected_namespaces: RwLock<HashSet<String>>,
+    /// ReloadPolicies and what the engine reports about them.
+    policy: policies::PolicyState,
+    /// Policies whose status needs writing.
+    policy_queue: WorkQueue<(String, String)>,
     /// Consecutive failed writes per workload, for the retry backoff.
     failures: Mutex<std::collections::HashMap<WorkloadKey, u32>>,
     /// Workloads whose rollout waits for their sources to settle, and since when.
@@ -166,6 +174,8 @@ impl Engine {
             selected_namespaces: RwLock::new(HashSet::new()),
             deferred: Mutex::new(std::collections::HashMap::new()),
             failures: Mutex::new(std::collections::HashMap::new()),
+            policy: policies::PolicyState::default(),
+            policy_queue: WorkQueue::new(Duration::from_secs(2)),
         })
     }
 
@@ -196,6 +206,8 @@ impl Engine {
         }
         // Kinds whose API may not exist (yet): found by discovery, watched once found. They do
         // not hold up readiness; their workloads are checked as they arrive.
+        tasks.spawn(self.clone().discover_and_watch_policies(scopes.clone()));
+        tasks.spawn(self.clone().policy_status_worker());
         for kind in self.config.kinds.iter().copied().filter(|k| !Self::watchable(*k)) {
             tasks.spawn(self.clone().discover_and_watch(kind, scopes.clone()));
         }
@@ -242,6 +254,7 @@ impl Engine {
         shutdown.await;
         info!("stopping: no new work is taken, in-flight writes finish");
         self.queue.close();
+        self.policy_queue.close();
         // Workers return once the queue is closed and their current reconcile is done.
         let drained = tokio::time::timeout(Duration::from_secs(20), async {
             while workers.join_next().await.is_some() {}
@@ -511,6 +524,7 @@ impl Engine {
         for key in affected {
             self.queue.add(key, self.config.debounce);
         }
+        self.enqueue_for_policies(ns, source);
     }
 
     // ---- workloads -----------------------------------------------------------------------
@@ -770,6 +784,7 @@ impl Engine {
                     None
                 }
             };
+            let parts = self.add_policies(&entry.info, &mut plan, opts.now, &opts.now_rfc3339);
             if !plan.unwritable.is_empty() {
                 warn!(workload = %key, sources = ?plan.unwritable.iter().map(ToString::to_string).collect::<Vec<_>>(),
                       "workload has no container to write the reload variable to");
@@ -783,6 +798,7 @@ impl Engine {
             }
             if plan.is_noop() {
                 self.startup_pass.lock().unwrap().remove(key);
+                self.report_policies(parts, None).await;
                 return revisit;
             }
             if entry.info.suspended {
@@ -798,6 +814,7 @@ impl Engine {
             match self.execute(&entry.info, &plan).await {
                 Ok(()) => {
                     self.failures.lock().unwrap().remove(key);
+                    self.report_policies(parts, None).await;
                     if !plan.changes.is_empty() {
                         self.reloaded(&entry.info, &plan).await;
                     } else {
@@ -815,14 +832,20 @@ impl Engine {
                             self.refresh(key, &obj);
                             entry = self.store.read().unwrap().workload(key)?;
                         }
-                        Err(e) => return self.failed(&entry.info, &plan, e.into()).await,
+                        Err(e) => {
+                            self.report_policies(parts, Some(&e.to_string())).await;
+                            return self.failed(&entry.info, &plan, e.into()).await;
+                        }
                     }
                 }
                 Err(ExecError::Kube(kube::Error::Api(status))) if status.code == 404 => {
                     self.store.write().unwrap().remove_workload(key);
                     return None;
                 }
-                Err(e) => return self.failed(&entry.info, &plan, e).await,
+                Err(e) => {
+                    self.report_policies(parts, Some(&e.to_string())).await;
+                    return self.failed(&entry.info, &plan, e).await;
+                }
             }
         }
         warn!(workload = %key, "gave up after repeated conflicts; will retry");
@@ -967,9 +990,9 @@ impl Engine {
         if let Some(rv) = &info.resource_version {
             patch["metadata"]["resourceVersion"] = serde_json::json!(rv);
         }
-        if let Some(record) = &plan.record {
-            patch["metadata"]["annotations"] =
-                serde_json::json!({RECORD_ANNOTATION: format_record(record)});
+        let records = record_annotations(plan);
+        if !records.is_empty() {
+            patch["metadata"]["annotations"] = serde_json::Value::Object(records);
         }
         if let Some(write) = &plan.template {
             let restart = key.kind == WorkloadKind::Rollout
@@ -1017,10 +1040,10 @@ impl Engine {
         if old.metadata.resource_version != info.resource_version {
             return Err(ExecError::Kube(conflict(key)));
         }
-        let mut annotations = BTreeMap::new();
-        if let Some(record) = &plan.record {
-            annotations.insert(RECORD_ANNOTATION.to_string(), format_record(record));
-        }
+        let annotations: BTreeMap<String, String> = record_annotations(plan)
+            .into_iter()
+            .filter_map(|(k, v)| v.as_str().map(|v| (k, v.to_string())))
+            .collect();
         let new = recreated_job(&old, Some(write), &annotations);
         let params = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Background),

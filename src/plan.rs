@@ -81,8 +81,55 @@ pub struct Change {
 /// A write to the pod template that makes the controller roll the workload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TemplateWrite {
-    EnvVars { set: Vec<EnvWrite>, remove: Vec<EnvRemoval> },
-    Annotation { key: String, value: String },
+    EnvVars {
+        set: Vec<EnvWrite>,
+        remove: Vec<EnvRemoval>,
+    },
+    Annotation {
+        key: String,
+        value: String,
+    },
+    /// Several writes made as one (annotation mode and policies on the same workload).
+    Combined(Vec<TemplateWrite>),
+}
+
+impl TemplateWrite {
+    /// Both writes as one, so a workload selected several ways rolls once.
+    pub fn combine(a: Option<TemplateWrite>, b: Option<TemplateWrite>) -> Option<TemplateWrite> {
+        match (a, b) {
+            (None, x) | (x, None) => x,
+            (Some(a), Some(b)) => {
+                let mut parts = Vec::new();
+                for w in [a, b] {
+                    match w {
+                        TemplateWrite::Combined(inner) => parts.extend(inner),
+                        other => parts.push(other),
+                    }
+                }
+                // Env writes merge into one, so one containers list is sent.
+                let (mut set, mut remove, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+                for p in parts {
+                    match p {
+                        TemplateWrite::EnvVars { set: s, remove: r } => {
+                            for w in s {
+                                if !set.iter().any(|e: &EnvWrite| {
+                                    e.container == w.container && e.name == w.name
+                                }) {
+                                    set.push(w);
+                                }
+                            }
+                            remove.extend(r);
+                        }
+                        other => rest.push(other),
+                    }
+                }
+                if !set.is_empty() || !remove.is_empty() {
+                    rest.insert(0, TemplateWrite::EnvVars { set, remove });
+                }
+                Some(if rest.len() == 1 { rest.remove(0) } else { TemplateWrite::Combined(rest) })
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,11 +158,16 @@ pub struct Plan {
     pub unwritable: Vec<SourceRef>,
     /// Pausing or resuming a Deployment with a pause period (see [`crate::pause`]).
     pub pause: Option<crate::pause::PauseWrite>,
+    /// The new per-policy record, when it differs (see [`crate::policy_plan`]).
+    pub policy_record: Option<BTreeMap<String, String>>,
 }
 
 impl Plan {
     pub fn is_noop(&self) -> bool {
-        self.template.is_none() && self.record.is_none() && self.pause.is_none()
+        self.template.is_none()
+            && self.record.is_none()
+            && self.pause.is_none()
+            && self.policy_record.is_none()
     }
 }
 

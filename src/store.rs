@@ -113,6 +113,22 @@ impl Store {
         self.sources.values().map(HashMap::len).sum()
     }
 
+    /// Every source of a namespace with its facts (for resolving ReloadPolicy sources).
+    pub fn sources_in(&self, namespace: &str) -> Vec<(SourceRef, SourceFacts)> {
+        self.sources
+            .get(namespace)
+            .map(|m| m.iter().map(|(s, f)| (s.clone(), f.clone())).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn source_labels(
+        &self,
+        namespace: &str,
+        source: &SourceRef,
+    ) -> Option<BTreeMap<String, String>> {
+        self.sources.get(namespace).and_then(|m| m.get(source)).map(|f| f.labels.clone())
+    }
+
     /// Workloads a change of `source` in `namespace` may concern.
     pub fn affected_by(&self, namespace: &str, source: &SourceRef) -> Vec<WorkloadKey> {
         let mut out: HashSet<WorkloadKey> = self

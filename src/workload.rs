@@ -135,6 +135,7 @@ impl WorkloadInfo {
     ) -> Self {
         let mut wanted = keys.workload_keys();
         wanted.push(RECORD_ANNOTATION);
+        wanted.push(crate::policy_plan::POLICY_RECORD_ANNOTATION);
         wanted.push(RESTARTED_AT_ANNOTATION);
         let filter = |annotations: Option<&BTreeMap<String, String>>| {
             annotations

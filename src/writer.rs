@@ -25,6 +25,13 @@ pub fn template_path(kind: WorkloadKind) -> &'static [&'static str] {
 
 fn template_value(write: &TemplateWrite) -> Value {
     match write {
+        TemplateWrite::Combined(parts) => {
+            let mut out = Map::new();
+            for p in parts {
+                merge(&mut out, template_value(p));
+            }
+            Value::Object(out)
+        }
         TemplateWrite::Annotation { key, value } => {
             json!({"metadata": {"annotations": {key: value}}})
         }
@@ -57,6 +64,11 @@ fn template_value(write: &TemplateWrite) -> Value {
 /// than patched: a Job made from a CronJob, a re-created Job).
 pub fn apply_to_template(template: &mut PodTemplateSpec, write: &TemplateWrite) {
     match write {
+        TemplateWrite::Combined(parts) => {
+            for p in parts {
+                apply_to_template(template, p);
+            }
+        }
         TemplateWrite::Annotation { key, value } => {
             template
                 .metadata
@@ -101,8 +113,21 @@ pub fn apply_to_template(template: &mut PodTemplateSpec, write: &TemplateWrite) 
 /// A merge patch that only sets the record annotation: safe without a resourceVersion
 /// precondition, since it touches nothing but the operator's own key.
 pub fn record_patch(plan: &Plan) -> Option<Value> {
-    let record = plan.record.as_ref()?;
-    Some(json!({"metadata": {"annotations": {RECORD_ANNOTATION: format_record(record)}}}))
+    let annotations = record_annotations(plan);
+    (!annotations.is_empty()).then(|| json!({"metadata": {"annotations": annotations}}))
+}
+
+/// The operator's metadata annotations a plan changes (its records).
+pub fn record_annotations(plan: &Plan) -> Map<String, Value> {
+    let mut annotations = Map::new();
+    if let Some(record) = &plan.record {
+        annotations.insert(RECORD_ANNOTATION.into(), json!(format_record(record)));
+    }
+    if let Some(record) = &plan.policy_record {
+        let text = serde_json::to_string(record).expect("a string map serialises");
+        annotations.insert(crate::policy_plan::POLICY_RECORD_ANNOTATION.into(), json!(text));
+    }
+    annotations
 }
 
 /// The strategic merge patch for a workload whose pod template is patched in place
@@ -116,10 +141,7 @@ pub fn workload_patch(info: &WorkloadInfo, plan: &Plan, paused_at_key: &str) -> 
     if let Some(rv) = &info.resource_version {
         metadata.insert("resourceVersion".into(), json!(rv));
     }
-    let mut annotations = Map::new();
-    if let Some(record) = &plan.record {
-        annotations.insert(RECORD_ANNOTATION.into(), json!(format_record(record)));
-    }
+    let mut annotations = record_annotations(plan);
     if let Some(pause) = &plan.pause {
         // null removes the key in a merge patch.
         annotations.insert(paused_at_key.into(), json!(pause.paused_at));

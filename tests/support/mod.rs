@@ -320,3 +320,28 @@ impl Drop for Operator {
         let _ = self.child.wait();
     }
 }
+
+/// Installs the committed ReloadPolicy CRD (server-side apply) and waits until it is served.
+pub async fn install_policy_crd(client: &Client) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Patch, PatchParams};
+    use kube::runtime::wait::{await_condition, conditions};
+    let crd: CustomResourceDefinition =
+        serde_saphyr::from_str(include_str!("../../crd/reloadpolicy.yaml"))
+            .expect("the committed CRD parses");
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(
+        "reloadpolicies.reloader.rs",
+        &PatchParams::apply("reloader-tests").force(),
+        &Patch::Apply(&crd),
+    )
+    .await
+    .expect("apply the CRD");
+    within(
+        "the ReloadPolicy CRD to be established",
+        Duration::from_secs(60),
+        await_condition(api, "reloadpolicies.reloader.rs", conditions::is_crd_established()),
+    )
+    .await
+    .unwrap();
+}

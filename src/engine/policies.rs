@@ -1,0 +1,755 @@
+//! ReloadPolicy in the engine: policies are watched next to annotation mode and add their
+//! sources and strategies to the same per-workload plan, so a workload selected several ways
+//! rolls once. Each policy's status is written by server-side apply from what the engine knows.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::events::EventType;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use tracing::{debug, info, warn};
+
+use super::{Engine, WatchItem};
+use crate::naming::env_var_name;
+use crate::plan::{Plan, TemplateWrite};
+use crate::policy::{
+    PolicySource, PolicyTarget, ReloadPolicy, ReloadPolicyStatus, SourceStatus, TargetStatus,
+};
+use crate::policy_plan::{
+    ActivePolicy, Resolved, combined_hash, parse_policy_record, plan_policy, resolve_sources,
+    source_entry_selects, target_for, target_kind,
+};
+use crate::source::SourceRef;
+use crate::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
+
+/// The field manager of policy status writes.
+pub const STATUS_FIELD_MANAGER: &str = "reloader.rs/policy-status";
+
+type PolicyKey = (String, String);
+/// Per target (kind, name): the policy's last outcome there.
+type Outcomes = BTreeMap<(WorkloadKind, String), Outcome>;
+
+/// The outcome of a policy on one target, as reported in its status.
+#[derive(Debug, Clone, PartialEq)]
+struct Outcome {
+    result: &'static str,
+    message: Option<String>,
+    time: Option<i64>,
+    hash: Option<String>,
+}
+
+#[derive(Default)]
+pub(super) struct PolicyState {
+    /// namespace → name → policy.
+    policies: RwLock<HashMap<String, BTreeMap<String, Arc<ActivePolicy>>>>,
+    /// The status last seen on the API server, per policy.
+    observed: Mutex<HashMap<PolicyKey, ReloadPolicyStatus>>,
+    outcomes: Mutex<HashMap<PolicyKey, Outcomes>>,
+    reload_counts: Mutex<HashMap<PolicyKey, i64>>,
+    /// Dry-run notices already given, so a pending change is announced once.
+    dry_run_seen: Mutex<HashMap<(PolicyKey, WorkloadKey), String>>,
+}
+
+/// What one policy contributed to a workload's plan, for reporting after the write.
+pub(super) struct PolicyPart {
+    key: PolicyKey,
+    target: WorkloadKey,
+    mode: PartMode,
+    combined: String,
+    changed: Vec<SourceRef>,
+}
+
+#[derive(PartialEq)]
+enum PartMode {
+    Live,
+    DryRun,
+    Suspended,
+}
+
+impl Engine {
+    pub(super) async fn discover_and_watch_policies(self: Arc<Self>, scopes: Vec<Option<String>>) {
+        let ar = kube::core::ApiResource::erase::<ReloadPolicy>(&());
+        let mut announced = false;
+        loop {
+            match self.client.list_api_group_resources(&ar.api_version).await {
+                Ok(list) if list.resources.iter().any(|r| r.name == ar.plural) => break,
+                _ if !announced => {
+                    info!("ReloadPolicy CRD not installed (yet); annotation mode only until it is");
+                    announced = true;
+                }
+                _ => {}
+            }
+            tokio::time::sleep(self.config.api_discovery_interval).await;
+        }
+        info!("ReloadPolicy CRD found; watching policies");
+        let mut watchers = tokio::task::JoinSet::new();
+        for scope in scopes {
+            watchers.spawn(self.clone().watch_policies(scope));
+        }
+        while watchers.join_next().await.is_some() {}
+    }
+
+    async fn watch_policies(self: Arc<Self>, scope: Option<String>) {
+        let api: Api<ReloadPolicy> = match scope.as_deref() {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        };
+        let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+        self.consume_inner(
+            stream,
+            "ReloadPolicy".into(),
+            scope.clone(),
+            false,
+            move |engine, event, state| match event {
+                WatchItem::Apply(p) => engine.apply_policy(&p),
+                WatchItem::Delete(p) => {
+                    engine.delete_policy(&p.namespace().unwrap_or_default(), &p.name_any())
+                }
+                WatchItem::Seen(p) => {
+                    state.seen.insert((p.namespace().unwrap_or_default(), p.name_any()));
+                }
+                WatchItem::RelistDone(seen) => {
+                    let gone: Vec<PolicyKey> = engine
+                        .policy
+                        .policies
+                        .read()
+                        .unwrap()
+                        .iter()
+                        .flat_map(|(ns, m)| m.keys().map(move |n| (ns.clone(), n.clone())))
+                        .filter(|(ns, _)| scope.as_ref().is_none_or(|s| s == ns))
+                        .filter(|k| !seen.contains(k))
+                        .collect();
+                    for (ns, name) in gone {
+                        engine.delete_policy(&ns, &name);
+                    }
+                }
+            },
+        )
+        .await;
+    }
+
+    fn apply_policy(&self, p: &ReloadPolicy) {
+        let ns = p.namespace().unwrap_or_default();
+        if self.ignored_namespace(&ns) {
+            return;
+        }
+        let key = (ns.clone(), p.name_any());
+        let active = Arc::new(ActivePolicy {
+            namespace: ns.clone(),
+            name: key.1.clone(),
+            generation: p.meta().generation,
+            spec: p.spec.clone(),
+        });
+        let status = p.status.clone().unwrap_or_default();
+        self.policy.reload_counts.lock().unwrap().entry(key.clone()).or_insert(status.reload_count);
+        self.policy.observed.lock().unwrap().insert(key.clone(), status);
+        let changed = {
+            let mut policies = self.policy.policies.write().unwrap();
+            let slot = policies.entry(ns.clone()).or_default();
+            let changed = slot
+                .get(&key.1)
+                .is_none_or(|old| old.spec != active.spec || old.generation != active.generation);
+            slot.insert(key.1.clone(), active);
+            changed
+        };
+        if changed {
+            debug!(policy = %format!("{ns}/{}", key.1), "policy changed");
+            self.enqueue_namespace(&ns);
+        }
+        self.policy_queue.add(key, Duration::ZERO);
+    }
+
+    fn delete_policy(&self, ns: &str, name: &str) {
+        let removed = self
+            .policy
+            .policies
+            .write()
+            .unwrap()
+            .get_mut(ns)
+            .and_then(|m| m.remove(name))
+            .is_some();
+        let key = (ns.to_string(), name.to_string());
+        self.policy.observed.lock().unwrap().remove(&key);
+        self.policy.outcomes.lock().unwrap().remove(&key);
+        self.policy.reload_counts.lock().unwrap().remove(&key);
+        if removed {
+            // Its record entries are dropped from the targets (a metadata write; nothing rolls).
+            self.enqueue_namespace(ns);
+        }
+    }
+
+    fn enqueue_namespace(&self, ns: &str) {
+        if !self.is_synced() {
+            return;
+        }
+        let keys = self.store.read().unwrap().workload_keys();
+        for key in keys.into_iter().filter(|k| k.namespace == ns) {
+            self.queue.add(key, Duration::ZERO);
+        }
+    }
+
+    fn policies_in(&self, ns: &str) -> Vec<Arc<ActivePolicy>> {
+        self.policy
+            .policies
+            .read()
+            .unwrap()
+            .get(ns)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// A source changed: queue the targets of every policy in its namespace that selects it.
+    pub(super) fn enqueue_for_policies(&self, ns: &str, source: &SourceRef) {
+        let policies = self.policies_in(ns);
+        if policies.is_empty() {
+            return;
+        }
+        let labels = self.store.read().unwrap().source_labels(ns, source).unwrap_or_default();
+        for p in policies {
+            if !p.spec.sources.iter().any(|s| source_entry_selects(s, source, &labels)) {
+                continue;
+            }
+            let targets: Vec<WorkloadKey> = {
+                let store = self.store.read().unwrap();
+                store
+                    .workload_keys()
+                    .into_iter()
+                    .filter(|k| k.namespace == ns)
+                    .filter(|k| {
+                        store.workload(k).is_some_and(|e| target_for(&p.spec, &e.info).is_some())
+                    })
+                    .collect()
+            };
+            for t in targets {
+                self.queue.add(t, self.policy_debounce(&p));
+            }
+            self.policy_queue.add((ns.to_string(), p.name.clone()), Duration::ZERO);
+        }
+    }
+
+    fn policy_debounce(&self, p: &ActivePolicy) -> Duration {
+        p.spec
+            .debounce
+            .as_deref()
+            .and_then(|d| crate::cli::parse_duration(d).ok())
+            .unwrap_or(self.config.debounce)
+    }
+
+    /// Adds every policy that targets `info` to `plan`; returns what each contributed.
+    pub(super) fn add_policies(
+        &self,
+        info: &WorkloadInfo,
+        plan: &mut Plan,
+        now: i64,
+        now_rfc3339: &str,
+    ) -> Vec<PolicyPart> {
+        let policies = self.policies_in(&info.key.namespace);
+        let existing = parse_policy_record(info);
+        let mut record: BTreeMap<String, String> = existing
+            .iter()
+            .filter(|(k, _)| {
+                let policy = k.split('/').next().unwrap_or_default();
+                policies.iter().any(|p| p.name == policy && target_for(&p.spec, info).is_some())
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let ns_sources = self.store.read().unwrap().sources_in(&info.key.namespace);
+        // Variables annotation mode manages here: the ones its record covers.
+        let annotation_env: Vec<String> = plan
+            .record
+            .clone()
+            .unwrap_or_else(|| info.record())
+            .keys()
+            .map(|s| env_var_name(s.kind, &s.name))
+            .collect();
+        let mut parts = Vec::new();
+        for p in policies {
+            let Some(target) = target_for(&p.spec, info) else { continue };
+            let (resolved, _) = resolve_sources(&p.spec, &ns_sources);
+            let pp = plan_policy(
+                info,
+                &p,
+                target,
+                &resolved,
+                &annotation_env,
+                now,
+                now_rfc3339,
+                &self.config.keys.last_reloaded_from,
+            );
+            let mode = if p.spec.suspend {
+                PartMode::Suspended
+            } else if p.spec.dry_run {
+                PartMode::DryRun
+            } else {
+                PartMode::Live
+            };
+            let changed: Vec<SourceRef> = pp.changes.iter().map(|c| c.source.clone()).collect();
+            if mode == PartMode::Live {
+                plan.changes.extend(pp.changes);
+                plan.template = TemplateWrite::combine(plan.template.take(), pp.template);
+                record.extend(pp.record);
+            } else {
+                // Nothing is written for a suspended or dry-run policy, not even its record.
+                record.retain(|k, _| !k.starts_with(&format!("{}/", p.name)));
+                record.extend(
+                    existing
+                        .iter()
+                        .filter(|(k, _)| k.starts_with(&format!("{}/", p.name)))
+                        .map(|(k, v)| (k.clone(), v.clone())),
+                );
+            }
+            parts.push(PolicyPart {
+                key: (p.namespace.clone(), p.name.clone()),
+                target: info.key.clone(),
+                mode,
+                combined: combined_hash(&resolved),
+                changed,
+            });
+        }
+        if record != existing {
+            plan.policy_record = Some(record);
+        }
+        parts
+    }
+
+    /// Reports the outcome of a workload reconcile to the policies that took part in it.
+    pub(super) async fn report_policies(&self, parts: Vec<PolicyPart>, error: Option<&str>) {
+        let now = Timestamp::now().as_second();
+        for part in parts {
+            let target = (part.target.kind, part.target.name.clone());
+            let outcome = match (&part.mode, error) {
+                (PartMode::Suspended, _) => {
+                    Outcome { result: "Suspended", message: None, time: None, hash: None }
+                }
+                (PartMode::DryRun, _) if !part.changed.is_empty() => {
+                    let seen_key = (part.key.clone(), part.target.clone());
+                    let first = self
+                        .policy
+                        .dry_run_seen
+                        .lock()
+                        .unwrap()
+                        .insert(seen_key, part.combined.clone())
+                        != Some(part.combined.clone());
+                    if first {
+                        let note = format!(
+                            "Dry run: would reload {} for {}",
+                            part.target,
+                            part.changed
+                                .iter()
+                                .map(ToString::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        );
+                        self.policy_event(&part.key, EventType::Normal, "DryRun", note).await;
+                    }
+                    Outcome {
+                        result: "DryRun",
+                        message: Some("would be reloaded".into()),
+                        time: None,
+                        hash: Some(part.combined.clone()),
+                    }
+                }
+                (PartMode::DryRun, _) => {
+                    Outcome { result: "UpToDate", message: None, time: None, hash: None }
+                }
+                (PartMode::Live, Some(e)) if !part.changed.is_empty() => {
+                    self.policy_event(
+                        &part.key,
+                        EventType::Warning,
+                        "ReloadFail",
+                        format!("Reload of {} failed: {e}", part.target),
+                    )
+                    .await;
+                    Outcome {
+                        result: "Failed",
+                        message: Some(e.to_string()),
+                        time: None,
+                        hash: None,
+                    }
+                }
+                (PartMode::Live, None) if !part.changed.is_empty() => {
+                    *self
+                        .policy
+                        .reload_counts
+                        .lock()
+                        .unwrap()
+                        .entry(part.key.clone())
+                        .or_insert(0) += 1;
+                    let note = format!(
+                        "Reloaded {} for {}",
+                        part.target,
+                        part.changed.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                    );
+                    self.policy_event(&part.key, EventType::Normal, "Reloaded", note).await;
+                    Outcome {
+                        result: "Reloaded",
+                        message: None,
+                        time: Some(now),
+                        hash: Some(part.combined.clone()),
+                    }
+                }
+                _ => {
+                    // Keep the last reload's time and hash when nothing changed.
+                    let previous = self
+                        .policy
+                        .outcomes
+                        .lock()
+                        .unwrap()
+                        .get(&part.key)
+                        .and_then(|m| m.get(&target).cloned());
+                    // A target reloaded before keeps that result; "UpToDate" means never needed one.
+                    // After a restart the memory is empty: fall back to the written status.
+                    let previous = previous.or_else(|| {
+                        let observed = self.policy.observed.lock().unwrap();
+                        let t = observed.get(&part.key)?.targets.iter().find(|t| {
+                            t.name == part.target.name && target_kind(t.kind) == part.target.kind
+                        })?;
+                        Some(Outcome {
+                            result: if t.result.as_deref() == Some("Reloaded") {
+                                "Reloaded"
+                            } else {
+                                "UpToDate"
+                            },
+                            message: None,
+                            time: t.last_reload_time.as_ref().map(|x| x.0.as_second()),
+                            hash: t.last_reload_hash.clone(),
+                        })
+                    });
+                    let result = match previous.as_ref().map(|o| o.result) {
+                        Some("Reloaded") => "Reloaded",
+                        _ => "UpToDate",
+                    };
+                    Outcome {
+                        result,
+                        message: None,
+                        time: previous.as_ref().and_then(|o| o.time),
+                        hash: previous.and_then(|o| o.hash).or(Some(part.combined.clone())),
+                    }
+                }
+            };
+            self.policy
+                .outcomes
+                .lock()
+                .unwrap()
+                .entry(part.key.clone())
+                .or_default()
+                .insert(target, outcome);
+            self.policy_queue.add(part.key, Duration::from_millis(100));
+        }
+    }
+
+    async fn policy_event(&self, key: &PolicyKey, type_: EventType, reason: &str, note: String) {
+        let uid = None;
+        let reference = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("reloader.rs/v1alpha1".into()),
+            kind: Some("ReloadPolicy".into()),
+            name: Some(key.1.clone()),
+            namespace: Some(key.0.clone()),
+            uid,
+            ..Default::default()
+        };
+        let event = kube::runtime::events::Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reload".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            warn!(policy = %format!("{}/{}", key.0, key.1), error = %e, "cannot publish event");
+        }
+    }
+
+    pub(super) async fn policy_status_worker(self: Arc<Self>) {
+        while let Some(key) = self.policy_queue.next().await {
+            if let Err(e) = self.write_policy_status(&key).await {
+                warn!(policy = %format!("{}/{}", key.0, key.1), error = %e, "cannot write policy status; will retry");
+                self.policy_queue.done(&key);
+                self.policy_queue.schedule(key, Duration::from_secs(2));
+                continue;
+            }
+            self.policy_queue.done(&key);
+        }
+    }
+
+    async fn write_policy_status(&self, key: &PolicyKey) -> kube::Result<()> {
+        let Some(policy) =
+            self.policy.policies.read().unwrap().get(&key.0).and_then(|m| m.get(&key.1).cloned())
+        else {
+            return Ok(());
+        };
+        let ns_sources = self.store.read().unwrap().sources_in(&key.0);
+        let (resolved, missing_sources) = resolve_sources(&policy.spec, &ns_sources);
+        let (targets, missing_targets) = self.resolve_targets(&policy);
+        let observed = self.policy.observed.lock().unwrap().get(key).cloned().unwrap_or_default();
+        let outcomes = self.policy.outcomes.lock().unwrap().get(key).cloned().unwrap_or_default();
+        let desired = desired_status(
+            &policy,
+            &resolved,
+            &missing_sources,
+            &targets,
+            &missing_targets,
+            &outcomes,
+            &observed,
+            *self.policy.reload_counts.lock().unwrap().get(key).unwrap_or(&0),
+            self.synced_policy_inputs(),
+        );
+        if desired == observed {
+            return Ok(());
+        }
+        let became_invalid = condition_status(&desired, "Ready") == Some("False")
+            && condition_status(&observed, "Ready") != Some("False");
+        let api: Api<ReloadPolicy> = Api::namespaced(self.client.clone(), &key.0);
+        let body = serde_json::json!({
+            "apiVersion": "reloader.rs/v1alpha1", "kind": "ReloadPolicy",
+            "metadata": {"name": key.1, "namespace": key.0},
+            "status": desired,
+        });
+        api.patch_status(
+            &key.1,
+            &PatchParams::apply(STATUS_FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+        self.policy.observed.lock().unwrap().insert(key.clone(), desired.clone());
+        if became_invalid {
+            let reason = desired
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            self.policy_event(key, EventType::Warning, "Invalid", reason).await;
+        }
+        Ok(())
+    }
+
+    fn synced_policy_inputs(&self) -> bool {
+        self.is_synced()
+    }
+
+    fn resolve_targets<'a>(
+        &self,
+        policy: &'a ActivePolicy,
+    ) -> (Vec<WorkloadInfo>, Vec<&'a PolicyTarget>) {
+        let store = self.store.read().unwrap();
+        let infos: Vec<WorkloadInfo> = store
+            .workload_keys()
+            .into_iter()
+            .filter(|k| k.namespace == policy.namespace)
+            .filter_map(|k| store.workload(&k))
+            .map(|e| e.info.clone())
+            .filter(|i| target_for(&policy.spec, i).is_some())
+            .collect();
+        let missing = policy
+            .spec
+            .targets
+            .iter()
+            .filter(|t| {
+                !infos.iter().any(|i| {
+                    target_kind(t.kind) == i.key.kind
+                        && match (&t.name, &t.selector) {
+                            (Some(n), _) => *n == i.key.name,
+                            (None, Some(s)) => crate::policy_plan::selector_matches(s, &i.labels),
+                            _ => false,
+                        }
+                })
+            })
+            .collect();
+        (infos, missing)
+    }
+}
+
+fn condition_status<'a>(status: &'a ReloadPolicyStatus, type_: &str) -> Option<&'a str> {
+    status.conditions.iter().find(|c| c.type_ == type_).map(|c| c.status.as_str())
+}
+
+fn describe_source(s: &PolicySource) -> String {
+    match (&s.name, &s.selector) {
+        (Some(n), _) => format!("{:?} {n}", s.kind),
+        _ => format!("{:?} selector", s.kind),
+    }
+}
+
+fn describe_target(t: &PolicyTarget) -> String {
+    match (&t.name, &t.selector) {
+        (Some(n), _) => format!("{:?} {n}", t.kind),
+        _ => format!("{:?} selector", t.kind),
+    }
+}
+
+fn time(seconds: i64) -> Option<Time> {
+    Timestamp::from_second(seconds).ok().map(Time)
+}
+
+/// The status the policy should have now, keeping `lastTransitionTime` of conditions whose
+/// status did not change (so an unchanged state is an unchanged object and no write).
+#[allow(clippy::too_many_arguments)]
+fn desired_status(
+    policy: &ActivePolicy,
+    resolved: &[Resolved],
+    missing_sources: &[&PolicySource],
+    targets: &[WorkloadInfo],
+    missing_targets: &[&PolicyTarget],
+    outcomes: &Outcomes,
+    observed: &ReloadPolicyStatus,
+    reload_count: i64,
+    _synced: bool,
+) -> ReloadPolicyStatus {
+    let generation = policy.generation;
+    let now = Timestamp::now();
+    let condition = |type_: &str, ok: bool, reason: &str, message: String| {
+        let status = if ok { "True" } else { "False" };
+        let previous = observed.conditions.iter().find(|c| c.type_ == type_);
+        let last = match previous {
+            Some(p) if p.status == status => p.last_transition_time.clone(),
+            _ => Time(now),
+        };
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            last_transition_time: last,
+            observed_generation: generation,
+        }
+    };
+    let failed: Vec<&String> =
+        outcomes.iter().filter(|(_, o)| o.result == "Failed").map(|((_, n), _)| n).collect();
+    let sources_ok = missing_sources.is_empty();
+    let targets_ok = missing_targets.is_empty();
+    let sources_msg = if sources_ok {
+        format!("{} source(s) found", resolved.len())
+    } else {
+        format!(
+            "not found: {}",
+            missing_sources.iter().map(|s| describe_source(s)).collect::<Vec<_>>().join(", ")
+        )
+    };
+    let targets_msg = if targets_ok {
+        format!("{} target(s) found", targets.len())
+    } else {
+        format!(
+            "not found: {}",
+            missing_targets.iter().map(|t| describe_target(t)).collect::<Vec<_>>().join(", ")
+        )
+    };
+    let (ready, ready_reason, ready_msg) = if !sources_ok {
+        (false, "SourcesNotFound", sources_msg.clone())
+    } else if !targets_ok {
+        (false, "TargetsNotFound", targets_msg.clone())
+    } else if !failed.is_empty() {
+        (
+            false,
+            "ReloadFailed",
+            format!(
+                "reload failed for: {}",
+                failed.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        )
+    } else if policy.spec.suspend {
+        (true, "Suspended", "suspended: changes are observed, nothing is reloaded".to_string())
+    } else if policy.spec.dry_run {
+        (true, "DryRun", "dry run: reloads are recorded, nothing is changed".to_string())
+    } else {
+        (true, "Ready", "sources and targets resolved".to_string())
+    };
+    let conditions = vec![
+        condition("Ready", ready, ready_reason, ready_msg),
+        condition(
+            "SourcesResolved",
+            sources_ok,
+            if sources_ok { "Found" } else { "SourcesNotFound" },
+            sources_msg,
+        ),
+        condition(
+            "TargetsResolved",
+            targets_ok,
+            if targets_ok { "Found" } else { "TargetsNotFound" },
+            targets_msg,
+        ),
+        condition(
+            "Degraded",
+            !failed.is_empty(),
+            if failed.is_empty() { "AsExpected" } else { "ReloadFailed" },
+            if failed.is_empty() {
+                "no failed reloads".into()
+            } else {
+                format!("{} target(s) failed", failed.len())
+            },
+        ),
+    ];
+    let previous_sources: HashMap<(String, String), &SourceStatus> =
+        observed.sources.iter().map(|s| ((format!("{:?}", s.kind), s.name.clone()), s)).collect();
+    let sources = resolved
+        .iter()
+        .filter_map(|r| {
+            let kind = match r.source.kind {
+                crate::source::SourceKind::ConfigMap => crate::policy::PolicySourceKind::ConfigMap,
+                crate::source::SourceKind::Secret => crate::policy::PolicySourceKind::Secret,
+                crate::source::SourceKind::SecretProviderClass => return None,
+            };
+            let prev = previous_sources.get(&(format!("{kind:?}"), r.source.name.clone()));
+            let last_change_time = match prev {
+                Some(p) if p.hash == r.hash => p.last_change_time.clone(),
+                _ => r.changed_at.and_then(time).or_else(|| prev.is_some().then_some(Time(now))),
+            };
+            Some(SourceStatus {
+                kind,
+                name: r.source.name.clone(),
+                hash: r.hash.clone(),
+                last_change_time,
+            })
+        })
+        .collect();
+    let target_status: Vec<TargetStatus> = targets
+        .iter()
+        .filter_map(|t| {
+            let kind = match t.key.kind {
+                WorkloadKind::Deployment => crate::policy::PolicyTargetKind::Deployment,
+                WorkloadKind::StatefulSet => crate::policy::PolicyTargetKind::StatefulSet,
+                WorkloadKind::DaemonSet => crate::policy::PolicyTargetKind::DaemonSet,
+                WorkloadKind::CronJob => crate::policy::PolicyTargetKind::CronJob,
+                WorkloadKind::Rollout => crate::policy::PolicyTargetKind::Rollout,
+                _ => return None,
+            };
+            let outcome = outcomes.get(&(t.key.kind, t.key.name.clone()));
+            let previous = observed.targets.iter().find(|p| p.kind == kind && p.name == t.key.name);
+            Some(TargetStatus {
+                kind,
+                name: t.key.name.clone(),
+                last_reload_time: outcome
+                    .and_then(|o| o.time.and_then(time))
+                    .or_else(|| previous.and_then(|p| p.last_reload_time.clone())),
+                last_reload_hash: outcome
+                    .and_then(|o| o.hash.clone())
+                    .or_else(|| previous.and_then(|p| p.last_reload_hash.clone())),
+                result: outcome
+                    .map(|o| o.result.to_string())
+                    .or_else(|| previous.and_then(|p| p.result.clone())),
+                message: outcome.and_then(|o| o.message.clone()),
+            })
+        })
+        .collect();
+    let last_reload_time = target_status
+        .iter()
+        .filter_map(|t| t.last_reload_time.clone())
+        .max_by_key(|t| t.0)
+        .or_else(|| observed.last_reload_time.clone());
+    ReloadPolicyStatus {
+        observed_generation: generation,
+        conditions,
+        resolved_sources: Some(resolved.len() as i32),
+        resolved_targets: Some(targets.len() as i32),
+        sources,
+        targets: target_status,
+        last_reload_time,
+        reload_count,
+    }
+}
