@@ -4,10 +4,12 @@ use crate::cli::Cli;
 use crate::engine::{Engine, EngineConfig};
 use crate::{Error, Result};
 use kube::Client;
-use tracing::{error, info};
+use tracing::info;
 
 /// Connects to the API server and runs the engine until SIGTERM or SIGINT.
 pub async fn run(cli: Cli) -> Result<()> {
+    // Handlers first: a signal that arrives while connecting must stop us cleanly, not kill us.
+    let shutdown = shutdown_signal()?;
     let config = kube::Config::infer().await.map_err(|e| Error::Config(Box::new(e)))?;
     let cluster_url = config.cluster_url.to_string();
     let client = Client::try_from(config)?;
@@ -30,23 +32,22 @@ pub async fn run(cli: Cli) -> Result<()> {
     });
     engine
         .run(async {
-            if let Err(e) = shutdown_signal().await {
-                error!(error = %e, "cannot wait for signals; stopping");
-            }
+            shutdown.await;
             info!("shutdown signal received, exiting");
         })
         .await;
     Ok(())
 }
 
-/// Resolves on the first SIGTERM or SIGINT.
-pub async fn shutdown_signal() -> Result<()> {
+/// Installs SIGTERM and SIGINT handlers now; the future resolves on the first of them.
+pub fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).map_err(Error::Signal)?;
     let mut int = signal(SignalKind::interrupt()).map_err(Error::Signal)?;
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = int.recv() => {},
-    }
-    Ok(())
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+    })
 }
