@@ -806,7 +806,8 @@ impl Engine {
                 self.startup_pass.lock().unwrap().remove(key);
                 return None;
             }
-            if let Some(wait) = self.settle_time(key, &plan) {
+            let window = Self::debounce_window(self.config.debounce, &plan, &parts);
+            if let Some(wait) = self.settle_time(key, &plan, window) {
                 debug!(workload = %key, ?wait, "sources still changing; rollout deferred");
                 return Some(wait);
             }
@@ -854,8 +855,7 @@ impl Engine {
 
     /// A rollout waits until its sources have been quiet for the debounce window (however the
     /// reconcile was triggered), so a burst is one rollout; never longer than the max wait.
-    fn settle_time(&self, key: &WorkloadKey, plan: &Plan) -> Option<Duration> {
-        let window = self.config.debounce;
+    fn settle_time(&self, key: &WorkloadKey, plan: &Plan, window: Duration) -> Option<Duration> {
         if plan.template.is_none() || window.is_zero() {
             self.deferred.lock().unwrap().remove(key);
             return None;

@@ -269,3 +269,30 @@ async fn annotation_mode_and_a_policy_on_one_workload_roll_once() {
     .await;
     f.assert_still("web", 2, &sentinel).await;
 }
+
+#[tokio::test]
+async fn a_policy_debounce_coalesces_a_burst_into_one_rollout() {
+    let f = setup("rp-debounce").await;
+    // The operator's own window is short; the policy asks for a longer one.
+    let _op = f.operator(&["--debounce", "100ms"]);
+    f.configmap("cfg", json!({"n": "0"})).await;
+    f.deployment("web", json!({}), env_from_cm("cfg")).await;
+    f.wait_replicasets("web", 1).await;
+    create_policy(
+        &f,
+        "calm",
+        json!({"sources": [{"kind": "ConfigMap", "name": "cfg"}],
+        "targets": [{"kind": "Deployment", "name": "web"}], "debounce": "2s"}),
+    )
+    .await;
+    policy_recorded(&f, "web").await;
+    for i in 1..=6 {
+        f.patch_configmap("cfg", json!({"data": {"n": i.to_string()}})).await;
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    f.wait_replicasets("web", 2).await;
+    let s = status_where(&f, "calm", "one reload", |s| s.reload_count >= 1).await;
+    let sentinel = Sentinel::create(&f).await;
+    f.assert_still("web", 2, &sentinel).await;
+    assert_eq!(policies(&f).get("calm").await.unwrap().status.unwrap().reload_count, 1, "{s:?}");
+}

@@ -63,6 +63,8 @@ pub(super) struct PolicyPart {
     mode: PartMode,
     combined: String,
     changed: Vec<SourceRef>,
+    /// The policy's `debounce` (or the operator's).
+    debounce: Duration,
 }
 
 #[derive(PartialEq)]
@@ -310,12 +312,30 @@ impl Engine {
                 mode,
                 combined: combined_hash(&resolved),
                 changed,
+                debounce: self.policy_debounce(&p),
             });
         }
         if record != existing {
             plan.policy_record = Some(record);
         }
         parts
+    }
+
+    /// How long a rollout waits for quiet sources: the operator's `--debounce` for changes seen
+    /// by annotation mode, a policy's own `debounce` for its changes; the longest applies.
+    pub(super) fn debounce_window(global: Duration, plan: &Plan, parts: &[PolicyPart]) -> Duration {
+        let from_policies: Vec<&PolicyPart> =
+            parts.iter().filter(|p| p.mode == PartMode::Live && !p.changed.is_empty()).collect();
+        let by_annotations = plan
+            .changes
+            .iter()
+            .any(|c| !from_policies.iter().any(|p| p.changed.contains(&c.source)));
+        let policy_max = from_policies.iter().map(|p| p.debounce).max();
+        match (by_annotations, policy_max) {
+            (_, None) => global,
+            (true, Some(p)) => p.max(global),
+            (false, Some(p)) => p,
+        }
     }
 
     /// Reports the outcome of a workload reconcile to the policies that took part in it.
