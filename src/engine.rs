@@ -327,22 +327,30 @@ impl Engine {
                 WatchItem::Seen(obj) => {
                     state.seen.insert((obj.namespace().unwrap_or_default(), obj.name_any()));
                 }
-                WatchItem::RelistDone(seen) => {
-                    let mut store = engine.store.write().unwrap();
-                    let gone: Vec<_> = store
-                        .workload_keys()
-                        .into_iter()
-                        .filter(|k| k.kind == kind)
-                        .filter(|k| scope.as_ref().is_none_or(|sc| *sc == k.namespace))
-                        .filter(|k| !seen.contains(&(k.namespace.clone(), k.name.clone())))
-                        .collect();
-                    for key in gone {
-                        store.remove_workload(&key);
-                    }
-                }
+                WatchItem::RelistDone(seen) => engine.forget_unseen_workloads(kind, scope.as_deref(), &seen),
             }
         })
         .await;
+    }
+
+    /// After a relist: workloads of `kind` in `scope` that were not listed are gone.
+    fn forget_unseen_workloads(
+        &self,
+        kind: WorkloadKind,
+        scope: Option<&str>,
+        seen: &HashSet<(String, String)>,
+    ) {
+        let mut store = self.store.write().unwrap();
+        let gone: Vec<_> = store
+            .workload_keys()
+            .into_iter()
+            .filter(|k| k.kind == kind)
+            .filter(|k| scope.is_none_or(|sc| sc == k.namespace))
+            .filter(|k| !seen.contains(&(k.namespace.clone(), k.name.clone())))
+            .collect();
+        for key in gone {
+            store.remove_workload(&key);
+        }
     }
 
     /// Kinds with a typed watcher here (the others are discovered at run time).
@@ -567,17 +575,7 @@ impl Engine {
                     state.seen.insert((obj.namespace().unwrap_or_default(), obj.name_any()));
                 }
                 WatchItem::RelistDone(seen) => {
-                    let mut store = engine.store.write().unwrap();
-                    let gone: Vec<_> = store
-                        .workload_keys()
-                        .into_iter()
-                        .filter(|k| k.kind == kind)
-                        .filter(|k| scope.as_ref().is_none_or(|sc| *sc == k.namespace))
-                        .filter(|k| !seen.contains(&(k.namespace.clone(), k.name.clone())))
-                        .collect();
-                    for key in gone {
-                        store.remove_workload(&key);
-                    }
+                    engine.forget_unseen_workloads(kind, scope.as_deref(), &seen)
                 }
             }
         })
@@ -1190,12 +1188,29 @@ impl Engine {
             WorkloadKind::DeploymentConfig => ("apps.openshift.io/v1", "DeploymentConfig"),
             k => ("apps/v1", k.as_str()),
         };
+        let (ns, name) = (&info.key.namespace, &info.key.name);
+        self.publish(api_version, kind, ns, name, info.uid.clone(), type_, reason, note).await;
+    }
+
+    /// Publishes an Event about an object; a failure is logged, never fatal.
+    #[allow(clippy::too_many_arguments)]
+    async fn publish(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        uid: Option<String>,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let reference = ObjectReference {
             api_version: Some(api_version.into()),
             kind: Some(kind.into()),
-            name: Some(info.key.name.clone()),
-            namespace: Some(info.key.namespace.clone()),
-            uid: info.uid.clone(),
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            uid,
             ..Default::default()
         };
         let event = KubeEvent {
@@ -1206,7 +1221,7 @@ impl Engine {
             secondary: None,
         };
         if let Err(e) = self.recorder.publish(&event, &reference).await {
-            warn!(workload = %info.key, error = %e, "cannot publish event");
+            warn!(object = %format!("{kind} {namespace}/{name}"), error = %e, "cannot publish event");
         }
     }
 }

@@ -173,16 +173,16 @@ impl Plan {
 
 /// The `last-reloaded-from` annotation value, field for field as the other program writes it.
 #[derive(Debug, Serialize)]
-struct ReloadSource<'a> {
+pub(crate) struct ReloadSource<'a> {
     #[serde(rename = "type")]
-    kind: &'a str,
-    name: &'a str,
-    namespace: &'a str,
-    hash: &'a str,
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub hash: &'a str,
     #[serde(rename = "containerRefs")]
-    container_refs: Vec<&'a str>,
+    pub container_refs: Vec<&'a str>,
     #[serde(rename = "observedAt")]
-    observed_at: i64,
+    pub observed_at: i64,
 }
 
 #[derive(Debug, serde::Deserialize)]

@@ -5,11 +5,10 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use serde::Serialize;
 
 use crate::hash;
 use crate::naming::env_var_name;
-use crate::plan::{Cause, Change, EnvWrite, SourceFacts, TemplateWrite};
+use crate::plan::{Cause, Change, EnvWrite, ReloadSource, SourceFacts, TemplateWrite};
 use crate::policy::{
     PolicySource, PolicySourceKind, PolicyStrategy, PolicyTarget, PolicyTargetKind,
     ReloadPolicySpec,
@@ -161,19 +160,6 @@ pub struct PolicyPlan {
     pub template: Option<TemplateWrite>,
     /// This policy's record entries for the target, as they should be.
     pub record: BTreeMap<String, String>,
-}
-
-#[derive(Serialize)]
-struct ReloadSource<'a> {
-    #[serde(rename = "type")]
-    kind: &'a str,
-    name: &'a str,
-    namespace: &'a str,
-    hash: &'a str,
-    #[serde(rename = "containerRefs")]
-    container_refs: Vec<&'a str>,
-    #[serde(rename = "observedAt")]
-    observed_at: i64,
 }
 
 /// Plans one policy for one target. `env_owned_by_annotations` names the variables annotation

@@ -16,13 +16,6 @@ use support::fixture::{Fixture, Sentinel, TIMEOUT, env_from_cm, sha1_hex};
 use support::{Operator, TestNamespace, eventually};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-async fn baseline(f: &Fixture, deployment: &str) {
-    eventually(&format!("the baseline of {deployment}"), TIMEOUT, || async {
-        f.deployment_now(deployment).await.annotations().get("reloader.rs/source-hashes").cloned()
-    })
-    .await;
-}
-
 #[tokio::test]
 async fn colliding_env_var_names_share_one_stable_variable() {
     let f = Fixture::new("af-collide").await;
@@ -37,7 +30,7 @@ async fn colliding_env_var_names_share_one_stable_variable() {
     )
     .await;
     f.wait_replicasets("web", 1).await;
-    baseline(&f, "web").await;
+    f.wait_baseline("web").await;
     f.patch_configmap("my-config", json!({"data": {"a": "2"}})).await;
     f.wait_replicasets("web", 2).await;
     let combined = format!(
@@ -76,7 +69,7 @@ async fn ignored_workload_types_and_resources_to_ignore() {
     }))
     .await;
     f.wait_replicasets("web", 1).await;
-    baseline(&f, "web").await;
+    f.wait_baseline("web").await;
     f.patch_secret("app-secret", json!({"k": "2"})).await;
     f.assert_still("web", 1, &sentinel).await;
     f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
@@ -146,7 +139,7 @@ async fn namespace_selector_follows_namespace_labels() {
 
     // Once labelled, the namespace is served: a baseline first, then changes roll.
     label(&g.ns.name, Some(&token)).await;
-    baseline(&g, "web").await;
+    g.wait_baseline("web").await;
     g.patch_configmap("app-config", json!({"data": {"a": "3"}})).await;
     g.wait_replicasets("web", 2).await;
 }
@@ -167,7 +160,7 @@ async fn resource_label_selector_filters_sources_server_side() {
         .await;
     f.wait_replicasets("a", 1).await;
     f.wait_replicasets("b", 1).await;
-    baseline(&f, "a").await;
+    f.wait_baseline("a").await;
     f.patch_configmap("unwatched", json!({"data": {"a": "2"}})).await;
     f.patch_configmap("watched", json!({"data": {"a": "2"}})).await;
     f.wait_replicasets("a", 2).await;
@@ -187,8 +180,8 @@ async fn renamed_annotations_and_auto_reload_all() {
     for d in ["renamed", "unannotated", "opted-out"] {
         f.wait_replicasets(d, 1).await;
     }
-    baseline(&f, "renamed").await;
-    baseline(&f, "unannotated").await;
+    f.wait_baseline("renamed").await;
+    f.wait_baseline("unannotated").await;
     f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
     f.wait_replicasets("renamed", 2).await;
     f.wait_replicasets("unannotated", 2).await;
@@ -275,7 +268,7 @@ async fn webhook_url_posts_instead_of_reloading() {
     f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
         .await;
     f.wait_replicasets("web", 1).await;
-    baseline(&f, "web").await;
+    f.wait_baseline("web").await;
     f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
     let body =
         eventually("the webhook", TIMEOUT, || async { bodies.lock().unwrap().first().cloned() })
@@ -315,7 +308,7 @@ async fn a_failing_reload_is_a_reload_fail_event_and_is_retried() {
     f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
         .await;
     f.wait_replicasets("web", 1).await;
-    baseline(&f, "web").await;
+    f.wait_baseline("web").await;
     f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
     let notes = eventually("a ReloadFail event", TIMEOUT, || async {
         let notes = f.events("Deployment", "web", "ReloadFail").await;

@@ -28,10 +28,7 @@ async fn auto_annotation_rolls_on_data_change_with_the_reloader_hash() {
         .await;
     f.wait_replicasets("web", 1).await;
     // Never reloaded before: a baseline is recorded, nothing rolls.
-    eventually("the baseline record", TIMEOUT, || async {
-        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
-    })
-    .await;
+    f.wait_baseline("web").await;
     assert_eq!(f.replicasets("web").await.len(), 1);
 
     f.patch_configmap("app-config", json!({"data": {"a": "10"}})).await;
@@ -62,10 +59,7 @@ async fn typed_auto_annotations_select_one_kind_only() {
     )
     .await;
     f.wait_replicasets("web", 1).await;
-    eventually("baseline", TIMEOUT, || async {
-        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
-    })
-    .await;
+    f.wait_baseline("web").await;
     f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
     f.assert_still("web", 1, &sentinel).await;
     f.patch_secret("app-secret", json!({"k": "2"})).await;
@@ -108,10 +102,7 @@ async fn secret_hash_uses_decoded_bytes_and_configmap_hash_base64s_binary_data()
     )
     .await;
     f.wait_replicasets("web", 1).await;
-    eventually("the baseline record", TIMEOUT, || async {
-        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
-    })
-    .await;
+    f.wait_baseline("web").await;
     f.patch_secret("db", json!({"password": "s3cr3t"})).await;
     f.patch_configmap("bin", json!({"binaryData": {"blob": "AAL/"}})).await;
     eventually("both variables", TIMEOUT, || async {
@@ -161,10 +152,7 @@ async fn a_configmap_and_secret_changed_together_are_one_rollout() {
     )
     .await;
     f.wait_replicasets("web", 1).await;
-    eventually("the baseline record", TIMEOUT, || async {
-        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
-    })
-    .await;
+    f.wait_baseline("web").await;
     f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
     f.patch_secret("app-secret", json!({"k": "2"})).await;
     f.wait_replicasets("web", 2).await;
@@ -237,10 +225,7 @@ async fn named_reload_needs_no_reference_and_exclude_and_ignore_win() {
     for d in ["named", "excluding", "ignoring"] {
         f.wait_replicasets(d, 1).await;
     }
-    eventually("baseline of the named workload", TIMEOUT, || async {
-        f.deployment_now("named").await.annotations().get("reloader.rs/source-hashes").cloned()
-    })
-    .await;
+    f.wait_baseline("named").await;
     f.patch_secret("global-token", json!({"t": "2"})).await;
     f.wait_replicasets("named", 2).await;
     let env = f.env_of("named").await;
@@ -270,10 +255,7 @@ async fn template_annotations_and_search_match() {
         json!({"reloader.stakater.com/search": "true"});
     f.create::<Deployment>(d).await;
     f.wait_replicasets("web", 1).await;
-    eventually("baseline", TIMEOUT, || async {
-        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
-    })
-    .await;
+    f.wait_baseline("web").await;
     f.patch_configmap("unmatched", json!({"data": {"a": "2"}})).await;
     f.assert_still("web", 1, &sentinel).await;
     f.patch_configmap("matched", json!({"data": {"a": "2"}})).await;
@@ -288,10 +270,7 @@ async fn annotations_strategy_writes_last_reloaded_from() {
     f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
         .await;
     f.wait_replicasets("web", 1).await;
-    eventually("baseline", TIMEOUT, || async {
-        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
-    })
-    .await;
+    f.wait_baseline("web").await;
     f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
     f.wait_replicasets("web", 2).await;
     let annotations = f.template_annotations("web").await;
@@ -314,10 +293,7 @@ async fn restart_strategy_sets_restarted_at() {
     f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
         .await;
     f.wait_replicasets("web", 1).await;
-    eventually("baseline", TIMEOUT, || async {
-        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
-    })
-    .await;
+    f.wait_baseline("web").await;
     f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
     f.wait_replicasets("web", 2).await;
     let annotations = f.template_annotations("web").await;
@@ -515,10 +491,7 @@ async fn pause_period_batches_changes_and_resumes_after_an_operator_restart() {
     )
     .await;
     f.wait_replicasets("web", 1).await;
-    eventually("baseline", TIMEOUT, || async {
-        f.deployment_now("web").await.annotations().get("reloader.rs/source-hashes").cloned()
-    })
-    .await;
+    f.wait_baseline("web").await;
     f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
     let paused = eventually("the Deployment to be paused", TIMEOUT, || async {
         let d = f.deployment_now("web").await;

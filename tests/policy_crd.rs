@@ -6,36 +6,13 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, Client};
 use reloader::policy::ReloadPolicy;
 use serde_json::{Value, json};
-use support::{TestNamespace, client, eventually, within};
+use support::{TestNamespace, client, eventually, install_policy_crd};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-async fn install_crd(client: &Client) {
-    let crd: CustomResourceDefinition =
-        serde_saphyr::from_str(include_str!("../crd/reloadpolicy.yaml"))
-            .expect("the committed CRD parses");
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch(
-        "reloadpolicies.reloader.rs",
-        &PatchParams::apply("reloader-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("apply the CRD");
-    within(
-        "the CRD to be established",
-        TIMEOUT,
-        await_condition(api, "reloadpolicies.reloader.rs", conditions::is_crd_established()),
-    )
-    .await
-    .unwrap();
-}
 
 fn policy(name: &str, spec: Value) -> ReloadPolicy {
     serde_json::from_value(json!({
@@ -68,7 +45,7 @@ async fn create_raw(
 #[tokio::test]
 async fn valid_policies_are_accepted_and_invalid_ones_rejected_with_the_reason() {
     let client = client().await;
-    install_crd(&client).await;
+    install_policy_crd(&client).await;
     let ns = TestNamespace::create(&client, "rp-validate").await;
 
     let valid = json!({
@@ -155,7 +132,7 @@ async fn valid_policies_are_accepted_and_invalid_ones_rejected_with_the_reason()
 #[tokio::test]
 async fn printer_columns_and_status_subresource() {
     let client = client().await;
-    install_crd(&client).await;
+    install_policy_crd(&client).await;
     let ns = TestNamespace::create(&client, "rp-columns").await;
     let api: Api<ReloadPolicy> = Api::namespaced(client.clone(), &ns.name);
     let spec = json!({"sources": [{"kind": "ConfigMap", "name": "c"}], "targets": [{"kind": "Deployment", "name": "d"}]});

@@ -465,25 +465,17 @@ impl Engine {
     }
 
     async fn policy_event(&self, key: &PolicyKey, type_: EventType, reason: &str, note: String) {
-        let uid = None;
-        let reference = k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some("reloader.rs/v1alpha1".into()),
-            kind: Some("ReloadPolicy".into()),
-            name: Some(key.1.clone()),
-            namespace: Some(key.0.clone()),
-            uid,
-            ..Default::default()
-        };
-        let event = kube::runtime::events::Event {
+        self.publish(
+            "reloader.rs/v1alpha1",
+            "ReloadPolicy",
+            &key.0,
+            &key.1,
+            None,
             type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Reload".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            warn!(policy = %format!("{}/{}", key.0, key.1), error = %e, "cannot publish event");
-        }
+            reason,
+            note,
+        )
+        .await;
     }
 
     pub(super) async fn policy_status_worker(self: Arc<Self>) {

@@ -109,6 +109,18 @@ impl Fixture {
             .collect()
     }
 
+    /// Waits until the operator has recorded its baseline on the Deployment.
+    pub async fn wait_baseline(&self, deployment: &str) {
+        eventually(&format!("the baseline of {deployment}"), TIMEOUT, || async {
+            self.deployment_now(deployment)
+                .await
+                .annotations()
+                .get("reloader.rs/source-hashes")
+                .cloned()
+        })
+        .await;
+    }
+
     /// Waits until the Deployment has exactly `n` ReplicaSets.
     pub async fn wait_replicasets(&self, deployment: &str, n: usize) {
         let deadline = std::time::Instant::now() + TIMEOUT;
