@@ -31,6 +31,11 @@ pub struct Cli {
     #[arg(long, env = "RELOADER_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
 
+    /// Address of the HTTP endpoint (`/metrics`, `/live`, `/readyz`); `:9090` means every
+    /// interface, port 9090.
+    #[arg(long, env = "RELOADER_METRICS_ADDR", value_parser = parse_listen_addr, default_value = ":9090")]
+    pub metrics_addr: std::net::SocketAddr,
+
     #[command(flatten)]
     pub reload: ReloadArgs,
 
@@ -219,6 +224,12 @@ pub fn namespace_label_selector(text: &str) -> String {
         .join(",")
 }
 
+/// Parses `host:port` or the Go-style `:port` (every interface).
+pub fn parse_listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {
+    let full = if text.starts_with(':') { format!("0.0.0.0{text}") } else { text.to_string() };
+    full.parse().map_err(|e| format!("invalid listen address {text:?}: {e}"))
+}
+
 /// Parses `1500ms`, `30s`, `5m`, `1h`, `1m30s` (Go-style durations without fractions).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -321,6 +332,13 @@ mod tests {
         assert_eq!(namespace_label_selector("env=prod, team:*,tier!=db"), "env=prod,team,tier!=db");
         assert_eq!(namespace_label_selector("env in (a,b),x:y"), "env in (a,b),x=y");
         assert_eq!(namespace_label_selector(""), "");
+    }
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(parse_listen_addr(":9090").unwrap().to_string(), "0.0.0.0:9090");
+        assert_eq!(parse_listen_addr("127.0.0.1:9091").unwrap().to_string(), "127.0.0.1:9091");
+        assert!(parse_listen_addr("nowhere").is_err());
     }
 
     #[test]

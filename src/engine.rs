@@ -145,6 +145,7 @@ pub struct Engine {
     policy: policies::PolicyState,
     /// Policies whose status needs writing.
     policy_queue: WorkQueue<(String, String)>,
+    metrics: Arc<crate::metrics::Metrics>,
     /// Consecutive failed writes per workload, for the retry backoff.
     failures: Mutex<std::collections::HashMap<WorkloadKey, u32>>,
     /// Workloads whose rollout waits for their sources to settle, and since when.
@@ -174,9 +175,14 @@ impl Engine {
             selected_namespaces: RwLock::new(HashSet::new()),
             deferred: Mutex::new(std::collections::HashMap::new()),
             failures: Mutex::new(std::collections::HashMap::new()),
+            metrics: Arc::new(crate::metrics::Metrics::new()),
             policy: policies::PolicyState::default(),
             policy_queue: WorkQueue::new(Duration::from_secs(2)),
         })
+    }
+
+    pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
+        self.metrics.clone()
     }
 
     /// Resolves to true once the first list of every watched kind is in memory.
@@ -694,6 +700,15 @@ impl Engine {
         let mut state = WatchState::default();
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
+            let event_type = match &event {
+                Ok(Event::Apply(_)) | Ok(Event::InitApply(_)) => Some("update"),
+                Ok(Event::Delete(_)) => Some("delete"),
+                Err(_) => Some("error"),
+                _ => None,
+            };
+            if let Some(t) = event_type {
+                self.metrics.events_received.with_label_values(&[t, what.as_str()]).inc();
+            }
             match event {
                 Ok(Event::Init) => state.seen.clear(),
                 Ok(Event::InitApply(obj)) => {
@@ -740,7 +755,26 @@ impl Engine {
 
     async fn worker(self: Arc<Self>) {
         while let Some(key) = self.queue.next().await {
+            let started = std::time::Instant::now();
             let retry = self.reconcile(&key).await;
+            let result = if retry.is_some() { "requeued" } else { "done" };
+            self.metrics.reconcile_total.with_label_values(&[result]).inc();
+            self.metrics
+                .reconcile_duration
+                .with_label_values(&[result])
+                .observe(started.elapsed().as_secs_f64());
+            self.metrics.workqueue_depth.set(self.queue.len() as i64);
+            {
+                let store = self.store.read().unwrap();
+                self.metrics
+                    .watched_objects
+                    .with_label_values(&["source"])
+                    .set(store.source_count() as i64);
+                self.metrics
+                    .watched_objects
+                    .with_label_values(&["workload"])
+                    .set(store.workload_count() as i64);
+            }
             self.queue.done(&key);
             if let Some(after) = retry {
                 self.queue.schedule(key, after);
@@ -1143,6 +1177,8 @@ impl Engine {
             })
             .collect();
         info!(workload = %key, sources = ?sources, causes = ?causes, strategy = ?self.config.strategy, "reloaded workload");
+        self.metrics.reload_executed.with_label_values(&["true"]).inc();
+        self.metrics.action_total.with_label_values(&[key.kind.as_str(), "success"]).inc();
         let described: Vec<String> = plan
             .changes
             .iter()
@@ -1168,6 +1204,12 @@ impl Engine {
             retry_delay(*n)
         };
         warn!(workload = %key, error = %error, ?retry, "update failed; will retry");
+        self.metrics.errors_total.with_label_values(&["update"]).inc();
+        self.metrics.retries_total.inc();
+        if !plan.changes.is_empty() {
+            self.metrics.reload_executed.with_label_values(&["false"]).inc();
+            self.metrics.action_total.with_label_values(&[key.kind.as_str(), "error"]).inc();
+        }
         if !plan.changes.is_empty() {
             let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
             let note = format!(

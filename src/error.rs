@@ -27,6 +27,14 @@ pub enum Error {
     #[error("cannot initialise logging: {0}")]
     Telemetry(String),
 
+    /// The HTTP endpoint could not bind its address.
+    #[error("cannot serve metrics on {addr}: {source}")]
+    Listen {
+        addr: std::net::SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+
     /// Installing a signal handler failed.
     #[error("cannot install signal handler: {0}")]
     Signal(#[source] std::io::Error),

@@ -4,6 +4,7 @@ use crate::cli::Cli;
 use crate::engine::{Engine, EngineConfig};
 use crate::{Error, Result};
 use kube::Client;
+use std::sync::Arc;
 use tracing::info;
 
 /// Connects to the API server and runs the engine until SIGTERM or SIGINT.
@@ -24,6 +25,17 @@ pub async fn run(cli: Cli) -> Result<()> {
     );
 
     let engine = Engine::new(client, EngineConfig::from_args(&cli.reload));
+    let stop_http = Arc::new(tokio::sync::Notify::new());
+    let (bound, http) = {
+        let stop = stop_http.clone();
+        crate::http::serve(cli.metrics_addr, engine.metrics(), engine.ready(), async move {
+            stop.notified().await
+        })
+        .await
+        .map_err(|source| Error::Listen { addr: cli.metrics_addr, source })?
+    };
+    info!(address = %bound, "serving /metrics, /live and /readyz");
+    let http = tokio::spawn(http);
     let mut ready = engine.ready();
     tokio::spawn(async move {
         if ready.wait_for(|r| *r).await.is_ok() {
@@ -36,6 +48,8 @@ pub async fn run(cli: Cli) -> Result<()> {
             info!("shutdown signal received, exiting");
         })
         .await;
+    stop_http.notify_one();
+    let _ = http.await;
     Ok(())
 }
 

@@ -33,7 +33,7 @@ fn unknown_log_level_is_a_clear_error() {
 fn run_until_signal(signal: &str) -> (std::process::ExitStatus, Vec<serde_json::Value>) {
     let env = support::env();
     let mut child = Command::new(BIN)
-        .args(["--log-format", "json"])
+        .args(["--log-format", "json", "--metrics-addr", "127.0.0.1:0"])
         .env("KUBECONFIG", &env.kubeconfig)
         .env_remove("RELOADER_LOG_LEVEL")
         .stdout(Stdio::null())

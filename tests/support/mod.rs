@@ -267,6 +267,8 @@ impl Operator {
         let env = env();
         let mut child = Command::new(env!("CARGO_BIN_EXE_reloader"))
             .args(["--log-format", "json", "--log-level", "reloader=debug,info"])
+            // Parallel operators: each on a free loopback port.
+            .args(["--metrics-addr", "127.0.0.1:0"])
             .args(args)
             .env("KUBECONFIG", &env.kubeconfig)
             .stdout(Stdio::null())
@@ -302,6 +304,12 @@ impl Operator {
             .filter(|l| l.contains(&needle))
             .filter_map(|l| serde_json::from_str(l).ok())
             .collect()
+    }
+
+    /// The address the HTTP endpoint is bound to, from its log line.
+    pub fn http_addr(&self) -> String {
+        let line = self.lines_with("serving /metrics, /live and /readyz");
+        line.first().and_then(|l| l["address"].as_str()).expect("the serving line").to_string()
     }
 
     /// Stops the process with SIGTERM and waits for it.
