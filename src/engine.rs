@@ -287,25 +287,29 @@ impl Engine {
     /// Waits until the API of `kind` is served, then watches it in every scope.
     async fn discover_and_watch(self: Arc<Self>, kind: WorkloadKind, scopes: Vec<Option<String>>) {
         let ar = Self::dynamic_resource(kind);
-        let mut announced = false;
-        loop {
-            match self.client.list_api_group_resources(&ar.api_version).await {
-                Ok(list) if list.resources.iter().any(|r| r.name == ar.plural) => break,
-                Ok(_) | Err(_) => {
-                    if !announced {
-                        info!(kind = %kind, api = %ar.api_version, "API not served (yet); looking again every {:?}", self.config.api_discovery_interval);
-                        announced = true;
-                    }
-                }
-            }
-            tokio::time::sleep(self.config.api_discovery_interval).await;
-        }
-        info!(kind = %kind, api = %ar.api_version, "API found; watching");
+        self.wait_for_api(&ar).await;
         let mut watchers = tokio::task::JoinSet::new();
         for scope in scopes {
             watchers.spawn(self.clone().watch_dynamic(scope, kind, ar.clone()));
         }
         while watchers.join_next().await.is_some() {}
+    }
+
+    /// Returns once the API server serves `ar` (looking every `--api-discovery-interval`).
+    async fn wait_for_api(&self, ar: &ApiResource) {
+        let mut announced = false;
+        loop {
+            match self.client.list_api_group_resources(&ar.api_version).await {
+                Ok(list) if list.resources.iter().any(|r| r.name == ar.plural) => break,
+                _ if !announced => {
+                    info!(kind = %ar.kind, api = %ar.api_version, "API not served (yet); looking again every {:?}", self.config.api_discovery_interval);
+                    announced = true;
+                }
+                _ => {}
+            }
+            tokio::time::sleep(self.config.api_discovery_interval).await;
+        }
+        info!(kind = %ar.kind, api = %ar.api_version, "API found; watching");
     }
 
     async fn watch_dynamic(
@@ -320,23 +324,45 @@ impl Engine {
         };
         let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
         // This watcher is not counted for readiness: its first list must not count down.
-        self.consume_uncounted(stream, kind, scope.clone(), move |engine, event, state| {
-            match event {
-                WatchItem::Apply(obj) => match dynamic_info(&obj, kind, &engine.config.keys) {
-                    Some(info) => engine.apply_workload(info),
-                    None => warn!(kind = %kind, name = %obj.name_any(), "cannot read the pod template; skipping"),
-                },
-                WatchItem::Delete(obj) => {
-                    let key = WorkloadKey { kind, namespace: obj.namespace().unwrap_or_default(), name: obj.name_any() };
-                    engine.store.write().unwrap().remove_workload(&key);
+        // Not counted for readiness: these APIs may appear long after start.
+        self.consume_inner(stream, kind.to_string(), scope.clone(), false, move |engine, event, _| {
+            engine.on_workload_item(kind, scope.as_deref(), event, |obj| {
+                let info = dynamic_info(obj, kind, &engine.config.keys);
+                if info.is_none() {
+                    warn!(kind = %kind, name = %obj.name_any(), "cannot read the pod template; skipping");
                 }
-                WatchItem::Seen(obj) => {
-                    state.seen.insert((obj.namespace().unwrap_or_default(), obj.name_any()));
-                }
-                WatchItem::RelistDone(seen) => engine.forget_unseen_workloads(kind, scope.as_deref(), &seen),
-            }
+                info
+            })
         })
         .await;
+    }
+
+    /// One watch event of a workload kind: `info` summarises the object, `None` meaning it is
+    /// not reloaded here (then any earlier summary is dropped).
+    fn on_workload_item<K: Resource>(
+        &self,
+        kind: WorkloadKind,
+        scope: Option<&str>,
+        event: WatchItem<K>,
+        info: impl Fn(&K) -> Option<WorkloadInfo>,
+    ) {
+        let key_of = |obj: &K| WorkloadKey {
+            kind,
+            namespace: obj.meta().namespace.clone().unwrap_or_default(),
+            name: obj.meta().name.clone().unwrap_or_default(),
+        };
+        match event {
+            WatchItem::Apply(obj) => match info(&obj) {
+                Some(info) => self.apply_workload(info),
+                None => {
+                    self.store.write().unwrap().remove_workload(&key_of(&obj));
+                }
+            },
+            WatchItem::Delete(obj) => {
+                self.store.write().unwrap().remove_workload(&key_of(&obj));
+            }
+            WatchItem::RelistDone(seen) => self.forget_unseen_workloads(kind, scope, &seen),
+        }
     }
 
     /// After a relist: workloads of `kind` in `scope` that were not listed are gone.
@@ -412,30 +438,29 @@ impl Engine {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let stream =
             watcher::watcher(api, watcher::Config::default().labels(&selector)).default_backoff();
-        self.consume(stream, "Namespace".into(), None, |engine, event, state| match event {
-            WatchItem::Apply(ns) => {
-                let name = ns.name_any();
-                let added = engine.selected_namespaces.write().unwrap().insert(name.clone());
-                if added && engine.is_synced() {
-                    info!(namespace = %name, "namespace now matches the namespace selector");
-                    let keys = engine.store.read().unwrap().workload_keys();
-                    for key in keys.into_iter().filter(|k| k.namespace == name) {
-                        engine.queue.add(key, Duration::ZERO);
+        self.consume(stream, "Namespace".into(), None, |engine, event, _after_first_list| {
+            match event {
+                WatchItem::Apply(ns) => {
+                    let name = ns.name_any();
+                    let added = engine.selected_namespaces.write().unwrap().insert(name.clone());
+                    if added && engine.is_synced() {
+                        info!(namespace = %name, "namespace now matches the namespace selector");
+                        let keys = engine.store.read().unwrap().workload_keys();
+                        for key in keys.into_iter().filter(|k| k.namespace == name) {
+                            engine.queue.add(key, Duration::ZERO);
+                        }
                     }
                 }
-            }
-            WatchItem::Delete(ns) => {
-                engine.selected_namespaces.write().unwrap().remove(&ns.name_any());
-            }
-            WatchItem::Seen(ns) => {
-                state.seen.insert((String::new(), ns.name_any()));
-            }
-            WatchItem::RelistDone(seen) => {
-                engine
-                    .selected_namespaces
-                    .write()
-                    .unwrap()
-                    .retain(|n| seen.contains(&(String::new(), n.clone())));
+                WatchItem::Delete(ns) => {
+                    engine.selected_namespaces.write().unwrap().remove(&ns.name_any());
+                }
+                WatchItem::RelistDone(seen) => {
+                    engine
+                        .selected_namespaces
+                        .write()
+                        .unwrap()
+                        .retain(|n| seen.contains(&(String::new(), n.clone())));
+                }
             }
         })
         .await;
@@ -460,27 +485,26 @@ impl Engine {
             config = config.labels(sel);
         }
         let stream = watcher::watcher(api, config).default_backoff();
-        self.consume(stream, kind.to_string(), scope.clone(), |engine, event, state| match event {
-            WatchItem::Apply(obj) => engine.apply_source(kind, &obj, state.first_done),
-            WatchItem::Delete(obj) => {
-                let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
-                engine.delete_source(&ns, SourceRef::new(kind, name));
-            }
-            WatchItem::Seen(obj) => {
-                state.seen.insert((obj.namespace().unwrap_or_default(), obj.name_any()));
-            }
-            WatchItem::RelistDone(seen) => {
-                let gone: Vec<_> = engine
-                    .store
-                    .read()
-                    .unwrap()
-                    .source_keys(kind)
-                    .into_iter()
-                    .filter(|(ns, _)| scope.as_ref().is_none_or(|sc| sc == ns))
-                    .filter(|(ns, s)| !seen.contains(&(ns.clone(), s.name.clone())))
-                    .collect();
-                for (ns, s) in gone {
-                    engine.delete_source(&ns, s);
+        self.consume(stream, kind.to_string(), scope.clone(), |engine, event, after_first_list| {
+            match event {
+                WatchItem::Apply(obj) => engine.apply_source(kind, &obj, after_first_list),
+                WatchItem::Delete(obj) => {
+                    let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+                    engine.delete_source(&ns, SourceRef::new(kind, name));
+                }
+                WatchItem::RelistDone(seen) => {
+                    let gone: Vec<_> = engine
+                        .store
+                        .read()
+                        .unwrap()
+                        .source_keys(kind)
+                        .into_iter()
+                        .filter(|(ns, _)| scope.as_ref().is_none_or(|sc| sc == ns))
+                        .filter(|(ns, s)| !seen.contains(&(ns.clone(), s.name.clone())))
+                        .collect();
+                    for (ns, s) in gone {
+                        engine.delete_source(&ns, s);
+                    }
                 }
             }
         })
@@ -556,34 +580,10 @@ impl Engine {
     {
         let api: Api<K> = self.api_for(scope.as_deref());
         let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
-        self.consume(stream, kind.to_string(), scope.clone(), move |engine, event, state| {
-            match event {
-                WatchItem::Apply(obj) => match obj.info(kind, &engine.config.keys) {
-                    Some(info) => engine.apply_workload(info),
-                    None => {
-                        let key = WorkloadKey {
-                            kind,
-                            namespace: obj.namespace().unwrap_or_default(),
-                            name: obj.name_any(),
-                        };
-                        engine.store.write().unwrap().remove_workload(&key);
-                    }
-                },
-                WatchItem::Delete(obj) => {
-                    let key = WorkloadKey {
-                        kind,
-                        namespace: obj.namespace().unwrap_or_default(),
-                        name: obj.name_any(),
-                    };
-                    engine.store.write().unwrap().remove_workload(&key);
-                }
-                WatchItem::Seen(obj) => {
-                    state.seen.insert((obj.namespace().unwrap_or_default(), obj.name_any()));
-                }
-                WatchItem::RelistDone(seen) => {
-                    engine.forget_unseen_workloads(kind, scope.as_deref(), &seen)
-                }
-            }
+        self.consume(stream, kind.to_string(), scope.clone(), move |engine, event, _| {
+            engine.on_workload_item(kind, scope.as_deref(), event, |obj| {
+                obj.info(kind, &engine.config.keys)
+            })
         })
         .await;
     }
@@ -655,21 +655,6 @@ impl Engine {
         changed
     }
 
-    /// As [`Engine::consume`], for a watcher that readiness does not wait for.
-    async fn consume_uncounted<K, S, F>(
-        self: &Arc<Self>,
-        stream: S,
-        kind: WorkloadKind,
-        scope: Option<String>,
-        handle: F,
-    ) where
-        K: Resource + Clone,
-        S: Stream<Item = Result<Event<K>, watcher::Error>>,
-        F: FnMut(&Arc<Self>, WatchItem<K>, &mut WatchState),
-    {
-        self.consume_inner(stream, kind.to_string(), scope, false, handle).await
-    }
-
     /// Drives one watch stream, translating its events for `handle` and tracking relists.
     async fn consume<K, S, F>(
         self: &Arc<Self>,
@@ -680,7 +665,7 @@ impl Engine {
     ) where
         K: Resource + Clone,
         S: Stream<Item = Result<Event<K>, watcher::Error>>,
-        F: FnMut(&Arc<Self>, WatchItem<K>, &mut WatchState),
+        F: FnMut(&Arc<Self>, WatchItem<K>, bool),
     {
         self.consume_inner(stream, what, scope, true, handle).await
     }
@@ -695,7 +680,7 @@ impl Engine {
     ) where
         K: Resource + Clone,
         S: Stream<Item = Result<Event<K>, watcher::Error>>,
-        F: FnMut(&Arc<Self>, WatchItem<K>, &mut WatchState),
+        F: FnMut(&Arc<Self>, WatchItem<K>, bool),
     {
         let mut state = WatchState::default();
         let mut stream = std::pin::pin!(stream);
@@ -712,12 +697,12 @@ impl Engine {
             match event {
                 Ok(Event::Init) => state.seen.clear(),
                 Ok(Event::InitApply(obj)) => {
-                    handle(self, WatchItem::Seen(obj.clone()), &mut state);
-                    handle(self, WatchItem::Apply(obj), &mut state);
+                    state.seen.insert((obj.namespace().unwrap_or_default(), obj.name_any()));
+                    handle(self, WatchItem::Apply(obj), state.first_done);
                 }
                 Ok(Event::InitDone) => {
                     let seen = std::mem::take(&mut state.seen);
-                    handle(self, WatchItem::RelistDone(seen), &mut state);
+                    handle(self, WatchItem::RelistDone(seen), state.first_done);
                     if !state.first_done {
                         state.first_done = true;
                         debug!(kind = %what, namespace = ?scope, "initial list done");
@@ -726,8 +711,8 @@ impl Engine {
                         }
                     }
                 }
-                Ok(Event::Apply(obj)) => handle(self, WatchItem::Apply(obj), &mut state),
-                Ok(Event::Delete(obj)) => handle(self, WatchItem::Delete(obj), &mut state),
+                Ok(Event::Apply(obj)) => handle(self, WatchItem::Apply(obj), state.first_done),
+                Ok(Event::Delete(obj)) => handle(self, WatchItem::Delete(obj), state.first_done),
                 Err(e) => {
                     warn!(kind = %what, namespace = ?scope, error = %e, "watch failed; retrying with backoff")
                 }
@@ -1290,8 +1275,6 @@ fn convert<K: DeserializeOwned>(obj: &DynamicObject) -> Option<K> {
 enum WatchItem<K> {
     Apply(K),
     Delete(K),
-    /// Listed during a (re)list; recorded to find what disappeared meanwhile.
-    Seen(K),
     /// A (re)list finished: every object not seen is gone.
     RelistDone(HashSet<(String, String)>),
 }

@@ -13,7 +13,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
-use tracing::{debug, info, warn};
+use tracing::{debug, warn};
 
 use super::{Engine, WatchItem};
 use crate::naming::env_var_name;
@@ -76,20 +76,8 @@ enum PartMode {
 
 impl Engine {
     pub(super) async fn discover_and_watch_policies(self: Arc<Self>, scopes: Vec<Option<String>>) {
-        let ar = kube::core::ApiResource::erase::<ReloadPolicy>(&());
-        let mut announced = false;
-        loop {
-            match self.client.list_api_group_resources(&ar.api_version).await {
-                Ok(list) if list.resources.iter().any(|r| r.name == ar.plural) => break,
-                _ if !announced => {
-                    info!("ReloadPolicy CRD not installed (yet); annotation mode only until it is");
-                    announced = true;
-                }
-                _ => {}
-            }
-            tokio::time::sleep(self.config.api_discovery_interval).await;
-        }
-        info!("ReloadPolicy CRD found; watching policies");
+        // Without the CRD the operator runs in annotation mode until the CRD appears.
+        self.wait_for_api(&kube::core::ApiResource::erase::<ReloadPolicy>(&())).await;
         let mut watchers = tokio::task::JoinSet::new();
         for scope in scopes {
             watchers.spawn(self.clone().watch_policies(scope));
@@ -98,23 +86,17 @@ impl Engine {
     }
 
     async fn watch_policies(self: Arc<Self>, scope: Option<String>) {
-        let api: Api<ReloadPolicy> = match scope.as_deref() {
-            Some(ns) => Api::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
-        };
+        let api: Api<ReloadPolicy> = self.api_for(scope.as_deref());
         let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
         self.consume_inner(
             stream,
             "ReloadPolicy".into(),
             scope.clone(),
             false,
-            move |engine, event, state| match event {
+            move |engine, event, _after_first_list| match event {
                 WatchItem::Apply(p) => engine.apply_policy(&p),
                 WatchItem::Delete(p) => {
                     engine.delete_policy(&p.namespace().unwrap_or_default(), &p.name_any())
-                }
-                WatchItem::Seen(p) => {
-                    state.seen.insert((p.namespace().unwrap_or_default(), p.name_any()));
                 }
                 WatchItem::RelistDone(seen) => {
                     let gone: Vec<PolicyKey> = engine
@@ -296,16 +278,9 @@ impl Engine {
                 plan.changes.extend(pp.changes);
                 plan.template = TemplateWrite::combine(plan.template.take(), pp.template);
                 record.extend(pp.record);
-            } else {
-                // Nothing is written for a suspended or dry-run policy, not even its record.
-                record.retain(|k, _| !k.starts_with(&format!("{}/", p.name)));
-                record.extend(
-                    existing
-                        .iter()
-                        .filter(|(k, _)| k.starts_with(&format!("{}/", p.name)))
-                        .map(|(k, v)| (k.clone(), v.clone())),
-                );
             }
+            // A suspended or dry-run policy writes nothing, not even its record: its existing
+            // entries were kept when `record` was built.
             parts.push(PolicyPart {
                 key: (p.namespace.clone(), p.name.clone()),
                 target: info.key.clone(),
@@ -510,7 +485,6 @@ impl Engine {
             &outcomes,
             &observed,
             *self.policy.reload_counts.lock().unwrap().get(key).unwrap_or(&0),
-            self.synced_policy_inputs(),
         );
         if desired == observed {
             return Ok(());
@@ -540,10 +514,6 @@ impl Engine {
             self.policy_event(key, EventType::Warning, "Invalid", reason).await;
         }
         Ok(())
-    }
-
-    fn synced_policy_inputs(&self) -> bool {
-        self.is_synced()
     }
 
     fn resolve_targets<'a>(
@@ -612,7 +582,6 @@ fn desired_status(
     outcomes: &Outcomes,
     observed: &ReloadPolicyStatus,
     reload_count: i64,
-    _synced: bool,
 ) -> ReloadPolicyStatus {
     let generation = policy.generation;
     let now = Timestamp::now();
