@@ -632,20 +632,13 @@ impl Engine {
 
     /// Stores a workload and queues it when something that matters changed.
     fn store_workload_entry(&self, info: WorkloadInfo) -> bool {
-        let selection = Selection::parse(
-            &self.config.keys,
-            &info.metadata_annotations,
-            &info.template_annotations,
-        );
-        let key = info.key.clone();
-        let changed = self
-            .store
-            .write()
-            .unwrap()
-            .upsert_workload(WorkloadEntry { info, selection: selection.clone() });
+        let entry = self.entry(info);
+        let key = entry.info.key.clone();
+        let invalid = entry.selection.invalid_patterns.clone();
+        let changed = self.store.write().unwrap().upsert_workload(entry);
         if changed {
-            if !selection.invalid_patterns.is_empty() {
-                warn!(workload = %key, patterns = ?selection.invalid_patterns,
+            if !invalid.is_empty() {
+                warn!(workload = %key, patterns = ?invalid,
                       "skipping named-reload items that are not valid regular expressions");
             }
             if self.is_synced() {
@@ -1140,13 +1133,20 @@ impl Engine {
         }
     }
 
+    /// Stores a summary the API server just returned (no queueing: it reflects our own write).
     fn store_workload(&self, info: WorkloadInfo) {
+        let entry = self.entry(info);
+        self.store.write().unwrap().upsert_workload(entry);
+    }
+
+    /// A summary with its selection annotations parsed.
+    fn entry(&self, info: WorkloadInfo) -> WorkloadEntry {
         let selection = Selection::parse(
             &self.config.keys,
             &info.metadata_annotations,
             &info.template_annotations,
         );
-        self.store.write().unwrap().upsert_workload(WorkloadEntry { info, selection });
+        WorkloadEntry { info, selection }
     }
 
     async fn reloaded(&self, info: &WorkloadInfo, plan: &Plan) {

@@ -62,30 +62,15 @@ pub fn apply(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
 
     use super::*;
     use crate::plan::TemplateWrite;
-    use crate::workload::WorkloadKey;
 
     fn info(kind: WorkloadKind, annotations: &[(&str, &str)]) -> WorkloadInfo {
-        WorkloadInfo {
-            key: WorkloadKey { kind, namespace: "ns".into(), name: "w".into() },
-            resource_version: None,
-            uid: None,
-            created: 0,
-            metadata_annotations: annotations
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            template_annotations: BTreeMap::new(),
-            containers: vec![],
-            references: BTreeMap::new(),
-            suspended: false,
-            paused: false,
-            workload_ref: None,
-            labels: BTreeMap::new(),
-        }
+        let mut info = WorkloadInfo::bare(kind, "ns", "w");
+        info.metadata_annotations =
+            annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        info
     }
     fn rolling() -> Plan {
         Plan {

@@ -192,6 +192,27 @@ impl WorkloadInfo {
     }
 }
 
+#[cfg(test)]
+impl WorkloadInfo {
+    /// An empty summary of `kind ns/name`, for tests to fill in what they need.
+    pub fn bare(kind: WorkloadKind, namespace: &str, name: &str) -> Self {
+        WorkloadInfo {
+            key: WorkloadKey { kind, namespace: namespace.into(), name: name.into() },
+            resource_version: None,
+            uid: None,
+            created: 0,
+            metadata_annotations: BTreeMap::new(),
+            template_annotations: BTreeMap::new(),
+            containers: vec![],
+            references: BTreeMap::new(),
+            suspended: false,
+            paused: false,
+            workload_ref: None,
+            labels: BTreeMap::new(),
+        }
+    }
+}
+
 fn container_info(c: &Container) -> ContainerInfo {
     let reloader_env = c
         .env

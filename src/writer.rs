@@ -183,23 +183,9 @@ mod tests {
     use super::*;
     use crate::plan::{EnvRemoval, EnvWrite};
     use crate::source::{SourceKind, SourceRef};
-    use crate::workload::WorkloadKey;
 
     fn info(kind: WorkloadKind) -> WorkloadInfo {
-        WorkloadInfo {
-            key: WorkloadKey { kind, namespace: "ns".into(), name: "w".into() },
-            resource_version: Some("42".into()),
-            uid: None,
-            created: 0,
-            metadata_annotations: BTreeMap::new(),
-            template_annotations: BTreeMap::new(),
-            containers: vec![],
-            references: BTreeMap::new(),
-            suspended: false,
-            paused: false,
-            workload_ref: None,
-            labels: BTreeMap::new(),
-        }
+        WorkloadInfo { resource_version: Some("42".into()), ..WorkloadInfo::bare(kind, "ns", "w") }
     }
 
     #[test]
