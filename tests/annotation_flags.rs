@@ -310,11 +310,7 @@ async fn a_failing_reload_is_a_reload_fail_event_and_is_retried() {
     f.wait_replicasets("web", 1).await;
     f.wait_baseline("web").await;
     f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
-    let notes = eventually("a ReloadFail event", TIMEOUT, || async {
-        let notes = f.events("Deployment", "web", "ReloadFail").await;
-        (!notes.is_empty()).then_some(notes)
-    })
-    .await;
+    let notes = f.wait_events("Deployment", "web", "ReloadFail").await;
     assert!(notes[0].contains("configmap/app-config") && notes[0].contains("500"), "{notes:?}");
     // Nothing is lost: the failed reload is tried again.
     eventually("a retry", TIMEOUT, || async { (bodies.lock().unwrap().len() >= 2).then_some(()) })

@@ -36,11 +36,7 @@ async fn auto_annotation_rolls_on_data_change_with_the_reloader_hash() {
     let env = f.env_of("web").await;
     assert_eq!(env["STAKATER_APP_CONFIG_CONFIGMAP"], sha1_hex(b"a=10;b=2"));
     // A Reloaded event on the workload names the resource.
-    let notes = eventually("a Reloaded event", TIMEOUT, || async {
-        let notes = f.events("Deployment", "web", "Reloaded").await;
-        (!notes.is_empty()).then_some(notes)
-    })
-    .await;
+    let notes = f.wait_events("Deployment", "web", "Reloaded").await;
     assert!(notes[0].contains("'app-config' of type 'CONFIGMAP'"), "{notes:?}");
 }
 

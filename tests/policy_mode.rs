@@ -111,8 +111,7 @@ async fn env_var_policy_with_a_key_filter_and_status() {
         first.conditions.iter().find(|c| c.type_ == "Ready").unwrap().last_transition_time,
         ready.last_transition_time
     );
-    let notes = f.events("ReloadPolicy", "api-settings", "Reloaded").await;
-    assert!(!notes.is_empty());
+    f.wait_events("ReloadPolicy", "api-settings", "Reloaded").await;
 }
 
 #[tokio::test]
@@ -143,8 +142,7 @@ async fn selectors_restart_strategy_and_targets_appearing_later() {
         "{:?}",
         s.conditions
     );
-    let invalid = f.events("ReloadPolicy", "shop", "Invalid").await;
-    assert!(!invalid.is_empty());
+    f.wait_events("ReloadPolicy", "shop", "Invalid").await;
 
     // The target appears after the policy.
     deployment_labelled(
@@ -218,11 +216,7 @@ async fn annotation_strategy_dry_run_and_suspend() {
     })
     .await;
     assert_eq!(s.reload_count, 0);
-    let notes = eventually("a DryRun event", TIMEOUT, || async {
-        let n = f.events("ReloadPolicy", "dry", "DryRun").await;
-        (!n.is_empty()).then_some(n)
-    })
-    .await;
+    let notes = f.wait_events("ReloadPolicy", "dry", "DryRun").await;
     assert!(notes[0].contains("would reload"), "{notes:?}");
     f.assert_still("dry", 1, &sentinel).await;
     f.assert_still("held", 1, &sentinel).await;

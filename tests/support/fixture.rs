@@ -162,21 +162,29 @@ impl Fixture {
     }
 
     /// Events (events.k8s.io) about `kind/name` with `reason`, as "note" strings.
-    pub async fn events(&self, kind: &str, name: &str, reason: &str) -> Vec<String> {
-        Api::<k8s_openapi::api::events::v1::Event>::namespaced(self.client.clone(), self.name())
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some(reason))
-            .filter(|e| {
-                e.regarding.as_ref().is_some_and(|r| {
-                    r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
+    /// Waits for at least one Event with `reason` about the object and returns the notes.
+    /// Events are published after the write they report, so they are waited for, never read once.
+    pub async fn wait_events(&self, kind: &str, name: &str, reason: &str) -> Vec<String> {
+        let api =
+            Api::<k8s_openapi::api::events::v1::Event>::namespaced(self.client.clone(), self.name());
+        eventually(&format!("a {reason} event on {kind} {name}"), TIMEOUT, || async {
+            let notes: Vec<String> = api
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some(reason))
+                .filter(|e| {
+                    e.regarding.as_ref().is_some_and(|r| {
+                        r.kind.as_deref() == Some(kind) && r.name.as_deref() == Some(name)
+                    })
                 })
-            })
-            .filter_map(|e| e.note)
-            .collect()
+                .filter_map(|e| e.note)
+                .collect();
+            (!notes.is_empty()).then_some(notes)
+        })
+        .await
     }
 
     pub async fn template_annotations(&self, deployment: &str) -> BTreeMap<String, String> {
