@@ -39,6 +39,9 @@ pub struct Cli {
     #[command(flatten)]
     pub reload: ReloadArgs,
 
+    #[command(flatten)]
+    pub ha: HaArgs,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -138,6 +141,13 @@ pub struct ReloadArgs {
     #[arg(long, env = "RELOADER_RESYNC_PERIOD", value_parser = parse_duration, default_value = "10m")]
     pub resync_period: Duration,
 
+    /// Also count reloads per namespace (`reloader_reload_executed_total_by_namespace`); the
+    /// other program's `METRICS_COUNT_BY_NAMESPACE=enabled`.
+    #[arg(long, env = "METRICS_COUNT_BY_NAMESPACE", value_parser = parse_enabled,
+          num_args = 0..=1, require_equals = true, default_missing_value = "enabled",
+          default_value = "disabled", action = ArgAction::Set)]
+    pub metrics_count_by_namespace: bool,
+
     /// Workloads reconciled in parallel.
     #[arg(long, env = "RELOADER_WORKERS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
     pub workers: u16,
@@ -174,6 +184,64 @@ pub struct ReloadArgs {
     pub pause_deployment_time_annotation: String,
 }
 
+/// High availability: several replicas, one leader on a Lease, warm standbys.
+#[derive(Debug, Clone, clap::Args)]
+pub struct HaArgs {
+    /// Run as one of several replicas: only the holder of the Lease changes anything; the
+    /// others keep their caches warm and take over when it goes. Needs `POD_NAME` and
+    /// `POD_NAMESPACE`.
+    #[arg(long, env = "RELOADER_ENABLE_HA", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
+    pub enable_ha: bool,
+
+    /// Name of the Lease (in `POD_NAMESPACE`).
+    #[arg(long, env = "RELOADER_HA_LEASE_NAME", default_value = "stakater-reloader-lock")]
+    pub ha_lease_name: String,
+
+    /// How long the Lease holds after its last renewal; a standby takes over at most this long
+    /// after the leader goes silent. Whole seconds.
+    #[arg(long, env = "RELOADER_HA_LEASE_DURATION", value_parser = parse_duration, default_value = "15s")]
+    pub ha_lease_duration: Duration,
+
+    /// The leader renews the Lease this long after its last renewal. Whole seconds, shorter
+    /// than the lease duration.
+    #[arg(long, env = "RELOADER_HA_RENEW_DEADLINE", value_parser = parse_duration, default_value = "10s")]
+    pub ha_renew_deadline: Duration,
+
+    /// This replica's identity in the Lease (the pod name, from the downward API).
+    #[arg(long, env = "POD_NAME", hide_env_values = true)]
+    pub pod_name: Option<String>,
+
+    /// Namespace of the Lease (the pod's namespace, from the downward API).
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub pod_namespace: Option<String>,
+}
+
+impl HaArgs {
+    /// The election settings, `None` without `--enable-ha`.
+    pub fn leader_config(&self) -> crate::Result<Option<crate::leader::LeaderConfig>> {
+        if !self.enable_ha {
+            return Ok(None);
+        }
+        let required = |v: &Option<String>, name: &str| {
+            v.clone().filter(|s| !s.is_empty()).ok_or_else(|| {
+                crate::Error::Leader(format!(
+                    "--enable-ha needs {name} (set it from the downward API)"
+                ))
+            })
+        };
+        let config = crate::leader::LeaderConfig {
+            lease_name: self.ha_lease_name.clone(),
+            namespace: required(&self.pod_namespace, "POD_NAMESPACE")?,
+            identity: required(&self.pod_name, "POD_NAME")?,
+            lease_duration: self.ha_lease_duration,
+            renew_deadline: self.ha_renew_deadline,
+        };
+        config.validate()?;
+        Ok(Some(config))
+    }
+}
+
 impl ReloadArgs {
     /// The annotation keys after renaming flags.
     pub fn annotation_keys(&self) -> AnnotationKeys {
@@ -190,6 +258,15 @@ impl ReloadArgs {
             paused_at: self.pause_deployment_time_annotation.clone(),
             ..AnnotationKeys::default()
         }
+    }
+}
+
+/// `enabled`/`true` or `disabled`/`false` (the other program's `METRICS_COUNT_BY_NAMESPACE`).
+pub fn parse_enabled(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        "enabled" | "true" => Ok(true),
+        "disabled" | "false" | "" => Ok(false),
+        other => Err(format!("expected enabled or disabled, got {other:?}")),
     }
 }
 
@@ -278,6 +355,31 @@ mod tests {
         let cli = Cli::try_parse_from(["reloader"]).unwrap();
         assert_eq!(cli.log_format, LogFormat::Plain);
         assert_eq!(cli.log_level, "info");
+    }
+
+    #[test]
+    fn ha_needs_the_pod_identity_and_has_the_reference_defaults() {
+        let off = Cli::try_parse_from(["reloader"]).unwrap();
+        assert!(off.ha.leader_config().unwrap().is_none());
+        let missing =
+            Cli::try_parse_from(["reloader", "--enable-ha", "--pod-name", "r-0"]).unwrap();
+        assert!(missing.ha.leader_config().unwrap_err().to_string().contains("POD_NAMESPACE"));
+        let on = Cli::try_parse_from([
+            "reloader",
+            "--enable-ha=true",
+            "--pod-name",
+            "r-0",
+            "--pod-namespace",
+            "ops",
+        ])
+        .unwrap();
+        let config = on.ha.leader_config().unwrap().unwrap();
+        assert_eq!(
+            (config.lease_name.as_str(), config.namespace.as_str(), config.identity.as_str()),
+            ("stakater-reloader-lock", "ops", "r-0")
+        );
+        assert_eq!(config.lease_duration, Duration::from_secs(15));
+        assert_eq!(config.renew_deadline, Duration::from_secs(10));
     }
 
     #[test]

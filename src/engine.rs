@@ -30,6 +30,7 @@ use crate::cli::ReloadArgs;
 use crate::decision::Selection;
 use crate::hash;
 use crate::jobs::{is_controlled, job_from_cronjob, recreated_job};
+use crate::metrics::SkipReason;
 use crate::pause;
 use crate::plan::{Cause, Plan, PlanOptions, SourceFacts, Strategy, TemplateWrite, plan};
 use crate::queue::WorkQueue;
@@ -65,6 +66,8 @@ pub struct EngineConfig {
     pub resync_period: Duration,
     pub workers: usize,
     pub api_discovery_interval: Duration,
+    /// `reloader_reload_executed_total_by_namespace` (`METRICS_COUNT_BY_NAMESPACE=enabled`).
+    pub metrics_count_by_namespace: bool,
 }
 
 impl EngineConfig {
@@ -121,6 +124,7 @@ impl EngineConfig {
             resync_period: args.resync_period,
             workers: args.workers.into(),
             api_discovery_interval: args.api_discovery_interval,
+            metrics_count_by_namespace: args.metrics_count_by_namespace,
         }
     }
 }
@@ -150,14 +154,27 @@ pub struct Engine {
     failures: Mutex<std::collections::HashMap<WorkloadKey, u32>>,
     /// Workloads whose rollout waits for their sources to settle, and since when.
     deferred: Mutex<std::collections::HashMap<WorkloadKey, std::time::Instant>>,
+    /// Sources whose change queued a workload, until its reconcile says what came of it
+    /// (for `reloader_skipped_total` and `reloader_workloads_matched_total`).
+    triggers: Mutex<std::collections::HashMap<WorkloadKey, HashSet<SourceRef>>>,
+    /// True while this replica may write (always, without `--enable-ha`).
+    leadership: watch::Receiver<bool>,
 }
 
 impl Engine {
-    pub fn new(client: Client, config: EngineConfig) -> Arc<Self> {
+    /// `leadership` says when this replica may write: [`crate::leader::sole_leader`] for one
+    /// replica, an [`crate::leader::Election`]'s channel with `--enable-ha`.
+    pub fn new(
+        client: Client,
+        config: EngineConfig,
+        leadership: watch::Receiver<bool>,
+    ) -> Arc<Self> {
         let reporter =
             Reporter { controller: "reloader".into(), instance: std::env::var("POD_NAME").ok() };
         let recorder = Recorder::new(client.clone(), reporter);
-        let queue = WorkQueue::new(config.debounce_max_wait);
+        let metrics = Arc::new(crate::metrics::Metrics::new(config.metrics_count_by_namespace));
+        let queue =
+            WorkQueue::new(config.debounce_max_wait).with_metrics(metrics.workqueue.clone());
         Arc::new(Engine {
             client,
             config,
@@ -175,10 +192,41 @@ impl Engine {
             selected_namespaces: RwLock::new(HashSet::new()),
             deferred: Mutex::new(std::collections::HashMap::new()),
             failures: Mutex::new(std::collections::HashMap::new()),
-            metrics: Arc::new(crate::metrics::Metrics::new()),
+            metrics,
+            triggers: Mutex::new(std::collections::HashMap::new()),
             policy: policies::PolicyState::default(),
             policy_queue: WorkQueue::new(Duration::from_secs(2)),
+            leadership,
         })
+    }
+
+    fn is_leader(&self) -> bool {
+        *self.leadership.borrow()
+    }
+
+    /// On taking over, every workload and policy is checked: level-triggered, so what the old
+    /// leader already did is a no-op and what it missed is done now.
+    async fn follow_leadership(self: Arc<Self>) {
+        let mut leadership = self.leadership.clone();
+        loop {
+            let leading = *leadership.borrow_and_update();
+            self.metrics.leader.set(i64::from(leading));
+            if leading && self.is_synced() {
+                self.enqueue_everything();
+            }
+            if leadership.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn enqueue_everything(&self) {
+        let keys = self.store.read().unwrap().workload_keys();
+        info!(workloads = keys.len(), "leading: checking every workload against its sources");
+        for key in keys {
+            self.queue.add(key, Duration::ZERO);
+        }
+        self.enqueue_all_policies();
     }
 
     pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
@@ -256,6 +304,7 @@ impl Engine {
             workers.spawn(self.clone().worker());
         }
         tasks.spawn(self.clone().resync_loop());
+        tasks.spawn(self.clone().follow_leadership());
 
         shutdown.await;
         info!("stopping: no new work is taken, in-flight writes finish");
@@ -538,10 +587,27 @@ impl Engine {
             labels: meta.labels.clone().unwrap_or_default(),
             key_hashes: obj.key_hashes(),
         };
+        let ignored = facts.state.ignored;
         let source = SourceRef::new(kind, meta.name.clone().unwrap_or_default());
         let update = self.store.write().unwrap().upsert_source(&ns, source.clone(), facts);
-        if update == SourceUpdate::Unchanged || !self.is_synced() {
+        if !self.is_synced() {
             return;
+        }
+        let processed = |result: &str| {
+            let kind = kind.to_string();
+            self.metrics.events_processed.with_label_values(&["update", &kind, result]).inc();
+        };
+        if update == SourceUpdate::Unchanged {
+            // Labels, annotations or nothing at all changed: the hash is the same.
+            self.metrics.skipped(SkipReason::NoDataChange);
+            processed("unchanged");
+            return;
+        }
+        if ignored {
+            self.metrics.skipped(SkipReason::IgnoredOrNotSelected);
+            processed("ignored");
+        } else {
+            processed("queued");
         }
         debug!(namespace = %ns, source = %source, ?update, "source changed");
         self.enqueue_affected(&ns, &source);
@@ -552,6 +618,11 @@ impl Engine {
             return;
         }
         debug!(namespace = %ns, source = %source, "source deleted");
+        if self.is_synced() {
+            let result = if self.config.reload_on_delete { "queued" } else { "ignored" };
+            let kind = source.kind.to_string();
+            self.metrics.events_processed.with_label_values(&["delete", &kind, result]).inc();
+        }
         if self.is_synced() && self.config.reload_on_delete {
             self.enqueue_affected(ns, &source);
         }
@@ -560,6 +631,8 @@ impl Engine {
     fn enqueue_affected(&self, ns: &str, source: &SourceRef) {
         let affected = self.store.read().unwrap().affected_by(ns, source);
         for key in affected {
+            self.metrics.workloads_scanned.with_label_values(&[key.kind.as_str()]).inc();
+            self.triggers.lock().unwrap().entry(key.clone()).or_default().insert(source.clone());
             self.queue.add(key, self.config.debounce);
         }
         self.enqueue_for_policies(ns, source);
@@ -733,6 +806,11 @@ impl Engine {
 
     async fn worker(self: Arc<Self>) {
         while let Some(key) = self.queue.next().await {
+            if !self.is_leader() {
+                // A standby only keeps its caches warm; taking over queues everything again.
+                self.queue.done(&key);
+                continue;
+            }
             let started = std::time::Instant::now();
             let retry = self.reconcile(&key).await;
             let result = if retry.is_some() { "requeued" } else { "done" };
@@ -753,6 +831,10 @@ impl Engine {
                     .with_label_values(&["workload"])
                     .set(store.workload_count() as i64);
             }
+            self.metrics
+                .watched_objects
+                .with_label_values(&["policy"])
+                .set(self.policy_count() as i64);
             self.queue.done(&key);
             if let Some(after) = retry {
                 self.queue.schedule(key, after);
@@ -809,6 +891,7 @@ impl Engine {
             if plan.is_noop() {
                 self.startup_pass.lock().unwrap().remove(key);
                 self.report_policies(parts, None).await;
+                self.count_triggers(&entry, &candidates, &plan, &opts);
                 return revisit;
             }
             if entry.info.suspended {
@@ -821,10 +904,22 @@ impl Engine {
                 debug!(workload = %key, ?wait, "sources still changing; rollout deferred");
                 return Some(wait);
             }
+            if !self.is_leader() {
+                // Lost the Lease while planning: the new leader does this.
+                return None;
+            }
             self.startup_pass.lock().unwrap().remove(key);
-            match self.execute(&entry.info, &plan).await {
+            let started = std::time::Instant::now();
+            let executed = self.execute(&entry.info, &plan).await;
+            self.metrics
+                .action_latency
+                .with_label_values(&[key.kind.as_str()])
+                .observe(started.elapsed().as_secs_f64());
+            match executed {
                 Ok(()) => {
                     self.failures.lock().unwrap().remove(key);
+                    self.count_triggers(&entry, &candidates, &plan, &opts);
+                    self.observe_reload_latency(key, &plan);
                     self.report_policies(parts, None).await;
                     if !plan.changes.is_empty() {
                         self.reloaded(&entry.info, &plan).await;
@@ -861,6 +956,58 @@ impl Engine {
         }
         warn!(workload = %key, "gave up after repeated conflicts; will retry");
         Some(Duration::from_secs(1))
+    }
+
+    /// Says what came of the source changes that queued this workload: rolled (matched), not
+    /// selected, or already current.
+    fn count_triggers(
+        &self,
+        entry: &WorkloadEntry,
+        candidates: &BTreeMap<SourceRef, Option<SourceFacts>>,
+        plan: &Plan,
+        opts: &PlanOptions,
+    ) {
+        let Some(triggers) = self.triggers.lock().unwrap().remove(&entry.info.key) else {
+            return;
+        };
+        let kind = entry.info.key.kind.as_str();
+        for source in triggers {
+            if plan.changes.iter().any(|c| c.source == source) {
+                self.metrics.workloads_matched.with_label_values(&[kind]).inc();
+                continue;
+            }
+            let selected = candidates.get(&source).and_then(Option::as_ref).is_some_and(|facts| {
+                entry
+                    .selection
+                    .selects(
+                        source.kind,
+                        &source.name,
+                        &facts.state,
+                        entry.info.references.contains_key(&source),
+                        opts.auto_reload_all,
+                    )
+                    .is_ok()
+            });
+            self.metrics.skipped(if selected {
+                SkipReason::StrategyNotUpdated
+            } else {
+                SkipReason::IgnoredOrNotSelected
+            });
+        }
+    }
+
+    /// Time from observing the newest of the changes to the write that carried them.
+    fn observe_reload_latency(&self, key: &WorkloadKey, plan: &Plan) {
+        let store = self.store.read().unwrap();
+        let newest = plan
+            .changes
+            .iter()
+            .filter(|c| c.cause == Cause::Changed)
+            .filter_map(|c| store.last_change(&key.namespace, &c.source))
+            .max();
+        if let Some(at) = newest {
+            self.metrics.reload_latency.observe(at.elapsed().as_secs_f64());
+        }
     }
 
     /// A rollout waits until its sources have been quiet for the debounce window (however the
@@ -1162,7 +1309,7 @@ impl Engine {
             })
             .collect();
         info!(workload = %key, sources = ?sources, causes = ?causes, strategy = ?self.config.strategy, "reloaded workload");
-        self.metrics.reload_executed.with_label_values(&["true"]).inc();
+        self.metrics.reload(&key.namespace, true);
         self.metrics.action_total.with_label_values(&[key.kind.as_str(), "success"]).inc();
         let described: Vec<String> = plan
             .changes
@@ -1192,7 +1339,7 @@ impl Engine {
         self.metrics.errors_total.with_label_values(&["update"]).inc();
         self.metrics.retries_total.inc();
         if !plan.changes.is_empty() {
-            self.metrics.reload_executed.with_label_values(&["false"]).inc();
+            self.metrics.reload(&key.namespace, false);
             self.metrics.action_total.with_label_values(&[key.kind.as_str(), "error"]).inc();
         }
         if !plan.changes.is_empty() {

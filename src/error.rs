@@ -35,6 +35,10 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// Leader election is misconfigured or its Lease cannot be set up.
+    #[error("leader election: {0}")]
+    Leader(String),
+
     /// Installing a signal handler failed.
     #[error("cannot install signal handler: {0}")]
     Signal(#[source] std::io::Error),

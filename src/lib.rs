@@ -13,6 +13,7 @@ pub mod error;
 pub mod hash;
 pub mod http;
 pub mod jobs;
+pub mod leader;
 pub mod metrics;
 pub mod naming;
 pub mod operator;

@@ -1,89 +1,214 @@
-//! Prometheus metrics, with the other program's names where they mean the same here. Labels are
-//! bounded: kinds, results and reasons only; no object names (a cluster has too many).
+//! Prometheus metrics, with the other program's names where they mean the same here.
+//!
+//! Labels are bounded: kinds, results and reasons. Object names never appear, with two
+//! opt-in or small exceptions: the namespace of `reloader_reload_executed_total_by_namespace`
+//! (only with `METRICS_COUNT_BY_NAMESPACE=enabled`, as in the other program) and the
+//! namespace/name of `reloader_policy_reloads_total` (one series per ReloadPolicy, removed with
+//! the policy).
 
 use prometheus::{
-    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
+
+use crate::queue::QueueMetrics;
+
+/// Buckets for API write and reconcile times.
+const WRITE_BUCKETS: &[f64] =
+    &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+/// Buckets for waits that include the debounce window (seconds to minutes).
+const WAIT_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0];
 
 pub struct Metrics {
     registry: Registry,
     pub reload_executed: IntCounterVec,
+    /// Only with `METRICS_COUNT_BY_NAMESPACE=enabled`.
+    pub reload_executed_by_namespace: Option<IntCounterVec>,
     pub reconcile_total: IntCounterVec,
     pub reconcile_duration: HistogramVec,
     pub action_total: IntCounterVec,
+    pub action_latency: HistogramVec,
+    pub skipped_total: IntCounterVec,
     pub events_received: IntCounterVec,
+    pub events_processed: IntCounterVec,
+    pub workloads_scanned: IntCounterVec,
+    pub workloads_matched: IntCounterVec,
     pub errors_total: IntCounterVec,
     pub retries_total: IntCounter,
     pub workqueue_depth: IntGauge,
+    pub workqueue: QueueMetrics,
+    pub reload_latency: Histogram,
+    pub policy_reloads: IntCounterVec,
     pub watched_objects: IntGaugeVec,
+    pub leader: IntGauge,
+}
+
+/// Why a source change did not roll a workload (`reloader_skipped_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    /// The workload does not select the source (annotations, ignore, exclude).
+    IgnoredOrNotSelected,
+    /// The source's data did not change (labels or annotations only).
+    NoDataChange,
+    /// The workload already holds the source's current hash.
+    StrategyNotUpdated,
+}
+
+impl SkipReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::IgnoredOrNotSelected => "ignored_or_not_selected",
+            SkipReason::NoDataChange => "no_data_change",
+            SkipReason::StrategyNotUpdated => "strategy_not_updated",
+        }
+    }
 }
 
 impl Metrics {
-    pub fn new() -> Self {
+    pub fn new(count_by_namespace: bool) -> Self {
         let registry = Registry::new();
         let counter = |name: &str, help: &str, labels: &[&str]| {
             let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
             registry.register(Box::new(c.clone())).expect("unique metric");
             c
         };
-        let reload_executed = counter(
-            "reloader_reload_executed_total",
-            "Reloads carried out, by success.",
-            &["success"],
-        );
-        let reconcile_total =
-            counter("reloader_reconcile_total", "Workload reconciles, by result.", &["result"]);
-        let action_total = counter(
-            "reloader_action_total",
-            "Writes to workloads, by workload kind and result.",
-            &["workload_kind", "result"],
-        );
-        let events_received = counter(
-            "reloader_events_received_total",
-            "Watch events received, by event type and resource type.",
-            &["event_type", "resource_type"],
-        );
-        let errors_total = counter("reloader_errors_total", "Errors, by type.", &["type"]);
-        let reconcile_duration = HistogramVec::new(
-            HistogramOpts::new(
-                "reloader_reconcile_duration_seconds",
-                "Time to reconcile a workload, by result.",
-            )
-            .buckets(vec![0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
-            &["result"],
-        )
-        .expect("valid metric");
-        registry.register(Box::new(reconcile_duration.clone())).expect("unique metric");
+        let histogram = |name: &str, help: &str, labels: &[&str], buckets: &[f64]| {
+            let h =
+                HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), labels)
+                    .expect("valid metric");
+            registry.register(Box::new(h.clone())).expect("unique metric");
+            h
+        };
+        let gauge = |name: &str, help: &str| {
+            let g = IntGauge::new(name, help).expect("valid metric");
+            registry.register(Box::new(g.clone())).expect("unique metric");
+            g
+        };
+        let single_histogram = |name: &str, help: &str, buckets: &[f64]| {
+            let h = Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets.to_vec()))
+                .expect("valid metric");
+            registry.register(Box::new(h.clone())).expect("unique metric");
+            h
+        };
         let retries_total =
             IntCounter::new("reloader_retries_total", "Reconciles retried after a failure.")
                 .expect("valid metric");
         registry.register(Box::new(retries_total.clone())).expect("unique metric");
-        let workqueue_depth =
-            IntGauge::new("reloader_workqueue_depth", "Workloads waiting in the queue.")
-                .expect("valid metric");
-        registry.register(Box::new(workqueue_depth.clone())).expect("unique metric");
         let watched_objects = IntGaugeVec::new(
             Opts::new(
                 "reloader_watched_objects",
-                "Objects held in memory, by kind (sources and workloads).",
+                "Objects held in memory, by kind (source, workload, policy).",
             ),
             &["kind"],
         )
         .expect("valid metric");
         registry.register(Box::new(watched_objects.clone())).expect("unique metric");
         Metrics {
-            registry,
-            reload_executed,
-            reconcile_total,
-            reconcile_duration,
-            action_total,
-            events_received,
-            errors_total,
+            reload_executed: counter(
+                "reloader_reload_executed_total",
+                "Reloads carried out, by success.",
+                &["success"],
+            ),
+            reload_executed_by_namespace: count_by_namespace.then(|| {
+                counter(
+                    "reloader_reload_executed_total_by_namespace",
+                    "Reloads carried out, by success and namespace.",
+                    &["success", "namespace"],
+                )
+            }),
+            reconcile_total: counter(
+                "reloader_reconcile_total",
+                "Workload reconciles, by result.",
+                &["result"],
+            ),
+            reconcile_duration: histogram(
+                "reloader_reconcile_duration_seconds",
+                "Time to reconcile a workload, by result.",
+                &["result"],
+                WRITE_BUCKETS,
+            ),
+            action_total: counter(
+                "reloader_action_total",
+                "Writes to workloads, by workload kind and result.",
+                &["workload_kind", "result"],
+            ),
+            action_latency: histogram(
+                "reloader_action_latency_seconds",
+                "Time to carry out a write to a workload, by workload kind.",
+                &["workload_kind"],
+                WRITE_BUCKETS,
+            ),
+            skipped_total: counter(
+                "reloader_skipped_total",
+                "Source changes that rolled nothing, by reason.",
+                &["reason"],
+            ),
+            events_received: counter(
+                "reloader_events_received_total",
+                "Watch events received, by event type and resource type.",
+                &["event_type", "resource_type"],
+            ),
+            events_processed: counter(
+                "reloader_events_processed_total",
+                "Source watch events handled, by event type, resource type and result (queued, unchanged, ignored).",
+                &["event_type", "resource_type", "result"],
+            ),
+            workloads_scanned: counter(
+                "reloader_workloads_scanned_total",
+                "Workloads looked at because a source they may depend on changed, by kind.",
+                &["kind"],
+            ),
+            workloads_matched: counter(
+                "reloader_workloads_matched_total",
+                "Workloads a source change rolled, by kind.",
+                &["kind"],
+            ),
+            errors_total: counter("reloader_errors_total", "Errors, by type.", &["type"]),
             retries_total,
-            workqueue_depth,
+            workqueue_depth: gauge("reloader_workqueue_depth", "Workloads waiting in the queue."),
+            workqueue: QueueMetrics {
+                adds: {
+                    let c = IntCounter::new("reloader_workqueue_adds_total", "Workloads queued.")
+                        .expect("valid metric");
+                    registry.register(Box::new(c.clone())).expect("unique metric");
+                    c
+                },
+                latency: single_histogram(
+                    "reloader_workqueue_latency_seconds",
+                    "Time from queueing a workload to a worker taking it (debounce included).",
+                    WAIT_BUCKETS,
+                ),
+            },
+            reload_latency: single_histogram(
+                "reloader_reload_latency_seconds",
+                "Time from observing a changed source to the workload write that reloads it (debounce included).",
+                WAIT_BUCKETS,
+            ),
+            policy_reloads: counter(
+                "reloader_policy_reloads_total",
+                "Reloads a ReloadPolicy caused, by policy namespace and name.",
+                &["namespace", "policy"],
+            ),
             watched_objects,
+            leader: gauge(
+                "reloader_leader",
+                "1 while this replica may write (holds the Lease, or runs without --enable-ha).",
+            ),
+            registry,
         }
+    }
+
+    /// Counts a reload (or a failed one) of a workload in `namespace`.
+    pub fn reload(&self, namespace: &str, success: bool) {
+        let success = if success { "true" } else { "false" };
+        self.reload_executed.with_label_values(&[success]).inc();
+        if let Some(by_ns) = &self.reload_executed_by_namespace {
+            by_ns.with_label_values(&[success, namespace]).inc();
+        }
+    }
+
+    pub fn skipped(&self, reason: SkipReason) {
+        self.skipped_total.with_label_values(&[reason.as_str()]).inc();
     }
 
     /// The Prometheus text exposition of every metric.
@@ -96,7 +221,7 @@ impl Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        Self::new()
+        Self::new(false)
     }
 }
 
@@ -106,11 +231,12 @@ mod tests {
 
     #[test]
     fn renders_the_compatible_names() {
-        let m = Metrics::new();
-        m.reload_executed.with_label_values(&["true"]).inc();
+        let m = Metrics::new(false);
+        m.reload("shop", true);
         m.reconcile_total.with_label_values(&["reloaded"]).inc();
         m.reconcile_duration.with_label_values(&["reloaded"]).observe(0.01);
         m.action_total.with_label_values(&["Deployment", "success"]).inc();
+        m.skipped(SkipReason::NoDataChange);
         let text = m.render();
         assert!(text.contains("reloader_reload_executed_total{success=\"true\"} 1"), "{text}");
         assert!(
@@ -120,5 +246,20 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("# TYPE reloader_reconcile_duration_seconds histogram"), "{text}");
+        assert!(text.contains("reloader_skipped_total{reason=\"no_data_change\"} 1"), "{text}");
+        assert!(!text.contains("by_namespace"), "namespace counts are opt-in: {text}");
+    }
+
+    #[test]
+    fn namespace_counts_when_enabled() {
+        let m = Metrics::new(true);
+        m.reload("shop", false);
+        let text = m.render();
+        assert!(
+            text.contains(
+                "reloader_reload_executed_total_by_namespace{namespace=\"shop\",success=\"false\"} 1"
+            ),
+            "{text}"
+        );
     }
 }

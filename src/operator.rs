@@ -2,6 +2,7 @@
 
 use crate::cli::Cli;
 use crate::engine::{Engine, EngineConfig};
+use crate::leader::{Election, sole_leader};
 use crate::{Error, Result};
 use kube::Client;
 use std::sync::Arc;
@@ -13,6 +14,17 @@ pub async fn run(cli: Cli) -> Result<()> {
     let shutdown = shutdown_signal()?;
     let config = kube::Config::infer().await.map_err(|e| Error::Config(Box::new(e)))?;
     let cluster_url = config.cluster_url.to_string();
+    let election = match cli.ha.leader_config()? {
+        Some(leader) => {
+            // Lease requests are bounded so a renewal that hangs fails before the Lease ends.
+            let mut lease_config = config.clone();
+            let timeout = Some(leader.request_timeout());
+            (lease_config.connect_timeout, lease_config.read_timeout, lease_config.write_timeout) =
+                (timeout, timeout, timeout);
+            Some((leader, lease_config))
+        }
+        None => None,
+    };
     let client = Client::try_from(config)?;
     let version = client
         .apiserver_version()
@@ -24,7 +36,14 @@ pub async fn run(cli: Cli) -> Result<()> {
         "connected to the Kubernetes API server"
     );
 
-    let engine = Engine::new(client, EngineConfig::from_args(&cli.reload));
+    let (leadership, election) = match election {
+        Some((leader, lease_config)) => {
+            let election = Election::new(Client::try_from(lease_config)?, leader).await?;
+            (election.leadership(), Some(election))
+        }
+        None => (sole_leader(), None),
+    };
+    let engine = Engine::new(client, EngineConfig::from_args(&cli.reload), leadership);
     let stop_http = Arc::new(tokio::sync::Notify::new());
     let (bound, http) = {
         let stop = stop_http.clone();
@@ -42,12 +61,23 @@ pub async fn run(cli: Cli) -> Result<()> {
             info!("ready");
         }
     });
+    // The signal stops the engine first (in-flight writes finish), then the election, which
+    // releases the Lease so a standby takes over at once.
+    let stop_election = Arc::new(tokio::sync::Notify::new());
+    let election = election.map(|e| {
+        let stop = stop_election.clone();
+        tokio::spawn(e.run(async move { stop.notified().await }))
+    });
     engine
         .run(async {
             shutdown.await;
             info!("shutdown signal received, exiting");
         })
         .await;
+    if let Some(election) = election {
+        stop_election.notify_one();
+        let _ = election.await;
+    }
     stop_http.notify_one();
     let _ = http.await;
     Ok(())

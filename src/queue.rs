@@ -28,6 +28,15 @@ pub struct WorkQueue<K> {
     inner: Mutex<Inner<K>>,
     notify: Notify,
     max_wait: Duration,
+    metrics: Option<QueueMetrics>,
+}
+
+/// What a queue reports: every add, and how long a key waited from its first add until a
+/// worker took it (debounce included).
+#[derive(Clone)]
+pub struct QueueMetrics {
+    pub adds: prometheus::IntCounter,
+    pub latency: prometheus::Histogram,
 }
 
 impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
@@ -43,7 +52,14 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             }),
             notify: Notify::new(),
             max_wait,
+            metrics: None,
         }
+    }
+
+    /// Reports adds and waiting times to `metrics`.
+    pub fn with_metrics(mut self, metrics: QueueMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Schedules `key` after `delay`. A key already waiting keeps the later of its due time and
@@ -64,6 +80,9 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         let mut inner = self.inner.lock().unwrap();
         if inner.closed {
             return;
+        }
+        if let Some(m) = &self.metrics {
+            m.adds.inc();
         }
         inner.seq += 1;
         let seq = inner.seq;
@@ -105,7 +124,9 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
                 match ready {
                     Some((due, seq, key)) if due <= now => {
                         inner.order.remove(&(due, seq, key.clone()));
-                        inner.pending.remove(&key);
+                        if let (Some(p), Some(m)) = (inner.pending.remove(&key), &self.metrics) {
+                            m.latency.observe(now.duration_since(p.first).as_secs_f64());
+                        }
                         inner.in_flight.insert(key.clone());
                         return Some(key);
                     }
@@ -154,6 +175,21 @@ mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn adds_and_waiting_time_are_reported() {
+        let adds = prometheus::IntCounter::new("adds", "h").unwrap();
+        let latency =
+            prometheus::Histogram::with_opts(prometheus::HistogramOpts::new("lat", "h")).unwrap();
+        let q = WorkQueue::new(Duration::from_secs(10))
+            .with_metrics(QueueMetrics { adds: adds.clone(), latency: latency.clone() });
+        q.add("a", 100 * MS);
+        q.add("a", 100 * MS);
+        assert_eq!(q.next().await, Some("a"));
+        assert_eq!(adds.get(), 2);
+        assert_eq!(latency.get_sample_count(), 1);
+        assert!((latency.get_sample_sum() - 0.1).abs() < 0.01, "{}", latency.get_sample_sum());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn duplicate_adds_merge_into_one_entry() {

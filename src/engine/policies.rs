@@ -131,7 +131,11 @@ impl Engine {
             spec: p.spec.clone(),
         });
         let status = p.status.clone().unwrap_or_default();
-        self.policy.reload_counts.lock().unwrap().entry(key.clone()).or_insert(status.reload_count);
+        // The larger of ours and the stored one: a standby follows the leader's count.
+        let mut counts = self.policy.reload_counts.lock().unwrap();
+        let count = counts.entry(key.clone()).or_insert(status.reload_count);
+        *count = (*count).max(status.reload_count);
+        drop(counts);
         self.policy.observed.lock().unwrap().insert(key.clone(), status);
         let changed = {
             let mut policies = self.policy.policies.write().unwrap();
@@ -162,9 +166,30 @@ impl Engine {
         self.policy.observed.lock().unwrap().remove(&key);
         self.policy.outcomes.lock().unwrap().remove(&key);
         self.policy.reload_counts.lock().unwrap().remove(&key);
+        // One series per existing policy: a deleted policy's series goes with it.
+        let _ = self.metrics.policy_reloads.remove_label_values(&[ns, name]);
         if removed {
             // Its record entries are dropped from the targets (a metadata write; nothing rolls).
             self.enqueue_namespace(ns);
+        }
+    }
+
+    pub(super) fn policy_count(&self) -> usize {
+        self.policy.policies.read().unwrap().values().map(BTreeMap::len).sum()
+    }
+
+    /// Queues every policy's status for writing.
+    pub(super) fn enqueue_all_policies(&self) {
+        let keys: Vec<PolicyKey> = self
+            .policy
+            .policies
+            .read()
+            .unwrap()
+            .iter()
+            .flat_map(|(ns, m)| m.keys().map(move |name| (ns.clone(), name.clone())))
+            .collect();
+        for key in keys {
+            self.policy_queue.add(key, Duration::ZERO);
         }
     }
 
@@ -369,6 +394,10 @@ impl Engine {
                     }
                 }
                 (PartMode::Live, None) if !part.changed.is_empty() => {
+                    self.metrics
+                        .policy_reloads
+                        .with_label_values(&[&part.key.0, &part.key.1])
+                        .inc();
                     *self
                         .policy
                         .reload_counts
@@ -455,6 +484,11 @@ impl Engine {
 
     pub(super) async fn policy_status_worker(self: Arc<Self>) {
         while let Some(key) = self.policy_queue.next().await {
+            if !self.is_leader() {
+                // Standbys never write; taking over queues every policy again.
+                self.policy_queue.done(&key);
+                continue;
+            }
             if let Err(e) = self.write_policy_status(&key).await {
                 warn!(policy = %format!("{}/{}", key.0, key.1), error = %e, "cannot write policy status; will retry");
                 self.policy_queue.done(&key);

@@ -165,8 +165,10 @@ impl Fixture {
     /// Waits for at least one Event with `reason` about the object and returns the notes.
     /// Events are published after the write they report, so they are waited for, never read once.
     pub async fn wait_events(&self, kind: &str, name: &str, reason: &str) -> Vec<String> {
-        let api =
-            Api::<k8s_openapi::api::events::v1::Event>::namespaced(self.client.clone(), self.name());
+        let api = Api::<k8s_openapi::api::events::v1::Event>::namespaced(
+            self.client.clone(),
+            self.name(),
+        );
         eventually(&format!("a {reason} event on {kind} {name}"), TIMEOUT, || async {
             let notes: Vec<String> = api
                 .list(&ListParams::default())

@@ -264,12 +264,18 @@ pub struct Operator {
 impl Operator {
     /// Starts the operator binary with `args` and waits until it logs that it is ready.
     pub fn start(args: &[&str]) -> Self {
+        Self::start_with_env(args, &[])
+    }
+
+    /// As [`Operator::start`], with extra environment variables.
+    pub fn start_with_env(args: &[&str], vars: &[(&str, &str)]) -> Self {
         let env = env();
         let mut child = Command::new(env!("CARGO_BIN_EXE_reloader"))
             .args(["--log-format", "json", "--log-level", "reloader=debug,info"])
             // Parallel operators: each on a free loopback port.
             .args(["--metrics-addr", "127.0.0.1:0"])
             .args(args)
+            .envs(vars.iter().copied())
             .env("KUBECONFIG", &env.kubeconfig)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -310,6 +316,18 @@ impl Operator {
     pub fn http_addr(&self) -> String {
         let line = self.lines_with("serving /metrics, /live and /readyz");
         line.first().and_then(|l| l["address"].as_str()).expect("the serving line").to_string()
+    }
+
+    /// Kills the process (SIGKILL: no cleanup, as a crashed node would) and waits for it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let url = format!("http://{}/metrics", self.http_addr());
+        reqwest::get(&url).await.expect("scrape /metrics").text().await.expect("metrics text")
     }
 
     /// Stops the process with SIGTERM and waits for it.
