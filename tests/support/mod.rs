@@ -267,16 +267,26 @@ impl Operator {
         Self::start_with_env(args, &[])
     }
 
-    /// As [`Operator::start`], with extra environment variables.
+    /// As [`Operator::start`], with extra environment variables (which may override
+    /// `KUBECONFIG`).
     pub fn start_with_env(args: &[&str], vars: &[(&str, &str)]) -> Self {
+        Self::start_until(args, vars, "ready")
+    }
+
+    /// Starts the operator and waits only until its HTTP endpoint is up (it may not be ready).
+    pub fn start_serving(args: &[&str], vars: &[(&str, &str)]) -> Self {
+        Self::start_until(args, vars, "serving /metrics, /live and /readyz")
+    }
+
+    fn start_until(args: &[&str], vars: &[(&str, &str)], message: &str) -> Self {
         let env = env();
         let mut child = Command::new(env!("CARGO_BIN_EXE_reloader"))
             .args(["--log-format", "json", "--log-level", "reloader=debug,info"])
             // Parallel operators: each on a free loopback port.
             .args(["--metrics-addr", "127.0.0.1:0"])
             .args(args)
-            .envs(vars.iter().copied())
             .env("KUBECONFIG", &env.kubeconfig)
+            .envs(vars.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -285,9 +295,10 @@ impl Operator {
         let logs = std::sync::Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = std::sync::mpsc::channel();
         let sink = logs.clone();
+        let needle = format!("\"message\":\"{message}\"");
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains("\"message\":\"ready\"") {
+                if line.contains(&needle) {
                     let _ = tx.send(());
                 }
                 sink.lock().unwrap().push(line);
@@ -295,7 +306,7 @@ impl Operator {
         });
         if rx.recv_timeout(Duration::from_secs(60)).is_err() {
             let _ = child.kill();
-            panic!("reloader did not become ready; logs:\n{}", logs.lock().unwrap().join("\n"));
+            panic!("reloader did not log {message:?}; logs:\n{}", logs.lock().unwrap().join("\n"));
         }
         Operator { child, logs }
     }
