@@ -89,6 +89,12 @@ pub struct ReloadArgs {
           default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
     pub is_argo_rollouts: bool,
 
+    /// Also reload on SecretProviderClass rotations reported by the Secrets Store CSI driver
+    /// (`secrets-store.csi.x-k8s.io/v1` SecretProviderClassPodStatuses; looked up like Rollouts).
+    #[arg(long, env = "RELOADER_ENABLE_CSI_INTEGRATION", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
+    pub enable_csi_integration: bool,
+
     /// How often to look for APIs that may appear later (Argo Rollouts, OpenShift
     /// DeploymentConfigs).
     #[arg(long, env = "RELOADER_API_DISCOVERY_INTERVAL", value_parser = parse_duration, default_value = "30s")]

@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+mod csi;
 mod policies;
 
 use crate::annotations::AnnotationKeys;
@@ -66,6 +67,8 @@ pub struct EngineConfig {
     pub resync_period: Duration,
     pub workers: usize,
     pub api_discovery_interval: Duration,
+    /// Watch SecretProviderClassPodStatuses (`--enable-csi-integration`).
+    pub csi_integration: bool,
     /// `reloader_reload_executed_total_by_namespace` (`METRICS_COUNT_BY_NAMESPACE=enabled`).
     pub metrics_count_by_namespace: bool,
 }
@@ -125,6 +128,7 @@ impl EngineConfig {
             workers: args.workers.into(),
             api_discovery_interval: args.api_discovery_interval,
             metrics_count_by_namespace: args.metrics_count_by_namespace,
+            csi_integration: args.enable_csi_integration,
         }
     }
 }
@@ -145,6 +149,8 @@ pub struct Engine {
     startup_pass: Mutex<HashSet<WorkloadKey>>,
     /// With `--namespace-selector`: the namespaces that match it now.
     selected_namespaces: RwLock<HashSet<String>>,
+    /// With `--enable-csi-integration`: SecretProviderClass pod statuses.
+    csi: csi::CsiState,
     /// ReloadPolicies and what the engine reports about them.
     policy: policies::PolicyState,
     /// Policies whose status needs writing.
@@ -195,6 +201,7 @@ impl Engine {
             metrics,
             triggers: Mutex::new(std::collections::HashMap::new()),
             policy: policies::PolicyState::default(),
+            csi: csi::CsiState::default(),
             policy_queue: WorkQueue::new(Duration::from_secs(2)),
             leadership,
         })
@@ -262,6 +269,9 @@ impl Engine {
         // not hold up readiness; their workloads are checked as they arrive.
         tasks.spawn(self.clone().discover_and_watch_policies(scopes.clone()));
         tasks.spawn(self.clone().policy_status_worker());
+        if self.config.csi_integration {
+            tasks.spawn(self.clone().discover_and_watch_csi(scopes.clone()));
+        }
         for kind in self.config.kinds.iter().copied().filter(|k| !Self::watchable(*k)) {
             tasks.spawn(self.clone().discover_and_watch(kind, scopes.clone()));
         }
@@ -587,20 +597,29 @@ impl Engine {
             labels: meta.labels.clone().unwrap_or_default(),
             key_hashes: obj.key_hashes(),
         };
-        let ignored = facts.state.ignored;
         let source = SourceRef::new(kind, meta.name.clone().unwrap_or_default());
-        let update = self.store.write().unwrap().upsert_source(&ns, source.clone(), facts);
+        self.source_observed(&ns, source, facts);
+    }
+
+    /// Stores what a source holds now and queues the workloads a change concerns.
+    fn source_observed(&self, ns: &str, source: SourceRef, facts: SourceFacts) {
+        let ignored = facts.state.ignored;
+        let update = self.store.write().unwrap().upsert_source(ns, source.clone(), facts);
         if !self.is_synced() {
             return;
         }
         let processed = |result: &str| {
-            let kind = kind.to_string();
+            let kind = source.kind.to_string();
             self.metrics.events_processed.with_label_values(&["update", &kind, result]).inc();
         };
-        if update == SourceUpdate::Unchanged {
+        if matches!(update, SourceUpdate::Unchanged | SourceUpdate::Relabelled) {
             // Labels, annotations or nothing at all changed: the hash is the same.
             self.metrics.skipped(SkipReason::NoDataChange);
             processed("unchanged");
+            if update == SourceUpdate::Relabelled {
+                // Labels roll nothing, but they can change what a policy's selector picks.
+                self.enqueue_for_policies(ns, &source);
+            }
             return;
         }
         if ignored {
@@ -610,7 +629,7 @@ impl Engine {
             processed("queued");
         }
         debug!(namespace = %ns, source = %source, ?update, "source changed");
-        self.enqueue_affected(&ns, &source);
+        self.enqueue_affected(ns, &source);
     }
 
     fn delete_source(&self, ns: &str, source: SourceRef) {

@@ -7,6 +7,7 @@
 
 pub mod annotations;
 pub mod cli;
+pub mod csi;
 pub mod decision;
 pub mod engine;
 pub mod error;

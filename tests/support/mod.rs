@@ -360,25 +360,28 @@ impl Drop for Operator {
 
 /// Installs the committed ReloadPolicy CRD (server-side apply) and waits until it is served.
 pub async fn install_policy_crd(client: &Client) {
+    install_crds(client, include_str!("../../crd/reloadpolicy.yaml")).await;
+}
+
+/// Applies every CustomResourceDefinition in `yaml` (documents split by `---`) and waits until
+/// each is established.
+pub async fn install_crds(client: &Client, yaml: &str) {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kube::api::{Patch, PatchParams};
     use kube::runtime::wait::{await_condition, conditions};
-    let crd: CustomResourceDefinition =
-        serde_saphyr::from_str(include_str!("../../crd/reloadpolicy.yaml"))
-            .expect("the committed CRD parses");
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch(
-        "reloadpolicies.reloader.rs",
-        &PatchParams::apply("reloader-tests").force(),
-        &Patch::Apply(&crd),
-    )
-    .await
-    .expect("apply the CRD");
-    within(
-        "the ReloadPolicy CRD to be established",
-        Duration::from_secs(60),
-        await_condition(api, "reloadpolicies.reloader.rs", conditions::is_crd_established()),
-    )
-    .await
-    .unwrap();
+    for doc in yaml.split("\n---\n").filter(|d| d.contains("kind: CustomResourceDefinition")) {
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(doc).expect("the CRD parses");
+        let name = crd.metadata.name.clone().expect("a named CRD");
+        api.patch(&name, &PatchParams::apply("reloader-tests").force(), &Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("apply the CRD {name}: {e}"));
+        within(
+            &format!("the CRD {name} to be established"),
+            Duration::from_secs(60),
+            await_condition(api.clone(), &name, conditions::is_crd_established()),
+        )
+        .await
+        .unwrap();
+    }
 }
