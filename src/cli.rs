@@ -42,6 +42,9 @@ pub struct Cli {
     #[command(flatten)]
     pub ha: HaArgs,
 
+    #[command(flatten)]
+    pub alerts: AlertArgs,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -246,6 +249,37 @@ impl HaArgs {
         config.validate()?;
         Ok(Some(config))
     }
+}
+
+/// Alerts on reload: a chat message per reloaded source (stakater/Reloader's `ALERT_*`
+/// settings, same variable names).
+#[derive(Debug, Clone, clap::Args)]
+pub struct AlertArgs {
+    /// Send an alert to `--alert-webhook-url` for every reload.
+    #[arg(long, env = "ALERT_ON_RELOAD", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
+    pub alert_on_reload: bool,
+
+    /// Where alerts are POSTed. Usually embeds a token: prefer `--alert-webhook-url-file` or an
+    /// env var from a Secret.
+    #[arg(long, env = "ALERT_WEBHOOK_URL", conflicts_with = "alert_webhook_url_file")]
+    pub alert_webhook_url: Option<String>,
+
+    /// Read the alert webhook URL from this file (a mounted Secret key), trimmed.
+    #[arg(long, env = "ALERT_WEBHOOK_URL_FILE", value_name = "PATH")]
+    pub alert_webhook_url_file: Option<std::path::PathBuf>,
+
+    /// Message format: `slack`, `teams`, `gchat`; anything else sends plain text.
+    #[arg(long, env = "ALERT_SINK", default_value = "raw")]
+    pub alert_sink: String,
+
+    /// HTTP proxy for the alert requests (e.g. `http://proxy:3128`).
+    #[arg(long, env = "ALERT_WEBHOOK_PROXY")]
+    pub alert_webhook_proxy: Option<String>,
+
+    /// Text put before every alert (`<info> : <message>`), e.g. the cluster's name.
+    #[arg(long, env = "ALERT_ADDITIONAL_INFO")]
+    pub alert_additional_info: Option<String>,
 }
 
 impl ReloadArgs {
@@ -458,6 +492,40 @@ mod tests {
         assert!(parse_duration("5").is_err());
         assert!(parse_duration("5d").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn alert_flags() {
+        let cli = Cli::try_parse_from(["reloader"]).unwrap();
+        assert!(!cli.alerts.alert_on_reload);
+        assert_eq!(cli.alerts.alert_sink, "raw");
+        let cli = Cli::try_parse_from([
+            "reloader",
+            "--alert-on-reload",
+            "--alert-sink",
+            "slack",
+            "--alert-webhook-url",
+            "https://hooks.example/T/B/x",
+            "--alert-additional-info=cluster prod",
+            "--alert-webhook-proxy",
+            "http://proxy:3128",
+        ])
+        .unwrap();
+        assert!(cli.alerts.alert_on_reload);
+        assert_eq!(cli.alerts.alert_sink, "slack");
+        assert_eq!(cli.alerts.alert_webhook_url.as_deref(), Some("https://hooks.example/T/B/x"));
+        assert_eq!(cli.alerts.alert_additional_info.as_deref(), Some("cluster prod"));
+        assert_eq!(cli.alerts.alert_webhook_proxy.as_deref(), Some("http://proxy:3128"));
+        let cli = Cli::try_parse_from(["reloader", "--alert-on-reload=false"]).unwrap();
+        assert!(!cli.alerts.alert_on_reload);
+        let both = Cli::try_parse_from([
+            "reloader",
+            "--alert-webhook-url",
+            "http://a/",
+            "--alert-webhook-url-file",
+            "/etc/alert/url",
+        ]);
+        assert!(both.is_err(), "a URL and a URL file are one too many");
     }
 
     #[test]

@@ -165,6 +165,8 @@ pub struct Engine {
     triggers: Mutex<std::collections::HashMap<WorkloadKey, HashSet<SourceRef>>>,
     /// True while this replica may write (always, without `--enable-ha`).
     leadership: watch::Receiver<bool>,
+    /// With `--alert-on-reload`: told about every reloaded source (set once, at start).
+    alerter: std::sync::OnceLock<crate::alerts::Alerter>,
 }
 
 impl Engine {
@@ -204,6 +206,7 @@ impl Engine {
             csi: csi::CsiState::default(),
             policy_queue: WorkQueue::new(Duration::from_secs(2)),
             leadership,
+            alerter: std::sync::OnceLock::new(),
         })
     }
 
@@ -234,6 +237,12 @@ impl Engine {
             self.queue.add(key, Duration::ZERO);
         }
         self.enqueue_all_policies();
+    }
+
+    /// Sends an alert for every source of every reload from now on (`--alert-on-reload`).
+    /// A second alerter is ignored.
+    pub fn send_alerts(&self, alerter: crate::alerts::Alerter) {
+        let _ = self.alerter.set(alerter);
     }
 
     pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
@@ -1344,6 +1353,12 @@ impl Engine {
             key.namespace
         );
         self.event(info, EventType::Normal, "Reloaded", note).await;
+        if let Some(alerter) = self.alerter.get() {
+            // Queued, never awaited: a slow receiver must not hold up the next reload.
+            for change in &plan.changes {
+                alerter.reloaded(&change.source, key);
+            }
+        }
     }
 
     async fn failed(&self, info: &WorkloadInfo, plan: &Plan, error: ExecError) -> Option<Duration> {

@@ -41,6 +41,8 @@ pub struct Metrics {
     pub policy_reloads: IntCounterVec,
     pub watched_objects: IntGaugeVec,
     pub leader: IntGauge,
+    /// Reload alerts by sink and result (`sent`, `failed`, `dropped`).
+    pub alerts_total: IntCounterVec,
 }
 
 /// Why a source change did not roll a workload (`reloader_skipped_total{reason}`).
@@ -190,6 +192,11 @@ impl Metrics {
                 &["namespace", "policy"],
             ),
             watched_objects,
+            alerts_total: counter(
+                "reloader_alerts_total",
+                "Reload alerts, by sink and result (sent, failed, dropped).",
+                &["sink", "result"],
+            ),
             leader: gauge(
                 "reloader_leader",
                 "1 while this replica may write (holds the Lease, or runs without --enable-ha).",

@@ -6,6 +6,7 @@ use crate::leader::{Election, sole_leader};
 use crate::{Error, Result};
 use kube::Client;
 use std::sync::Arc;
+use std::time::Duration;
 use tracing::info;
 
 /// Connects to the API server and runs the engine until SIGTERM or SIGINT.
@@ -44,6 +45,12 @@ pub async fn run(cli: Cli) -> Result<()> {
         None => (sole_leader(), None),
     };
     let engine = Engine::new(client, EngineConfig::from_args(&cli.reload), leadership);
+    let webhook_mode = cli.reload.webhook_url.as_deref().is_some_and(|u| !u.is_empty());
+    let alerts = crate::alerts::start_from_args(&cli.alerts, webhook_mode, engine.metrics());
+    let alert_delivery = alerts.map(|(alerter, delivery)| {
+        engine.send_alerts(alerter);
+        delivery
+    });
     let stop_http = Arc::new(tokio::sync::Notify::new());
     let (bound, http) = {
         let stop = stop_http.clone();
@@ -77,6 +84,10 @@ pub async fn run(cli: Cli) -> Result<()> {
     if let Some(election) = election {
         stop_election.notify_one();
         let _ = election.await;
+    }
+    // After the Lease is released: queued alerts must not delay the standby's takeover.
+    if let Some(delivery) = alert_delivery {
+        delivery.finish(Duration::from_secs(5)).await;
     }
     stop_http.notify_one();
     let _ = http.await;

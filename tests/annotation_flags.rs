@@ -4,17 +4,16 @@
 
 mod support;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::fixture::{Fixture, Sentinel, TIMEOUT, env_from_cm, sha1_hex};
+use support::receiver::Receiver;
 use support::{Operator, TestNamespace, eventually};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::test]
 async fn colliding_env_var_names_share_one_stable_variable() {
@@ -208,62 +207,11 @@ async fn sync_after_restart_rolls_never_reloaded_workloads_but_not_current_ones(
     f.assert_still("current", 1, &sentinel).await;
 }
 
-/// A loopback HTTP receiver that records request bodies and answers 200.
-async fn receiver() -> (String, Arc<Mutex<Vec<Value>>>) {
-    receiver_answering("200 OK").await
-}
-
-async fn receiver_answering(status: &'static str) -> (String, Arc<Mutex<Vec<Value>>>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/hook", listener.local_addr().unwrap());
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let sink = bodies.clone();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let sink = sink.clone();
-            tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 4096];
-                loop {
-                    let n = socket.read(&mut chunk).await.unwrap_or(0);
-                    if n == 0 {
-                        return;
-                    }
-                    buf.extend_from_slice(&chunk[..n]);
-                    let text = String::from_utf8_lossy(&buf).to_string();
-                    if let Some(end) = text.find("\r\n\r\n") {
-                        let length = text[..end]
-                            .lines()
-                            .find_map(|l| {
-                                l.to_ascii_lowercase()
-                                    .strip_prefix("content-length:")
-                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
-                            })
-                            .unwrap_or(0);
-                        if buf.len() >= end + 4 + length {
-                            let body = &buf[end + 4..end + 4 + length];
-                            if let Ok(v) = serde_json::from_slice(body) {
-                                sink.lock().unwrap().push(v);
-                            }
-                            let reply = format!(
-                                "HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-                            );
-                            let _ = socket.write_all(reply.as_bytes()).await;
-                            return;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    (url, bodies)
-}
-
 #[tokio::test]
 async fn webhook_url_posts_instead_of_reloading() {
     let f = Fixture::new("af-webhook").await;
-    let (url, bodies) = receiver().await;
-    let _op = f.operator(&["--webhook-url", &url]);
+    let hook = Receiver::answering("200 OK").await;
+    let _op = f.operator(&["--webhook-url", &hook.url]);
     f.configmap("app-config", json!({"a": "1"})).await;
     f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
         .await;
@@ -271,8 +219,7 @@ async fn webhook_url_posts_instead_of_reloading() {
     f.wait_baseline("web").await;
     f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
     let body =
-        eventually("the webhook", TIMEOUT, || async { bodies.lock().unwrap().first().cloned() })
-            .await;
+        eventually("the webhook", TIMEOUT, || async { hook.json_bodies().first().cloned() }).await;
     assert_eq!(body["webhook"], "update successful");
     assert_eq!(
         body["workload"],
@@ -296,14 +243,14 @@ async fn webhook_url_posts_instead_of_reloading() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     assert_eq!(f.replicasets("web").await.len(), 1);
     assert!(f.env_of("web").await.is_empty());
-    assert_eq!(bodies.lock().unwrap().len(), 1);
+    assert_eq!(hook.json_bodies().len(), 1);
 }
 
 #[tokio::test]
 async fn a_failing_reload_is_a_reload_fail_event_and_is_retried() {
     let f = Fixture::new("af-fail").await;
-    let (url, bodies) = receiver_answering("500 Internal Server Error").await;
-    let _op = f.operator(&["--webhook-url", &url]);
+    let hook = Receiver::answering("500 Internal Server Error").await;
+    let _op = f.operator(&["--webhook-url", &hook.url]);
     f.configmap("app-config", json!({"a": "1"})).await;
     f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
         .await;
@@ -313,6 +260,6 @@ async fn a_failing_reload_is_a_reload_fail_event_and_is_retried() {
     let notes = f.wait_events("Deployment", "web", "ReloadFail").await;
     assert!(notes[0].contains("configmap/app-config") && notes[0].contains("500"), "{notes:?}");
     // Nothing is lost: the failed reload is tried again.
-    eventually("a retry", TIMEOUT, || async { (bodies.lock().unwrap().len() >= 2).then_some(()) })
+    eventually("a retry", TIMEOUT, || async { (hook.json_bodies().len() >= 2).then_some(()) })
         .await;
 }

@@ -7,6 +7,7 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 pub mod fixture;
+pub mod receiver;
 
 use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
@@ -298,10 +299,12 @@ impl Operator {
         let needle = format!("\"message\":\"{message}\"");
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if line.contains(&needle) {
+                // Stored before the waiter is woken, so it can read the line it waited for.
+                let found = line.contains(&needle);
+                sink.lock().unwrap().push(line);
+                if found {
                     let _ = tx.send(());
                 }
-                sink.lock().unwrap().push(line);
             }
         });
         if rx.recv_timeout(Duration::from_secs(60)).is_err() {
