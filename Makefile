@@ -16,9 +16,17 @@ GO_LDFLAGS   := -s -w \
 	-X k8s.io/component-base/version.gitMajor=1 \
 	-X k8s.io/component-base/version.gitMinor=$(K8S_MINOR) \
 	-X k8s.io/component-base/version.gitTreeState=clean
+# The helm CLI for chart lint and the chart test, built from the version tools/helm/go.mod pins.
+HELM         := $(CURDIR)/target/tools/bin/helm
+HELM_VERSION := $(shell awk '{sub(/^require /,"")} $$1=="helm.sh/helm/v3"{print $$2; exit}' tools/helm/go.mod)
+# helm's default Kubernetes version (for kubeVersion checks) is that of its client-go, v0.N → 1.N.
+HELM_K8S_MINOR := $(word 2,$(subst ., ,$(shell awk '$$1=="k8s.io/client-go"{print $$2; exit}' tools/helm/go.mod)))
+HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	$(foreach p,chartutil lint/rules,-X helm.sh/helm/v3/pkg/$(p).k8sVersionMajor=1 \
+	-X helm.sh/helm/v3/pkg/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))
 
 .PHONY: help build release test lint fmt-check clippy unit integration testenv cluster-up \
-	cluster-down cluster-status demo bench crd clean
+	cluster-down cluster-status demo bench crd clean kubectl helm chart-lint
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -26,17 +34,19 @@ help: ## list the targets
 build: ## debug build of the operator
 	$(CARGO) build --locked
 
-release: ## release build of the operator (the binary the Dockerfile ships)
-	$(CARGO) build --locked --release --bin reloader
+# The one definition of the release build: CI and the Dockerfile (TARGET=x86_64-unknown-linux-musl)
+# both run it.
+release: ## release build of the operator (the binary the Dockerfile ships); TARGET=triple to cross-build
+	$(CARGO) build --locked --release --bin reloader $(if $(TARGET),--target $(TARGET))
 
-test: lint unit integration ## every test: fmt, clippy, unit tests, integration tests on a real control plane
+test: lint chart-lint unit integration ## every test: fmt, clippy, unit tests, integration tests on a real control plane
 	@echo "make test: all checks passed"
 
 lint: fmt-check clippy
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
-	@out=$$(cd testenv && gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	@out=$$(gofmt -l testenv tools/helm); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
 clippy:
 	$(CARGO) clippy --locked --all-targets -- -D warnings
@@ -46,12 +56,23 @@ unit: ## fast tests of pure logic, no cluster
 
 # Each integration test binary starts its own control plane from $(TESTENV) unless
 # RELOADER_TEST_KUBECONFIG points at a cluster.
-integration: testenv ## integration tests against a real kube-apiserver, etcd and kube-controller-manager
+integration: testenv $(HELM) ## integration tests against a real kube-apiserver, etcd and kube-controller-manager
 	@echo "integration tests: Kubernetes $(K8S_VERSION) control plane ($$($(TESTENV) version)) unless RELOADER_TEST_KUBECONFIG is set"
 	$(CARGO) test --locked --test '*'
 
 crd: ## regenerate crd/reloadpolicy.yaml from the Rust types
 	$(CARGO) run --locked --quiet -- crd > crd/reloadpolicy.yaml
+
+helm: $(HELM) ## build the helm CLI pinned in tools/helm (no-op when up to date)
+
+$(HELM): tools/helm/go.mod tools/helm/go.sum
+	@mkdir -p $(dir $@)
+	cd tools/helm && $(GO) build -buildvcs=false -ldflags "$(HELM_LDFLAGS)" -o $@ helm.sh/helm/v3/cmd/helm
+
+chart-lint: $(HELM) ## lint the Helm chart with its default, CI and example values (both RBAC modes)
+	$(HELM) lint --strict helm/reloader
+	@for f in helm/reloader/ci/*-values.yaml examples/helm/*-values.yaml; do \
+		echo "$(HELM) lint --strict helm/reloader -f $$f"; $(HELM) lint --strict helm/reloader -f $$f; done
 
 testenv: $(TESTENV) ## build the local control plane (no-op when up to date)
 
@@ -60,7 +81,12 @@ $(TESTENV): testenv/go.mod testenv/go.sum $(wildcard testenv/*.go)
 	@echo "testenv: the first build downloads the modules and compiles Kubernetes; that takes a while (minutes), later builds are cached."
 	@mkdir -p $(dir $@)
 	cd testenv && $(GO) build -buildvcs=false -ldflags "$(GO_LDFLAGS)" -o $@ .
-	@echo "testenv: built $@ ($$($@ version))"
+	@ln -sfn testenv $(dir $@)kubectl
+	@echo "testenv: built $@ ($$($@ version)), with kubectl at $(dir $@)kubectl"
+
+# testenv dispatches on its name, so the symlink is the real kubectl of the same version.
+kubectl: $(TESTENV) ## kubectl of the same Kubernetes version, for the local control plane: target/testenv/bin/kubectl
+	@[ -L $(TESTENV_DIR)/bin/kubectl ] || ln -sfn testenv $(TESTENV_DIR)/bin/kubectl
 
 cluster-up: testenv ## start the local control plane in the background; kubeconfig at target/testenv/kubeconfig
 	$(TESTENV) up --dir $(TESTENV_DIR) --detach
@@ -72,13 +98,14 @@ cluster-down: ## stop the local control plane and remove its data
 cluster-status: ## is the local control plane running?
 	@$(TESTENV) status --dir $(TESTENV_DIR)
 
-demo: ## run the main job on a local control plane (not built yet)
-	@echo "make demo: not built yet; it arrives with the 'Ship it' issue (#6)." >&2
-	@exit 1
+demo: ## the main job end to end on a private control plane in target/demo (DEMO_OPERATOR=path to use another binary)
+	@scripts/demo.sh
 
-bench: ## benchmarks (not built yet)
-	@echo "make bench: not built yet; it arrives with the performance issue (#7)." >&2
-	@exit 1
+# Five scenarios (latency, fan-out, memory at scale, API cost, burst) on a fresh local control
+# plane, or on BENCH_KUBECONFIG's cluster. BENCH_SCALE=0.1 for a quick run; BENCH_OPERATOR="path
+# args…" measures another binary (BENCH_OPERATOR_FLAGS=none: no flags added, e.g. stakater's).
+bench: testenv release ## benchmarks on a local control plane: target/bench/report.{json,md}
+	$(CARGO) bench --locked --bench cluster
 
 clean: cluster-down
 	$(CARGO) clean

@@ -36,6 +36,15 @@ pub struct Cli {
     #[arg(long, env = "RELOADER_METRICS_ADDR", value_parser = parse_listen_addr, default_value = ":9090")]
     pub metrics_addr: std::net::SocketAddr,
 
+    /// Requests per second this client sends to the API server at most (watches count once,
+    /// when they start); 0 turns the limit off. Leader-election requests are not limited.
+    #[arg(long, env = "RELOADER_KUBE_API_QPS", default_value_t = 100.0)]
+    pub kube_api_qps: f64,
+
+    /// Requests that may go at once before `--kube-api-qps` paces them.
+    #[arg(long, env = "RELOADER_KUBE_API_BURST", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    pub kube_api_burst: u32,
+
     #[command(flatten)]
     pub reload: ReloadArgs,
 
@@ -492,6 +501,17 @@ mod tests {
         assert!(parse_duration("5").is_err());
         assert!(parse_duration("5d").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn client_rate_limit_flags() {
+        let cli = Cli::try_parse_from(["reloader"]).unwrap();
+        assert_eq!((cli.kube_api_qps, cli.kube_api_burst), (100.0, 200));
+        let cli =
+            Cli::try_parse_from(["reloader", "--kube-api-qps", "20.5", "--kube-api-burst", "40"])
+                .unwrap();
+        assert_eq!((cli.kube_api_qps, cli.kube_api_burst), (20.5, 40));
+        assert!(Cli::try_parse_from(["reloader", "--kube-api-burst", "0"]).is_err());
     }
 
     #[test]

@@ -24,6 +24,7 @@ pub mod plan;
 pub mod policy;
 pub mod policy_plan;
 pub mod queue;
+pub mod ratelimit;
 pub mod source;
 pub mod store;
 pub mod telemetry;

@@ -3,6 +3,7 @@
 use crate::cli::Cli;
 use crate::engine::{Engine, EngineConfig};
 use crate::leader::{Election, sole_leader};
+use crate::ratelimit::RateLimitLayer;
 use crate::{Error, Result};
 use kube::Client;
 use std::sync::Arc;
@@ -26,7 +27,11 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         None => None,
     };
-    let client = Client::try_from(config)?;
+    let client = kube::client::ClientBuilder::try_from(config)?;
+    let client = match RateLimitLayer::new(cli.kube_api_qps, cli.kube_api_burst) {
+        Some(limit) => client.with_layer(&limit).build(),
+        None => client.build(),
+    };
     let version = client
         .apiserver_version()
         .await

@@ -8,7 +8,10 @@
 //	testenv down [--dir D]                                   stop it and remove its data
 //	testenv status [--dir D]                                 exit 0 when it is running and ready
 //	testenv version                                          print the Kubernetes version
+//	testenv kubectl ARGS...                                  kubectl of the same version
 //	testenv etcd | kube-apiserver | kube-controller-manager  the components themselves (started by up)
+//
+// A symlink named kubectl to this binary is kubectl itself (make testenv creates one).
 //
 // Everything listens on 127.0.0.1 only, on free ports chosen at start and recorded in D/state.json.
 package main
@@ -16,13 +19,22 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
+	_ "k8s.io/client-go/plugin/pkg/client/auth" // the auth plugins the kubectl binary has
+	"k8s.io/component-base/cli"
+	"k8s.io/component-base/logs"
 	"k8s.io/component-base/version"
+	kubectl "k8s.io/kubectl/pkg/cmd"
+	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	kcm "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 )
 
 func main() {
+	if filepath.Base(os.Args[0]) == "kubectl" {
+		runKubectl(os.Args[1:])
+	}
 	if len(os.Args) < 2 {
 		usage()
 		os.Exit(2)
@@ -38,6 +50,8 @@ func main() {
 		err = status(args)
 	case "version":
 		fmt.Println(version.Get().GitVersion)
+	case "kubectl":
+		runKubectl(args)
 	case "etcd":
 		err = runEtcd(args)
 	case "kube-apiserver":
@@ -68,5 +82,17 @@ usage:
   testenv down [--dir D]
   testenv status [--dir D]
   testenv version
+  testenv kubectl ARGS...   (or a symlink named kubectl) kubectl of the same version
 `)
+}
+
+// runKubectl is cmd/kubectl's main: kubectl reads its arguments (plugins, verbosity) from
+// os.Args, so they are rewritten to what a kubectl binary would see. It does not return.
+func runKubectl(args []string) {
+	os.Args = append([]string{"kubectl"}, args...)
+	_, _ = logs.GlogSetter(kubectl.GetLogVerbosity(os.Args))
+	if err := cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()); err != nil {
+		kubectlutil.CheckErr(err)
+	}
+	os.Exit(0)
 }

@@ -1,8 +1,8 @@
 //! What the README's GitOps section claims, on the real API server: a GitOps tool that applies
 //! its manifest by server-side apply under its own field manager (Flux, Argo CD with
-//! `ServerSideApply=true`) neither removes the reload field the operator wrote nor rolls the
-//! workload again, and a server-side diff (a dry-run apply, as Argo CD's `ServerSideDiff=true`
-//! does) shows no difference.
+//! `ServerSideApply=true`) or by client-side `kubectl apply` (Argo CD's default sync) neither
+//! removes the reload field the operator wrote nor rolls the workload again, and a server-side
+//! diff (a dry-run apply, as Argo CD's `ServerSideDiff=true` does) shows no difference.
 
 mod support;
 
@@ -104,4 +104,42 @@ async fn argo_cd_server_side_diff_and_sync_see_no_drift_with_the_annotations_str
     let after = gitops_apply(&f, manager, &body, false).await;
     assert_eq!(template(&after), reloaded);
     f.assert_still("web", 2, &sentinel).await;
+}
+
+/// `kubectl apply` (client-side, three-way merge against the last-applied annotation), as Argo
+/// CD syncs by default, with the kubectl of the pinned Kubernetes version (`make testenv`).
+fn kubectl_apply(f: &Fixture, body: &Value) {
+    let kubectl = support::repo_root().join("target/testenv/bin/kubectl");
+    assert!(kubectl.exists(), "{} is missing: run `make testenv`", kubectl.display());
+    let file = std::env::temp_dir().join(format!("{}-manifest.json", f.name()));
+    std::fs::write(&file, body.to_string()).unwrap();
+    let out = std::process::Command::new(kubectl)
+        .args(["apply", "-n", f.name(), "-f"])
+        .arg(&file)
+        .env("KUBECONFIG", &support::env().kubeconfig)
+        .output()
+        .expect("run kubectl");
+    let _ = std::fs::remove_file(&file);
+    assert!(out.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[tokio::test]
+async fn client_side_kubectl_apply_keeps_the_env_var_and_rolls_nothing() {
+    let f = Fixture::new("gitops-csa").await;
+    let _op = f.operator(&[]);
+    let sentinel = Sentinel::create(&f).await;
+    let body = manifest("web", "nginx:1.27", json!({"reloader.stakater.com/auto": "true"}));
+    f.configmap("app-config", json!({"a": "1"})).await;
+    kubectl_apply(&f, &body);
+    f.wait_replicasets("web", 1).await;
+    f.wait_baseline("web").await;
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    f.wait_replicasets("web", 2).await;
+    let reloaded = template(&f.deployment_now("web").await);
+
+    kubectl_apply(&f, &body);
+    assert_eq!(template(&f.deployment_now("web").await), reloaded);
+    f.assert_still("web", 2, &sentinel).await;
+    let env = f.env_of("web").await;
+    assert_eq!(env.get("STAKATER_APP_CONFIG_CONFIGMAP"), Some(&sha1_hex(b"a=2")), "{env:?}");
 }

@@ -222,3 +222,27 @@ async fn readyz_is_503_until_every_kind_is_listed() {
     .await;
     let _ = std::fs::remove_file(kubeconfig);
 }
+
+#[tokio::test]
+async fn client_requests_are_paced_by_kube_api_qps() {
+    let f = Fixture::new("ops-qps").await;
+    // One request every half second after the first: eight reloads (a patch each, at least)
+    // cannot all be done in under 3.5 s, however fast the machine (unpaced: about 1 s here).
+    let _op = f.operator(&["--kube-api-qps", "2", "--kube-api-burst", "1"]);
+    f.configmap("cfg", json!({"a": "1"})).await;
+    let names: Vec<String> = (0..8).map(|i| format!("web-{i}")).collect();
+    for name in &names {
+        f.deployment(name, json!({"reloader.stakater.com/auto": "true"}), env_from_cm("cfg")).await;
+    }
+    for name in &names {
+        f.wait_replicasets(name, 1).await;
+        f.wait_baseline(name).await;
+    }
+    let changed = std::time::Instant::now();
+    f.patch_configmap("cfg", json!({"data": {"a": "2"}})).await;
+    for name in &names {
+        f.wait_replicasets(name, 2).await;
+    }
+    let took = changed.elapsed();
+    assert!(took >= Duration::from_millis(3500), "8 reloads at 2 requests/s took only {took:?}");
+}

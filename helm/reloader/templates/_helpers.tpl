@@ -1,0 +1,149 @@
+{{/* Chart name, overridable. */}}
+{{- define "reloader.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Prefix of every resource name. The release name alone when it already contains the chart name,
+so `helm install reloader` gives `reloader`, not `reloader-reloader`.
+*/}}
+{{- define "reloader.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "reloader.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels that select the operator's pods; never change them (Deployment selectors are immutable). */}}
+{{- define "reloader.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "reloader.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "reloader.labels" -}}
+helm.sh/chart: {{ include "reloader.chart" . }}
+{{ include "reloader.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "reloader.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "reloader.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "reloader.replicas" -}}
+{{- if .Values.ha.enabled }}{{ int .Values.ha.replicas }}{{ else }}{{ int .Values.replicaCount }}{{ end }}
+{{- end }}
+
+{{- define "reloader.leaseName" -}}
+{{- default (printf "%s-leader" (include "reloader.fullname" .)) .Values.ha.leaseName }}
+{{- end }}
+
+{{- define "reloader.scope" -}}
+{{- $scope := .Values.rbac.scope }}
+{{- if not (has $scope (list "cluster" "namespace")) }}
+{{- fail (printf "rbac.scope must be cluster or namespace, not %q" $scope) }}
+{{- end }}
+{{- $scope }}
+{{- end }}
+
+{{/* The watched namespaces as a JSON list: in namespace scope, never empty. */}}
+{{- define "reloader.watchNamespaces" -}}
+{{- $namespaces := .Values.watchNamespaces | default list | uniq }}
+{{- if and (eq (include "reloader.scope" .) "namespace") (not $namespaces) }}
+{{- $namespaces = list .Release.Namespace }}
+{{- end }}
+{{- toJson $namespaces }}
+{{- end }}
+
+{{/* Workload kinds the operator is told to ignore (the user's list, plus DeploymentConfigs unless enabled). */}}
+{{- define "reloader.ignoredWorkloadTypes" -}}
+{{- $ignored := .Values.reloader.ignoredWorkloadTypes | default list }}
+{{- if and (not .Values.reloader.deploymentConfigs) (not (has "deploymentconfigs" $ignored)) }}
+{{- $ignored = append $ignored "deploymentconfigs" }}
+{{- end }}
+{{- toJson $ignored }}
+{{- end }}
+
+{{/*
+The namespaced rules the operator needs, shared by the ClusterRole (cluster scope) and the
+per-namespace Roles (namespace scope). Only what the operator calls: sources are watched
+(list/watch); workloads are watched, read before some writes and patched; CronJobs are reloaded
+by creating a Job and Jobs by deleting and creating them again.
+*/}}
+{{- define "reloader.rules" -}}
+{{- $ignored := include "reloader.ignoredWorkloadTypes" . | fromJsonArray }}
+{{- $r := .Values.reloader }}
+{{- if ne $r.resourcesToIgnore "configmaps" }}
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [list, watch]
+{{- end }}
+{{- if ne $r.resourcesToIgnore "secrets" }}
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [list, watch]
+{{- end }}
+{{- $apps := list }}
+{{- range list "deployments" "daemonsets" "statefulsets" }}
+{{- if not (has . $ignored) }}{{ $apps = append $apps . }}{{ end }}
+{{- end }}
+{{- if $apps }}
+- apiGroups: [apps]
+  resources: {{ toJson $apps }}
+  verbs: [get, list, watch, patch]
+{{- end }}
+{{- if not (has "cronjobs" $ignored) }}
+- apiGroups: [batch]
+  resources: [cronjobs]
+  verbs: [get, list, watch, patch]
+{{- end }}
+{{- if not (has "jobs" $ignored) }}
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, patch, create, delete]
+{{- else if not (has "cronjobs" $ignored) }}
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [create]
+{{- end }}
+{{- if and $r.argoRollouts (not (has "rollouts" $ignored)) }}
+- apiGroups: [argoproj.io]
+  resources: [rollouts]
+  verbs: [get, list, watch, patch]
+{{- end }}
+{{- if not (has "deploymentconfigs" $ignored) }}
+- apiGroups: [apps.openshift.io]
+  resources: [deploymentconfigs]
+  verbs: [get, list, watch, patch]
+{{- end }}
+{{- if $r.csiIntegration }}
+- apiGroups: [secrets-store.csi.x-k8s.io]
+  resources: [secretproviderclasspodstatuses]
+  verbs: [list, watch]
+{{- end }}
+- apiGroups: [reloader.rs]
+  resources: [reloadpolicies]
+  verbs: [get, list, watch]
+- apiGroups: [reloader.rs]
+  resources: [reloadpolicies/status]
+  verbs: [patch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+{{- end }}

@@ -1,0 +1,575 @@
+//! The Helm chart `helm/reloader`, rendered by the pinned helm (`make helm`) and applied to the
+//! real control plane in both RBAC modes, with HA, monitors, PodDisruptionBudget and
+//! NetworkPolicy on. Every rendered object must be accepted by server-side apply; the RBAC it
+//! grants must be enough (the operator, run as the chart's ServiceAccount by impersonation,
+//! becomes ready, takes the Lease and reloads) and no more (SubjectAccessReviews: no Secrets
+//! outside the watched namespace in namespaced mode, no writes to sources in either).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::config::Kubeconfig;
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::{Scope, pinned_kind};
+use kube::runtime::wait::{await_condition, conditions};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use support::{Operator, TestNamespace, client, eventually, within};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+const FIELD_MANAGER: &str = "reloader-tests";
+
+fn chart_dir() -> PathBuf {
+    support::repo_root().join("helm/reloader")
+}
+
+fn helm_bin() -> PathBuf {
+    let bin = support::repo_root().join("target/tools/bin/helm");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `make helm` (it builds helm from tools/helm)",
+        bin.display()
+    );
+    bin
+}
+
+/// `helm template` with the chart's CI values file for `mode` (plus `--set-string` pairs),
+/// CRDs included, every document parsed.
+fn render(
+    release: &str,
+    namespace: &str,
+    kube_version: &str,
+    mode: &str,
+    set: &[String],
+) -> Vec<DynamicObject> {
+    let values = chart_dir().join(format!("ci/{mode}-values.yaml"));
+    let mut cmd = Command::new(helm_bin());
+    cmd.arg("template")
+        .arg(release)
+        .arg(chart_dir())
+        .args(["--namespace", namespace, "--include-crds", "--kube-version", kube_version])
+        .arg("--values")
+        .arg(&values);
+    for pair in set {
+        cmd.args(["--set-string", pair]);
+    }
+    let out = cmd.output().expect("run helm template");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "helm template failed ({}):\n{stderr}", out.status);
+    let text = String::from_utf8(out.stdout).expect("helm output is UTF-8");
+    let objects: Vec<DynamicObject> = serde_saphyr::from_multiple(&text)
+        .unwrap_or_else(|e| panic!("helm template output is not a list of objects: {e}\n{text}"));
+    assert!(objects.len() > 5, "too few objects rendered:\n{text}");
+    objects
+}
+
+fn kind_of(obj: &DynamicObject) -> &str {
+    obj.types.as_ref().map(|t| t.kind.as_str()).unwrap_or_default()
+}
+
+fn gvk_of(obj: &DynamicObject) -> GroupVersionKind {
+    let types = obj.types.as_ref().expect("apiVersion and kind");
+    let (group, version) = types.api_version.rsplit_once('/').unwrap_or(("", &types.api_version));
+    GroupVersionKind::gvk(group, version, &types.kind)
+}
+
+fn one<'a>(objects: &'a [DynamicObject], kind: &str) -> &'a DynamicObject {
+    let found: Vec<_> = objects.iter().filter(|o| kind_of(o) == kind).collect();
+    assert_eq!(found.len(), 1, "expected one {kind}, rendered {}", found.len());
+    found[0]
+}
+
+/// Cluster-scoped objects a test applied (not CRDs, which other tests share), deleted on drop
+/// so runs against a real cluster leave nothing behind.
+struct ClusterObjects(Vec<(ApiResource, String)>);
+
+impl Drop for ClusterObjects {
+    fn drop(&mut self) {
+        let objects = std::mem::take(&mut self.0);
+        // As TestNamespace: no await in drop, so delete from a thread with its own runtime.
+        let handle = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let client = client().await;
+                for (ar, name) in objects {
+                    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+                    let _ = api.delete(&name, &DeleteParams::background()).await;
+                }
+            });
+        });
+        let _ = handle.join();
+    }
+}
+
+/// Server-side applies every object: CRDs first (waiting until they are established), then the
+/// rest; namespaced objects must name `namespace`. Panics with the object on a rejection.
+async fn apply_all(client: &Client, objects: &[DynamicObject], namespace: &str) -> ClusterObjects {
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let mut cluster = ClusterObjects(Vec::new());
+    let (crds, rest): (Vec<_>, Vec<_>) =
+        objects.iter().partition(|o| kind_of(o) == "CustomResourceDefinition");
+    let crd_api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in &crds {
+        let name = crd.name_any();
+        crd_api
+            .patch(&name, &params, &Patch::Apply(crd))
+            .await
+            .unwrap_or_else(|e| panic!("the CRD {name} was rejected: {e}"));
+        within(
+            &format!("the CRD {name} to be established"),
+            TIMEOUT,
+            await_condition(crd_api.clone(), &name, conditions::is_crd_established()),
+        )
+        .await
+        .unwrap();
+    }
+    for obj in rest {
+        let (kind, name) = (kind_of(obj).to_string(), obj.name_any());
+        let gvk = gvk_of(obj);
+        // A CRD applied just now may take a moment to reach discovery.
+        let (ar, caps) = eventually(&format!("{kind} to be discoverable"), TIMEOUT, || async {
+            pinned_kind(client, &gvk).await.ok()
+        })
+        .await;
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => {
+                assert_eq!(
+                    obj.namespace().as_deref(),
+                    Some(namespace),
+                    "{kind} {name} must name the release namespace (plain `kubectl apply` needs it)"
+                );
+                Api::namespaced_with(client.clone(), namespace, &ar)
+            }
+            Scope::Cluster => {
+                cluster.0.push((ar.clone(), name.clone()));
+                Api::all_with(client.clone(), &ar)
+            }
+        };
+        api.patch(&name, &params, &Patch::Apply(obj)).await.unwrap_or_else(|e| {
+            panic!(
+                "{kind} {name} was rejected: {e}\n{}",
+                serde_json::to_string_pretty(obj).unwrap()
+            )
+        });
+    }
+    cluster
+}
+
+/// prometheus-operator's monitor CRDs, stand-ins from tests/fixtures unless the cluster has the
+/// real ones (which must not be replaced).
+async fn install_monitoring_crds(client: &Client) {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut missing = false;
+    for name in ["servicemonitors.monitoring.coreos.com", "podmonitors.monitoring.coreos.com"] {
+        missing |= api.get_opt(name).await.unwrap().is_none();
+    }
+    if missing {
+        support::install_crds(client, include_str!("fixtures/monitoring-crds.yaml")).await;
+    }
+}
+
+/// Whether the API server's RBAC lets `user` (a service account) do `verb` on `resource`;
+/// `namespace: None` asks about every namespace at once.
+async fn can(
+    client: &Client,
+    user: &str,
+    verb: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> bool {
+    // `plural.group/subresource`, as kubectl writes it.
+    let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+    let (resource, group) = resource.split_once('.').unwrap_or((resource, ""));
+    let sa_namespace = user.split(':').nth(2).unwrap_or_default();
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": user,
+            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{sa_namespace}"),
+                       "system:authenticated"],
+            "resourceAttributes": {
+                "verb": verb, "group": group, "resource": resource, "subresource": subresource,
+                "namespace": namespace.unwrap_or_default(), "name": name.unwrap_or_default(),
+            },
+        },
+    }))
+    .unwrap();
+    let answer = Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .expect("create a SubjectAccessReview");
+    answer.status.is_some_and(|s| s.allowed)
+}
+
+/// Waits until `user` may do what the chart grants (RBAC caches follow new Roles within
+/// moments).
+async fn wait_allowed(
+    client: &Client,
+    user: &str,
+    verb: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) {
+    eventually(
+        &format!("{user} to be allowed to {verb} {resource} in {namespace:?}"),
+        TIMEOUT,
+        || async { can(client, user, verb, resource, namespace, name).await.then_some(()) },
+    )
+    .await;
+}
+
+async fn assert_denied(
+    client: &Client,
+    user: &str,
+    verb: &str,
+    resource: &str,
+    namespace: Option<&str>,
+) {
+    assert!(
+        !can(client, user, verb, resource, namespace, None).await,
+        "{user} must not be allowed to {verb} {resource} in {namespace:?}"
+    );
+}
+
+/// Facts about the rendered chart that hold in both modes.
+fn check_common(objects: &[DynamicObject], release: &str) {
+    let version = env!("CARGO_PKG_VERSION");
+    let chart: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap())
+            .expect("Chart.yaml parses");
+    assert_eq!(chart["appVersion"], version, "Chart.yaml appVersion must be Cargo.toml's version");
+
+    // The CRD is crd/reloadpolicy.yaml itself, not a copy that can drift.
+    let committed: Vec<DynamicObject> =
+        serde_saphyr::from_multiple(include_str!("../crd/reloadpolicy.yaml")).unwrap();
+    let rendered: Vec<&DynamicObject> =
+        objects.iter().filter(|o| kind_of(o) == "CustomResourceDefinition").collect();
+    assert_eq!(rendered.len(), 1, "the chart renders exactly the ReloadPolicy CRD");
+    assert_eq!(
+        serde_json::to_value(rendered[0]).unwrap(),
+        serde_json::to_value(&committed[0]).unwrap()
+    );
+
+    for kind in [
+        "ServiceAccount",
+        "Service",
+        "ServiceMonitor",
+        "PodMonitor",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+    ] {
+        one(objects, kind);
+    }
+    let deployment = serde_json::to_value(one(objects, "Deployment")).unwrap();
+    assert_eq!(deployment["spec"]["replicas"], 2, "HA runs two replicas");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let containers = pod["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 1);
+    let c = &containers[0];
+    assert_eq!(c["image"], format!("ghcr.io/reloader-rs/reloader:{version}"));
+    assert_eq!(c["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/live");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["ports"][0]["containerPort"], 9090);
+    let args = container_args(objects);
+    assert!(args.iter().any(|a| a == "--enable-ha=true"), "HA on passes --enable-ha: {args:?}");
+    let lease_arg = format!("--ha-lease-name={release}-leader");
+    assert!(args.contains(&lease_arg), "{args:?}");
+    let env = c["env"].as_array().unwrap();
+    for (name, path) in [("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")] {
+        let var = env.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("no {name}"));
+        assert_eq!(var["valueFrom"]["fieldRef"]["fieldPath"], path);
+    }
+    let np = serde_json::to_value(one(objects, "NetworkPolicy")).unwrap();
+    assert_eq!(np["spec"]["policyTypes"], json!(["Ingress"]), "egress stays open");
+    assert_eq!(np["spec"]["ingress"][0]["ports"], json!([{"port": "metrics", "protocol": "TCP"}]));
+}
+
+fn container_args(objects: &[DynamicObject]) -> Vec<String> {
+    let deployment = serde_json::to_value(one(objects, "Deployment")).unwrap();
+    serde_json::from_value(deployment["spec"]["template"]["spec"]["containers"][0]["args"].clone())
+        .expect("container args")
+}
+
+fn rules_grant(obj: &DynamicObject, resource: &str) -> bool {
+    obj.data["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|r| r["resources"].as_array().into_iter().flatten().any(|x| x == resource))
+}
+
+/// A kubeconfig for the test cluster that acts as `user` (impersonation), so the operator runs
+/// with exactly the RBAC the chart gave its ServiceAccount.
+fn impersonating_kubeconfig(user: &str, file: &str) -> PathBuf {
+    let mut config = Kubeconfig::read_from(&support::env().kubeconfig).expect("read kubeconfig");
+    for named in &mut config.auth_infos {
+        if let Some(auth) = named.auth_info.as_mut() {
+            auth.impersonate = Some(user.to_string());
+        }
+    }
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(file);
+    // JSON is YAML: the operator reads it as any kubeconfig.
+    std::fs::write(&path, serde_json::to_vec(&config).unwrap()).expect("write kubeconfig");
+    path
+}
+
+/// Runs the operator with the chart's arguments as the chart's ServiceAccount and checks that
+/// it becomes ready, takes the chart's Lease and reloads a Deployment when its ConfigMap
+/// changes: the RBAC rules are enough for what the arguments turn on.
+async fn run_operator_as_chart(
+    client: &Client,
+    objects: &[DynamicObject],
+    ns: &str,
+    user: &str,
+    release: &str,
+) {
+    let kubeconfig = impersonating_kubeconfig(user, &format!("{release}.kubeconfig"));
+    // The harness sets the log format, level and a free port itself.
+    let args: Vec<String> = container_args(objects)
+        .into_iter()
+        .filter(|a| {
+            !["--log-format=", "--log-level=", "--metrics-addr="].iter().any(|p| a.starts_with(p))
+        })
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let pod_name = format!("{release}-pod-0");
+    let kubeconfig_text = kubeconfig.to_string_lossy().into_owned();
+    let operator = Operator::start_with_env(
+        &args,
+        &[("KUBECONFIG", &kubeconfig_text), ("POD_NAME", &pod_name), ("POD_NAMESPACE", ns)],
+    );
+
+    let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let lease = format!("{release}-leader");
+    eventually("the operator to hold the chart's Lease", TIMEOUT, || async {
+        let held = leases.get_opt(&lease).await.unwrap()?.spec?.holder_identity?;
+        (held == pod_name).then_some(())
+    })
+    .await;
+
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "app-config"}, "data": {"level": "info"},
+    }))
+    .unwrap();
+    configmaps.create(&PostParams::default(), &cm).await.unwrap();
+    let web: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "spec": {
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "app", "image": "nginx",
+                                         "envFrom": [{"configMapRef": {"name": "app-config"}}]}]},
+            },
+        },
+    }))
+    .unwrap();
+    deployments.create(&PostParams::default(), &web).await.unwrap();
+    // The baseline record is the operator's first write to the workload.
+    eventually("the baseline record on web", TIMEOUT, || async {
+        deployments
+            .get("web")
+            .await
+            .unwrap()
+            .annotations()
+            .get("reloader.rs/source-hashes")
+            .cloned()
+    })
+    .await;
+    configmaps
+        .patch(
+            "app-config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"level": "debug"}})),
+        )
+        .await
+        .unwrap();
+    eventually("web to be reloaded", TIMEOUT, || async {
+        let d = deployments.get("web").await.unwrap();
+        let env = d.spec.template.spec?.containers.into_iter().next()?.env?;
+        env.iter().any(|e| e.name == "STAKATER_APP_CONFIG_CONFIGMAP").then_some(())
+    })
+    .await;
+    let status = operator.stop();
+    assert!(status.success(), "the operator exits cleanly on SIGTERM: {status}");
+    // Releasing the Lease at shutdown is a write the Role must allow too.
+    let lease_now = leases.get(&lease).await.unwrap();
+    let holder = lease_now.spec.and_then(|s| s.holder_identity);
+    assert_ne!(holder.as_deref(), Some(pod_name.as_str()), "the Lease is released at shutdown");
+    let _ = std::fs::remove_file(kubeconfig);
+}
+
+async fn server_version(client: &Client) -> String {
+    let version = client.apiserver_version().await.expect("server version");
+    support::announce_version(&version.git_version);
+    version.git_version
+}
+
+#[tokio::test]
+async fn cluster_scope_chart_is_accepted_and_its_rbac_runs_the_operator() {
+    let client = client().await;
+    let kube_version = server_version(&client).await;
+    install_monitoring_crds(&client).await;
+    let ns = TestNamespace::create(&client, "helm-cluster").await;
+    let release = format!("reloader-cl-{}", std::process::id());
+    // Serve only this test's namespace, while still watching cluster-wide.
+    let selector = format!("reloader.namespaceSelector=kubernetes.io/metadata.name={}", ns.name);
+    let objects = render(&release, &ns.name, &kube_version, "cluster", &[selector]);
+    check_common(&objects, &release);
+
+    let role = one(&objects, "ClusterRole");
+    assert_eq!(role.name_any(), release);
+    for resource in [
+        "secrets",
+        "configmaps",
+        "rollouts",
+        "deploymentconfigs",
+        "secretproviderclasspodstatuses",
+        "namespaces",
+    ] {
+        assert!(
+            rules_grant(role, resource),
+            "the ClusterRole must grant {resource} with its feature on"
+        );
+    }
+    assert_eq!(
+        one(&objects, "ClusterRoleBinding").data["subjects"][0]["namespace"],
+        json!(ns.name)
+    );
+    let args = container_args(&objects);
+    for arg in ["--is-Argo-Rollouts=true", "--enable-csi-integration=true"] {
+        assert!(args.iter().any(|a| a == arg), "{arg} missing: {args:?}");
+    }
+    assert!(
+        !args.iter().any(|a| a.starts_with("--watch-namespace") || a.starts_with("--namespaces="))
+    );
+    // The alert webhook URL comes from a Secret, never as a plain value.
+    let deployment = serde_json::to_value(one(&objects, "Deployment")).unwrap();
+    let env =
+        deployment["spec"]["template"]["spec"]["containers"][0]["env"].as_array().unwrap().clone();
+    let url = env.iter().find(|e| e["name"] == "ALERT_WEBHOOK_URL").expect("ALERT_WEBHOOK_URL");
+    assert!(url.get("value").is_none());
+    assert_eq!(url["valueFrom"]["secretKeyRef"]["name"], "reloader-alerts");
+
+    let _cluster = apply_all(&client, &objects, &ns.name).await;
+
+    let user = format!("system:serviceaccount:{}:{release}", ns.name);
+    wait_allowed(&client, &user, "list", "secrets", None, None).await;
+    wait_allowed(&client, &user, "patch", "rollouts.argoproj.io", Some("elsewhere"), None).await;
+    wait_allowed(
+        &client,
+        &user,
+        "patch",
+        "reloadpolicies.reloader.rs/status",
+        Some("elsewhere"),
+        None,
+    )
+    .await;
+    wait_allowed(&client, &user, "create", "leases.coordination.k8s.io", Some(&ns.name), None)
+        .await;
+    for (verb, resource) in [
+        ("get", "secrets"),
+        ("create", "secrets"),
+        ("update", "configmaps"),
+        ("delete", "deployments.apps"),
+        ("create", "pods"),
+    ] {
+        assert_denied(&client, &user, verb, resource, Some(&ns.name)).await;
+    }
+
+    run_operator_as_chart(&client, &objects, &ns.name, &user, &release).await;
+}
+
+#[tokio::test]
+async fn namespace_scope_chart_is_accepted_and_needs_no_cluster_wide_access() {
+    let client = client().await;
+    let kube_version = server_version(&client).await;
+    install_monitoring_crds(&client).await;
+    let ns = TestNamespace::create(&client, "helm-ns").await;
+    let release = format!("reloader-ns-{}", std::process::id());
+    let objects = render(&release, &ns.name, &kube_version, "namespaced", &[]);
+    check_common(&objects, &release);
+
+    // Nothing cluster-wide: no ClusterRole at all, so certainly none granting Secrets.
+    for obj in &objects {
+        assert!(
+            !matches!(kind_of(obj), "ClusterRole" | "ClusterRoleBinding"),
+            "namespaced mode rendered {} {}",
+            kind_of(obj),
+            obj.name_any()
+        );
+    }
+    let roles: Vec<&DynamicObject> = objects.iter().filter(|o| kind_of(o) == "Role").collect();
+    assert!(roles.iter().all(|r| r.namespace().as_deref() == Some(ns.name.as_str())));
+    assert!(
+        roles.iter().any(|r| rules_grant(r, "secrets")),
+        "the Role grants Secrets in its namespace"
+    );
+    let args = container_args(&objects);
+    assert!(args.contains(&format!("--watch-namespace={}", ns.name)), "{args:?}");
+    // Ignored kinds lose their rules: with jobs ignored only Job creation (for CronJobs) stays.
+    let role = roles.iter().find(|r| r.name_any() == release).expect("the operator's Role");
+    let jobs = role.data["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resources"] == json!(["jobs"]))
+        .unwrap();
+    assert_eq!(jobs["verbs"], json!(["create"]));
+
+    let cluster = apply_all(&client, &objects, &ns.name).await;
+    assert!(cluster.0.is_empty(), "namespaced mode applied cluster-scoped objects");
+
+    let user = format!("system:serviceaccount:{}:{release}", ns.name);
+    wait_allowed(&client, &user, "watch", "secrets", Some(&ns.name), None).await;
+    wait_allowed(
+        &client,
+        &user,
+        "patch",
+        "leases.coordination.k8s.io",
+        Some(&ns.name),
+        Some(&format!("{release}-leader")),
+    )
+    .await;
+    assert_denied(&client, &user, "list", "secrets", None).await;
+    assert_denied(&client, &user, "list", "secrets", Some("default")).await;
+    assert_denied(&client, &user, "list", "configmaps", Some("kube-system")).await;
+    assert_denied(&client, &user, "patch", "deployments.apps", Some("default")).await;
+    assert_denied(&client, &user, "list", "namespaces", None).await;
+    assert!(
+        !can(
+            &client,
+            &user,
+            "patch",
+            "leases.coordination.k8s.io",
+            Some(&ns.name),
+            Some("another-lease")
+        )
+        .await,
+        "the Lease rule is limited to the chart's Lease"
+    );
+
+    run_operator_as_chart(&client, &objects, &ns.name, &user, &release).await;
+}
