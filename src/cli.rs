@@ -54,6 +54,9 @@ pub struct Cli {
     #[command(flatten)]
     pub alerts: AlertArgs,
 
+    #[command(flatten)]
+    pub webhook: WebhookArgs,
+
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -155,6 +158,20 @@ pub struct ReloadArgs {
     #[arg(long, env = "RELOADER_DEBOUNCE_MAX_WAIT", value_parser = parse_duration, default_value = "10s")]
     pub debounce_max_wait: Duration,
 
+    /// A workload is rolled at most once per this interval; a later change waits for it and is
+    /// then applied with the sources' state of that moment. `0s` turns it off.
+    #[arg(long, env = "RELOADER_MIN_ROLLOUT_INTERVAL", value_parser = parse_duration, default_value = "5s")]
+    pub min_rollout_interval: Duration,
+
+    /// Rollouts a second across all workloads, after `--rollout-burst`; more wait their turn.
+    /// 0 turns the budget off.
+    #[arg(long, env = "RELOADER_MAX_ROLLOUTS_PER_SECOND", default_value_t = 20.0)]
+    pub max_rollouts_per_second: f64,
+
+    /// Rollouts that may go at once before `--max-rollouts-per-second` paces them.
+    #[arg(long, env = "RELOADER_ROLLOUT_BURST", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rollout_burst: u32,
+
     /// Every workload is re-checked against its sources this often (level-triggered resync).
     #[arg(long, env = "RELOADER_RESYNC_PERIOD", value_parser = parse_duration, default_value = "10m")]
     pub resync_period: Duration,
@@ -165,6 +182,14 @@ pub struct ReloadArgs {
           num_args = 0..=1, require_equals = true, default_missing_value = "enabled",
           default_value = "disabled", action = ArgAction::Set)]
     pub metrics_count_by_namespace: bool,
+
+    /// Key-precise references: when a workload consumes only some keys of a ConfigMap/Secret
+    /// (`valueFrom.configMapKeyRef`/`secretKeyRef`, volume or projected `items`) and never the
+    /// whole object, changes to its other keys roll nothing. Off by default: the variable then
+    /// holds the full hash, exactly as stakater/Reloader writes it.
+    #[arg(long, env = "RELOADER_KEY_PRECISE_REFERENCES", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
+    pub key_precise_references: bool,
 
     /// Workloads reconciled in parallel.
     #[arg(long, env = "RELOADER_WORKERS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
@@ -258,6 +283,56 @@ impl HaArgs {
         config.validate()?;
         Ok(Some(config))
     }
+}
+
+/// The mutating admission webhook that stamps current source hashes into workloads as they are
+/// written (GitOps-safe mode).
+#[derive(Debug, Clone, clap::Args)]
+pub struct WebhookArgs {
+    /// Serve the admission webhook: Deployments, StatefulSets, DaemonSets (and Rollouts) are
+    /// created and updated with the current hashes of their sources, so nothing rolls after.
+    #[arg(long, env = "RELOADER_ENABLE_WEBHOOK", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
+    pub enable_webhook: bool,
+
+    /// Address of the webhook's HTTPS endpoint (`:9443` = every interface).
+    #[arg(long, env = "RELOADER_WEBHOOK_ADDR", value_parser = parse_listen_addr, default_value = ":9443")]
+    pub webhook_addr: std::net::SocketAddr,
+
+    /// Read the serving certificate from `tls.crt`/`tls.key` here (e.g. a cert-manager Secret);
+    /// the operator then writes neither the certificate Secret nor the webhook configuration.
+    #[arg(long, env = "RELOADER_WEBHOOK_CERT_DIR", value_name = "PATH")]
+    pub webhook_cert_dir: Option<std::path::PathBuf>,
+
+    /// The Secret (in `POD_NAMESPACE`) where the operator keeps its CA and serving certificate.
+    #[arg(long, env = "RELOADER_WEBHOOK_SECRET_NAME", default_value = "reloader-webhook-tls")]
+    pub webhook_secret_name: String,
+
+    /// The MutatingWebhookConfiguration the operator applies (server-side apply, field manager
+    /// `reloader.rs/webhook`).
+    #[arg(long, env = "RELOADER_WEBHOOK_CONFIGURATION_NAME", default_value = "reloader-rs")]
+    pub webhook_configuration_name: String,
+
+    /// The Service (in `POD_NAMESPACE`) the API server calls the webhook through.
+    #[arg(long, env = "RELOADER_WEBHOOK_SERVICE", conflicts_with = "webhook_client_url")]
+    pub webhook_service: Option<String>,
+
+    /// The Service's port.
+    #[arg(long, env = "RELOADER_WEBHOOK_SERVICE_PORT", default_value_t = 9443)]
+    pub webhook_service_port: u16,
+
+    /// Call the webhook at this URL instead of a Service (`https://host:port/mutate`).
+    #[arg(long, env = "RELOADER_WEBHOOK_CLIENT_URL")]
+    pub webhook_client_url: Option<String>,
+
+    /// Only workloads with these labels are sent to the webhook (`key=value`, comma = AND;
+    /// empty: every workload in the served namespaces).
+    #[arg(
+        long,
+        env = "RELOADER_WEBHOOK_OBJECT_SELECTOR",
+        default_value = "reloader.rs/webhook=enabled"
+    )]
+    pub webhook_object_selector: String,
 }
 
 /// Alerts on reload: a chat message per reloaded source (stakater/Reloader's `ALERT_*`
@@ -501,6 +576,25 @@ mod tests {
         assert!(parse_duration("5").is_err());
         assert!(parse_duration("5d").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn churn_limit_flags() {
+        let cli = Cli::try_parse_from(["reloader"]).unwrap();
+        assert_eq!(cli.reload.min_rollout_interval, Duration::from_secs(5));
+        assert_eq!((cli.reload.max_rollouts_per_second, cli.reload.rollout_burst), (20.0, 500));
+        let cli = Cli::try_parse_from([
+            "reloader",
+            "--min-rollout-interval",
+            "0s",
+            "--max-rollouts-per-second",
+            "0",
+            "--rollout-burst",
+            "3",
+        ])
+        .unwrap();
+        assert_eq!(cli.reload.min_rollout_interval, Duration::ZERO);
+        assert_eq!((cli.reload.max_rollouts_per_second, cli.reload.rollout_burst), (0.0, 3));
     }
 
     #[test]

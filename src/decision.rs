@@ -56,6 +56,9 @@ pub struct Selection {
     per_kind: BTreeMap<SourceKind, KindSelection>,
     /// Named-reload items that are not valid regular expressions (for a log line).
     pub invalid_patterns: Vec<String>,
+    /// `auto` annotations whose value is no boolean, as `key=value` (read as false, as the
+    /// other program does; for a log line).
+    pub invalid_booleans: BTreeSet<String>,
 }
 
 impl Selection {
@@ -81,6 +84,12 @@ impl Selection {
                 match Regex::new(&format!("^{item}$")) {
                     Ok(re) => named.push(re),
                     Err(_) => selection.invalid_patterns.push(item.to_string()),
+                }
+            }
+            for key in [keys.auto.as_str(), keys.typed_auto(kind)] {
+                let value = get(key);
+                if !value.is_empty() && crate::annotations::parse_bool(&value).is_none() {
+                    selection.invalid_booleans.insert(format!("{key}={value}"));
                 }
             }
             let exclude = metadata
@@ -539,6 +548,20 @@ mod tests {
         ]);
         let sel = Selection::parse(&keys, &BTreeMap::new(), &template);
         assert_eq!(sel.selects(CM, "a", &src(false, false), true, false), Ok(Via::Auto));
+    }
+
+    #[test]
+    fn auto_values_that_are_not_booleans_are_reported_once_and_read_as_false() {
+        let keys = AnnotationKeys::default();
+        let meta = map(&[
+            ("reloader.stakater.com/auto", "yes please"),
+            ("secret.reloader.stakater.com/auto", "TRUE"),
+        ]);
+        let sel = Selection::parse(&keys, &meta, &BTreeMap::new());
+        let reported: Vec<&str> = sel.invalid_booleans.iter().map(String::as_str).collect();
+        assert_eq!(reported, ["reloader.stakater.com/auto=yes please"]);
+        assert!(sel.selects(CM, "a", &src(false, false), true, false).is_err());
+        assert_eq!(sel.selects(SECRET, "s", &src(false, false), true, false), Ok(Via::Auto));
     }
 
     #[test]

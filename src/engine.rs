@@ -23,10 +23,14 @@ use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
+mod admission;
 mod csi;
 mod policies;
 
+pub use admission::{AdmissionError, admission_patch, admitted_kind, admitted_kind_of};
+
 use crate::annotations::AnnotationKeys;
+use crate::churn::{RolloutLimiter, ThrottleReason};
 use crate::cli::ReloadArgs;
 use crate::decision::Selection;
 use crate::hash;
@@ -64,6 +68,10 @@ pub struct EngineConfig {
     pub webhook_url: Option<String>,
     pub debounce: Duration,
     pub debounce_max_wait: Duration,
+    /// Churn limits (see [`crate::churn`]).
+    pub min_rollout_interval: Duration,
+    pub max_rollouts_per_second: f64,
+    pub rollout_burst: u32,
     pub resync_period: Duration,
     pub workers: usize,
     pub api_discovery_interval: Duration,
@@ -71,6 +79,8 @@ pub struct EngineConfig {
     pub csi_integration: bool,
     /// `reloader_reload_executed_total_by_namespace` (`METRICS_COUNT_BY_NAMESPACE=enabled`).
     pub metrics_count_by_namespace: bool,
+    /// `--key-precise-references`: only the keys a workload consumes count for it.
+    pub key_precise_references: bool,
 }
 
 impl EngineConfig {
@@ -124,11 +134,15 @@ impl EngineConfig {
             webhook_url: args.webhook_url.clone().filter(|s| !s.is_empty()),
             debounce: args.debounce,
             debounce_max_wait: args.debounce_max_wait,
+            min_rollout_interval: args.min_rollout_interval,
+            max_rollouts_per_second: args.max_rollouts_per_second,
+            rollout_burst: args.rollout_burst,
             resync_period: args.resync_period,
             workers: args.workers.into(),
             api_discovery_interval: args.api_discovery_interval,
             metrics_count_by_namespace: args.metrics_count_by_namespace,
             csi_integration: args.enable_csi_integration,
+            key_precise_references: args.key_precise_references,
         }
     }
 }
@@ -167,6 +181,10 @@ pub struct Engine {
     leadership: watch::Receiver<bool>,
     /// With `--alert-on-reload`: told about every reloaded source (set once, at start).
     alerter: std::sync::OnceLock<crate::alerts::Alerter>,
+    /// Churn limits on rollouts.
+    rollouts: Mutex<RolloutLimiter<WorkloadKey>>,
+    /// Workloads whose rollout a churn limit holds back now (one Event per episode).
+    throttled: Mutex<HashSet<WorkloadKey>>,
 }
 
 impl Engine {
@@ -183,6 +201,11 @@ impl Engine {
         let metrics = Arc::new(crate::metrics::Metrics::new(config.metrics_count_by_namespace));
         let queue =
             WorkQueue::new(config.debounce_max_wait).with_metrics(metrics.workqueue.clone());
+        let rollouts = Mutex::new(RolloutLimiter::new(
+            config.max_rollouts_per_second,
+            config.rollout_burst,
+            tokio::time::Instant::now(),
+        ));
         Arc::new(Engine {
             client,
             config,
@@ -207,6 +230,8 @@ impl Engine {
             policy_queue: WorkQueue::new(Duration::from_secs(2)),
             leadership,
             alerter: std::sync::OnceLock::new(),
+            rollouts,
+            throttled: Mutex::new(HashSet::new()),
         })
     }
 
@@ -736,11 +761,16 @@ impl Engine {
         let entry = self.entry(info);
         let key = entry.info.key.clone();
         let invalid = entry.selection.invalid_patterns.clone();
+        let not_booleans = entry.selection.invalid_booleans.clone();
         let changed = self.store.write().unwrap().upsert_workload(entry);
         if changed {
             if !invalid.is_empty() {
                 warn!(workload = %key, patterns = ?invalid,
                       "skipping named-reload items that are not valid regular expressions");
+            }
+            if !not_booleans.is_empty() {
+                warn!(workload = %key, annotations = ?not_booleans,
+                      "reading annotation values that are not booleans as false");
             }
             if self.is_synced() {
                 self.queue.add(key, Duration::ZERO);
@@ -883,6 +913,8 @@ impl Engine {
             now: now.as_second(),
             now_rfc3339: now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
             last_reloaded_from_key: self.config.keys.last_reloaded_from.clone(),
+            key_precise: self.config.key_precise_references,
+            stamp: false,
         }
     }
 
@@ -904,7 +936,8 @@ impl Engine {
                     None
                 }
             };
-            let parts = self.add_policies(&entry.info, &mut plan, opts.now, &opts.now_rfc3339);
+            let parts =
+                self.add_policies(&entry.info, &mut plan, opts.now, &opts.now_rfc3339, false);
             if !plan.unwritable.is_empty() {
                 warn!(workload = %key, sources = ?plan.unwritable.iter().map(ToString::to_string).collect::<Vec<_>>(),
                       "workload has no container to write the reload variable to");
@@ -935,6 +968,11 @@ impl Engine {
             if !self.is_leader() {
                 // Lost the Lease while planning: the new leader does this.
                 return None;
+            }
+            if plan.template.is_some()
+                && let Err(wait) = self.admit_rollout(&entry.info, &plan).await
+            {
+                return Some(wait);
             }
             self.startup_pass.lock().unwrap().remove(key);
             let started = std::time::Instant::now();
@@ -984,6 +1022,48 @@ impl Engine {
         }
         warn!(workload = %key, "gave up after repeated conflicts; will retry");
         Some(Duration::from_secs(1))
+    }
+
+    /// Applies the churn limits to a rollout about to be written. Held back, the workload is
+    /// looked at again after the returned delay and then rolls to the sources' state of that
+    /// moment; the first hold of an episode is logged and reported as an Event.
+    async fn admit_rollout(&self, info: &WorkloadInfo, plan: &Plan) -> Result<(), Duration> {
+        let key = &info.key;
+        let admitted = self.rollouts.lock().unwrap().admit(
+            key,
+            self.config.min_rollout_interval,
+            tokio::time::Instant::now(),
+        );
+        let held = match admitted {
+            Ok(()) => {
+                self.throttled.lock().unwrap().remove(key);
+                return Ok(());
+            }
+            Err(held) => held,
+        };
+        self.metrics.rollouts_throttled.with_label_values(&[held.reason.as_str()]).inc();
+        if self.throttled.lock().unwrap().insert(key.clone()) {
+            let why = match held.reason {
+                ThrottleReason::MinInterval => format!(
+                    "it rolled less than {:?} ago (--min-rollout-interval)",
+                    self.config.min_rollout_interval
+                ),
+                ThrottleReason::Budget => {
+                    "the cluster-wide rollout budget is spent (--max-rollouts-per-second)".into()
+                }
+            };
+            let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
+            info!(workload = %key, reason = held.reason.as_str(), wait = ?held.wait, sources = ?sources,
+                  "rollout held back by a churn limit; the latest state is applied when it allows");
+            let note = format!(
+                "Rollout of {key} for {} delayed by {:.1}s: {why}; the latest state is applied then",
+                sources.join(", "),
+                held.wait.as_secs_f64()
+            );
+            self.event(info, EventType::Normal, "ReloadThrottled", note).await;
+        }
+        // A little past the limit, so the next look is admitted rather than held again.
+        Err(held.wait + Duration::from_millis(10))
     }
 
     /// Says what came of the source changes that queued this workload: rolled (matched), not

@@ -39,6 +39,10 @@ pub enum Error {
     #[error("leader election: {0}")]
     Leader(String),
 
+    /// The admission webhook is misconfigured or cannot start.
+    #[error(transparent)]
+    Webhook(#[from] crate::webhook::WebhookError),
+
     /// Installing a signal handler failed.
     #[error("cannot install signal handler: {0}")]
     Signal(#[source] std::io::Error),

@@ -7,6 +7,8 @@
 
 pub mod alerts;
 pub mod annotations;
+pub mod certs;
+pub mod churn;
 pub mod cli;
 pub mod csi;
 pub mod decision;
@@ -28,6 +30,7 @@ pub mod ratelimit;
 pub mod source;
 pub mod store;
 pub mod telemetry;
+pub mod webhook;
 pub mod workload;
 pub mod writer;
 

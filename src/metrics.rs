@@ -43,6 +43,8 @@ pub struct Metrics {
     pub leader: IntGauge,
     /// Reload alerts by sink and result (`sent`, `failed`, `dropped`).
     pub alerts_total: IntCounterVec,
+    /// Rollouts held back by a churn limit, by reason (`min_interval`, `budget`).
+    pub rollouts_throttled: IntCounterVec,
 }
 
 /// Why a source change did not roll a workload (`reloader_skipped_total{reason}`).
@@ -192,6 +194,11 @@ impl Metrics {
                 &["namespace", "policy"],
             ),
             watched_objects,
+            rollouts_throttled: counter(
+                "reloader_rollouts_throttled_total",
+                "Rollouts held back by a churn limit (applied later), by reason (min_interval, budget).",
+                &["reason"],
+            ),
             alerts_total: counter(
                 "reloader_alerts_total",
                 "Reload alerts, by sink and result (sent, failed, dropped).",

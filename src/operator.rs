@@ -49,7 +49,10 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         None => (sole_leader(), None),
     };
-    let engine = Engine::new(client, EngineConfig::from_args(&cli.reload), leadership);
+    let engine_config = EngineConfig::from_args(&cli.reload);
+    let webhook = crate::webhook::settings(&cli, &engine_config)?;
+    let webhook_leadership = leadership.clone();
+    let engine = Engine::new(client.clone(), engine_config, leadership);
     let webhook_mode = cli.reload.webhook_url.as_deref().is_some_and(|u| !u.is_empty());
     let alerts = crate::alerts::start_from_args(&cli.alerts, webhook_mode, engine.metrics());
     let alert_delivery = alerts.map(|(alerter, delivery)| {
@@ -67,6 +70,38 @@ pub async fn run(cli: Cli) -> Result<()> {
     };
     info!(address = %bound, "serving /metrics, /live and /readyz");
     let http = tokio::spawn(http);
+    // Every replica serves the webhook from its warm memory; only the leader writes its
+    // certificate Secret and configuration.
+    let stop_webhook = Arc::new(tokio::sync::Notify::new());
+    let webhook = match webhook {
+        Some((source, scope)) => {
+            let slot = Arc::new(crate::webhook::CertSlot::default());
+            let stop = stop_webhook.clone();
+            let (bound, server) = crate::webhook::serve(
+                cli.webhook.webhook_addr,
+                engine.clone(),
+                slot.clone(),
+                async move { stop.notified().await },
+            )
+            .await
+            .map_err(|source| crate::webhook::WebhookError::Listen {
+                addr: cli.webhook.webhook_addr,
+                source,
+            })?;
+            info!(address = %bound, path = crate::webhook::MUTATE_PATH, "serving the admission webhook");
+            let stop = stop_webhook.clone();
+            let upkeep = crate::webhook::maintain_certificates(
+                client.clone(),
+                source,
+                scope,
+                slot,
+                webhook_leadership,
+                async move { stop.notified().await },
+            );
+            Some((tokio::spawn(server), tokio::spawn(upkeep)))
+        }
+        None => None,
+    };
     let mut ready = engine.ready();
     tokio::spawn(async move {
         if ready.wait_for(|r| *r).await.is_ok() {
@@ -93,6 +128,11 @@ pub async fn run(cli: Cli) -> Result<()> {
     // After the Lease is released: queued alerts must not delay the standby's takeover.
     if let Some(delivery) = alert_delivery {
         delivery.finish(Duration::from_secs(5)).await;
+    }
+    if let Some((server, upkeep)) = webhook {
+        stop_webhook.notify_waiters();
+        let _ = server.await;
+        let _ = upkeep.await;
     }
     stop_http.notify_one();
     let _ = http.await;

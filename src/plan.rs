@@ -61,6 +61,30 @@ pub struct PlanOptions {
     pub now: i64,
     pub now_rfc3339: String,
     pub last_reloaded_from_key: String,
+    /// `--key-precise-references`: a source the workload consumes only key by key is hashed
+    /// over those keys, so changes to its other keys roll nothing.
+    pub key_precise: bool,
+    /// Admission: write the current hash of every selected source into the template even where
+    /// the operator would only take a baseline, so a workload is created (or re-applied) already
+    /// current.
+    pub stamp: bool,
+}
+
+/// The hash that stands for `source` in `info`: with `key_precise`, a source the workload
+/// consumes only key by key is hashed over those keys alone (see [`hash::keyed_hash`]).
+pub fn effective_hash(
+    info: &WorkloadInfo,
+    source: &SourceRef,
+    facts: &SourceFacts,
+    key_precise: bool,
+) -> String {
+    match info.used_keys.get(source) {
+        Some(keys) if key_precise => {
+            let keys: Vec<String> = keys.iter().cloned().collect();
+            hash::keyed_hash(&facts.key_hashes, &keys)
+        }
+        _ => facts.state.hash.clone(),
+    }
 }
 
 /// Why a source asks for a rollout.
@@ -251,9 +275,11 @@ pub fn plan(
                     }
                 };
                 let stored = stored_hash(source);
+                let current = effective_hash(info, source, facts, opts.key_precise);
                 let roll = match &stored {
-                    Some(h) if *h == facts.state.hash => None,
+                    Some(h) if *h == current => None,
                     Some(_) => Some(Cause::Changed),
+                    None if opts.stamp => Some(Cause::Changed),
                     None if facts.changed_at.is_some_and(|at| at >= info.created) => {
                         Some(Cause::Changed)
                     }
@@ -265,8 +291,8 @@ pub fn plan(
                     }
                     None => None,
                 };
-                new_record.insert(source.clone(), facts.state.hash.clone());
-                selected.push(Selected { source, via, hash: facts.state.hash.clone(), roll });
+                new_record.insert(source.clone(), current.clone());
+                selected.push(Selected { source, via, hash: current, roll });
             }
             None => {
                 if !opts.reload_on_delete {
@@ -473,6 +499,8 @@ mod tests {
             now: 1_700_000_000,
             now_rfc3339: "2023-11-14T22:13:20Z".into(),
             last_reloaded_from_key: LRF.into(),
+            key_precise: false,
+            stamp: false,
         }
     }
     /// A Deployment `shop/web` with containers `app` and `sidecar`, annotated `auto: true`,
@@ -499,6 +527,7 @@ mod tests {
             paused: false,
             workload_ref: None,
             labels: BTreeMap::new(),
+            used_keys: BTreeMap::new(),
         }
     }
     fn with_env(mut w: WorkloadInfo, container: usize, name: &str, value: &str) -> WorkloadInfo {
@@ -756,6 +785,68 @@ mod tests {
         let marker = hash::delete_marker_hash();
         let done = with_record(workload(), &[(cm("app-config"), marker.as_str())]);
         assert!(run(&done, &[(cm("app-config"), None)], &o).is_noop());
+    }
+
+    fn keyed(hash: &str, keys: &[(&str, &str)]) -> Option<SourceFacts> {
+        let mut f = facts(hash)?;
+        f.key_hashes = keys.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Some(f)
+    }
+
+    #[test]
+    fn key_precise_references_ignore_keys_the_workload_does_not_use() {
+        let mut w = workload();
+        w.used_keys.insert(cm("app-config"), ["url".to_string()].into());
+        let used =
+            hash::keyed_hash(&[("url".to_string(), "u1".to_string())].into(), &["url".into()]);
+        let w = with_record(
+            with_env(w, 1, "STAKATER_APP_CONFIG_CONFIGMAP", &used),
+            &[(cm("app-config"), used.as_str())],
+        );
+        let mut o = opts(Strategy::EnvVars);
+        o.key_precise = true;
+        // Another key changed (the full hash moved): nothing to do.
+        let p = run(&w, &[(cm("app-config"), keyed("full-2", &[("url", "u1"), ("x", "x2")]))], &o);
+        assert!(p.is_noop(), "{p:?}");
+        // The used key changed: one rollout, the variable is the hash of the used keys.
+        let p = run(&w, &[(cm("app-config"), keyed("full-3", &[("url", "u2"), ("x", "x2")]))], &o);
+        let Some(TemplateWrite::EnvVars { set, .. }) = &p.template else { panic!("{p:?}") };
+        let want =
+            hash::keyed_hash(&[("url".to_string(), "u2".to_string())].into(), &["url".into()]);
+        assert_eq!(set[0].value, want);
+        // Off (the default): the full hash counts, as in stakater/Reloader.
+        let p = run(
+            &w,
+            &[(cm("app-config"), keyed("full-2", &[("url", "u1")]))],
+            &opts(Strategy::EnvVars),
+        );
+        let Some(TemplateWrite::EnvVars { set, .. }) = &p.template else { panic!("{p:?}") };
+        assert_eq!(set[0].value, "full-2");
+    }
+
+    #[test]
+    fn stamping_writes_the_current_hash_where_a_baseline_would_be_taken() {
+        let mut o = opts(Strategy::EnvVars);
+        o.stamp = true;
+        let p = run(&workload(), &[(cm("app-config"), facts("h1"))], &o);
+        assert_eq!(
+            p.template,
+            Some(TemplateWrite::EnvVars {
+                set: vec![EnvWrite {
+                    container: "sidecar".into(),
+                    name: "STAKATER_APP_CONFIG_CONFIGMAP".into(),
+                    value: "h1".into()
+                }],
+                remove: vec![]
+            })
+        );
+        assert_eq!(p.record, record_of(&[(cm("app-config"), "h1")]));
+        // Already current: nothing to stamp.
+        let w = with_record(
+            with_env(workload(), 1, "STAKATER_APP_CONFIG_CONFIGMAP", "h1"),
+            &[(cm("app-config"), "h1")],
+        );
+        assert!(run(&w, &[(cm("app-config"), facts("h1"))], &o).is_noop());
     }
 
     #[test]

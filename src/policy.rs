@@ -53,6 +53,17 @@ pub struct ReloadPolicySpec {
     /// Record what would be reloaded (status and Events) without changing any workload.
     #[serde(default)]
     pub dry_run: bool,
+
+    /// Key-precise references (default `true`): a target that consumes only some keys of a
+    /// source (`env[].valueFrom.configMapKeyRef`/`secretKeyRef`, volume or projected `items`)
+    /// and never the whole object is reloaded only when one of those keys changes; its variable
+    /// holds the hash of those keys. `false`: any change of the source's data counts.
+    #[serde(default = "default_true")]
+    pub key_precise_references: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 /// A ConfigMap or Secret, by name or by label selector.

@@ -98,6 +98,28 @@ pub struct Resolved {
     /// The full-content hash (what annotation mode would write).
     pub full_hash: String,
     pub changed_at: Option<i64>,
+    /// The entry's `keys` filter, if any.
+    pub keys: Option<Vec<String>>,
+    /// SHA-1 per data key (for key-precise references); never the data.
+    pub key_hashes: BTreeMap<String, String>,
+}
+
+impl Resolved {
+    /// The hash that counts for `info`: with key-precise references, a source the target
+    /// consumes only key by key is hashed over those keys (within the entry's `keys` filter).
+    pub fn hash_for(&self, info: &WorkloadInfo, key_precise: bool) -> String {
+        match info.used_keys.get(&self.source) {
+            Some(used) if key_precise => {
+                let keys: Vec<String> = used
+                    .iter()
+                    .filter(|k| self.keys.as_ref().is_none_or(|filter| filter.contains(k)))
+                    .cloned()
+                    .collect();
+                hash::keyed_hash(&self.key_hashes, &keys)
+            }
+            _ => self.hash.clone(),
+        }
+    }
 }
 
 /// Resolves the policy's sources against the namespace's sources; also returns the entries
@@ -126,6 +148,8 @@ pub fn resolve_sources<'a>(
                     hash,
                     full_hash: facts.state.hash.clone(),
                     changed_at: facts.changed_at,
+                    keys: entry.keys.clone(),
+                    key_hashes: facts.key_hashes.clone(),
                 },
             );
         }
@@ -175,8 +199,10 @@ pub fn plan_policy(
     now: i64,
     now_rfc3339: &str,
     last_reloaded_from_key: &str,
+    stamp: bool,
 ) -> PolicyPlan {
     let record = parse_policy_record(info);
+    let key_precise = policy.spec.key_precise_references;
     let mut out = PolicyPlan::default();
     let containers: Vec<&str> = info
         .containers
@@ -184,8 +210,9 @@ pub fn plan_policy(
         .map(|c| c.name.as_str())
         .filter(|c| target.containers.as_ref().is_none_or(|list| list.iter().any(|l| l == c)))
         .collect();
-    let mut rolled: Vec<&Resolved> = Vec::new();
+    let mut rolled: Vec<(&Resolved, String)> = Vec::new();
     for r in resolved {
+        let current = r.hash_for(info, key_precise);
         let key = record_key(&policy.name, &r.source);
         let env = env_var_name(r.source.kind, &r.source.name);
         let from_env = match policy.spec.strategy {
@@ -200,15 +227,16 @@ pub fn plan_policy(
         let stored =
             record.get(&key).or(from_env.filter(|_| !env_owned_by_annotations.contains(&env)));
         let roll = match stored {
-            Some(h) if *h == r.hash => None,
+            Some(h) if *h == current => None,
             Some(_) => Some(Cause::Changed),
+            None if stamp => Some(Cause::Changed),
             None if r.changed_at.is_some_and(|at| at >= info.created) => Some(Cause::Changed),
             None => None,
         };
-        out.record.insert(key, r.hash.clone());
+        out.record.insert(key, current.clone());
         if let Some(cause) = roll {
-            out.changes.push(Change { source: r.source.clone(), cause, hash: r.hash.clone() });
-            rolled.push(r);
+            out.changes.push(Change { source: r.source.clone(), cause, hash: current.clone() });
+            rolled.push((r, current));
         }
     }
     if rolled.is_empty() {
@@ -222,23 +250,24 @@ pub fn plan_policy(
                 if env_owned_by_annotations.contains(&env) {
                     continue;
                 }
+                let value = r.hash_for(info, key_precise);
                 for c in &containers {
                     set.push(EnvWrite {
                         container: c.to_string(),
                         name: env.clone(),
-                        value: r.hash.clone(),
+                        value: value.clone(),
                     });
                 }
             }
             TemplateWrite::EnvVars { set, remove: vec![] }
         }
         PolicyStrategy::Annotation => {
-            let r = rolled[0];
+            let (r, hash) = &rolled[0];
             let value = ReloadSource {
                 kind: r.source.kind.env_suffix(),
                 name: &r.source.name,
                 namespace: &info.key.namespace,
-                hash: &r.hash,
+                hash,
                 container_refs: containers.clone(),
                 observed_at: now,
             };
@@ -299,6 +328,7 @@ mod tests {
             paused: false,
             workload_ref: None,
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            used_keys: BTreeMap::new(),
         }
     }
     fn active(spec: ReloadPolicySpec) -> ActivePolicy {
@@ -365,7 +395,14 @@ mod tests {
     }
 
     fn resolved(hash: &str, changed_at: Option<i64>) -> Vec<Resolved> {
-        vec![Resolved { source: cm("c"), hash: hash.into(), full_hash: hash.into(), changed_at }]
+        vec![Resolved {
+            source: cm("c"),
+            hash: hash.into(),
+            full_hash: hash.into(),
+            changed_at,
+            keys: None,
+            key_hashes: BTreeMap::new(),
+        }]
     }
 
     #[test]
@@ -375,14 +412,14 @@ mod tests {
         ));
         let w = workload(&[]);
         let t = &p.spec.targets[0];
-        let first = plan_policy(&w, &p, t, &resolved("h1", None), &[], 0, "", "lrf");
+        let first = plan_policy(&w, &p, t, &resolved("h1", None), &[], 0, "", "lrf", false);
         assert!(first.template.is_none());
         assert_eq!(first.record, BTreeMap::from([("p/configmap/c".to_string(), "h1".to_string())]));
 
         let mut w = w;
         w.metadata_annotations
             .insert(POLICY_RECORD_ANNOTATION.into(), r#"{"p/configmap/c":"h1"}"#.into());
-        let next = plan_policy(&w, &p, t, &resolved("h2", None), &[], 0, "", "lrf");
+        let next = plan_policy(&w, &p, t, &resolved("h2", None), &[], 0, "", "lrf", false);
         let Some(TemplateWrite::EnvVars { set, .. }) = next.template else { panic!("{next:?}") };
         assert_eq!(set.iter().map(|s| s.container.as_str()).collect::<Vec<_>>(), ["app", "side"]);
         assert!(set.iter().all(|s| s.name == "STAKATER_C_CONFIGMAP" && s.value == "h2"));
@@ -396,7 +433,7 @@ mod tests {
         w.metadata_annotations
             .insert(POLICY_RECORD_ANNOTATION.into(), r#"{"p/configmap/c":"h1"}"#.into());
         let t = &p.spec.targets[0];
-        let plan = plan_policy(&w, &p, t, &resolved("h2", None), &[], 0, "", "lrf");
+        let plan = plan_policy(&w, &p, t, &resolved("h2", None), &[], 0, "", "lrf", false);
         let Some(TemplateWrite::EnvVars { set, .. }) = plan.template else { panic!() };
         assert_eq!(set.len(), 1);
         assert_eq!(set[0].container, "side");
@@ -409,6 +446,7 @@ mod tests {
             0,
             "",
             "lrf",
+            false,
         );
         assert_eq!(shared.template, Some(TemplateWrite::EnvVars { set: vec![], remove: vec![] }));
         assert_eq!(
@@ -416,6 +454,55 @@ mod tests {
             1,
             "the change still counts (and joins annotation mode's rollout)"
         );
+    }
+
+    #[test]
+    fn key_precise_references_are_on_by_default_and_respect_the_keys_filter() {
+        let s = spec(
+            json!({"sources": [{"kind": "ConfigMap", "name": "c"}], "targets": [{"kind": "Deployment", "name": "api"}]}),
+        );
+        assert!(s.key_precise_references, "on unless turned off");
+        let mut w = workload(&[]);
+        w.used_keys.insert(cm("c"), ["url".to_string()].into());
+        let r = |url: &str, other: &str, keys: Option<Vec<String>>| Resolved {
+            source: cm("c"),
+            hash: format!("full-{url}-{other}"),
+            full_hash: format!("full-{url}-{other}"),
+            changed_at: None,
+            keys,
+            key_hashes: [
+                ("url".to_string(), url.to_string()),
+                ("x".to_string(), other.to_string()),
+            ]
+            .into(),
+        };
+        let url_only = |url: &str| {
+            hash::keyed_hash(&[("url".to_string(), url.to_string())].into(), &["url".into()])
+        };
+        assert_eq!(r("u1", "x1", None).hash_for(&w, true), r("u1", "x2", None).hash_for(&w, true));
+        assert_eq!(r("u1", "x1", None).hash_for(&w, true), url_only("u1"));
+        assert_ne!(r("u1", "x1", None).hash_for(&w, true), r("u2", "x1", None).hash_for(&w, true));
+        // Turned off: the full hash.
+        assert_eq!(r("u1", "x1", None).hash_for(&w, false), "full-u1-x1");
+        // A keys filter that leaves out the used key: nothing this target uses counts.
+        let filtered = r("u1", "x1", Some(vec!["x".into()]));
+        assert_eq!(filtered.hash_for(&w, true), hash::EMPTY_HASH);
+        // A workload that uses the source whole: the entry's hash.
+        assert_eq!(r("u1", "x1", None).hash_for(&workload(&[]), true), "full-u1-x1");
+        // The plan: the record holds the key-precise hash.
+        let p = active(s);
+        let plan = plan_policy(
+            &w,
+            &p,
+            &p.spec.targets[0],
+            &[r("u1", "x1", None)],
+            &[],
+            0,
+            "",
+            "lrf",
+            false,
+        );
+        assert_eq!(plan.record.get("p/configmap/c"), Some(&url_only("u1")));
     }
 
     #[test]
@@ -435,6 +522,7 @@ mod tests {
             0,
             "2026-01-01T00:00:00Z",
             "lrf",
+            false,
         );
         assert_eq!(
             plan.template,
@@ -445,8 +533,17 @@ mod tests {
         );
         s.strategy = PolicyStrategy::Annotation;
         let p = active(s);
-        let plan =
-            plan_policy(&w, &p, &p.spec.targets[0], &resolved("h2", Some(20)), &[], 7, "", "lrf");
+        let plan = plan_policy(
+            &w,
+            &p,
+            &p.spec.targets[0],
+            &resolved("h2", Some(20)),
+            &[],
+            7,
+            "",
+            "lrf",
+            false,
+        );
         let Some(TemplateWrite::Annotation { key, value }) = plan.template else { panic!() };
         assert_eq!(key, "lrf");
         assert_eq!(

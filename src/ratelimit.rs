@@ -30,16 +30,33 @@ impl TokenBucket {
         TokenBucket { qps, burst, tokens: burst, updated: now }
     }
 
-    /// Takes a token for one request and returns how long that request must wait for it.
-    pub fn reserve(&mut self, now: Instant) -> Duration {
+    fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.updated).as_secs_f64();
         self.tokens = (self.tokens + elapsed * self.qps).min(self.burst);
         self.updated = now;
+    }
+
+    /// Takes a token for one request and returns how long that request must wait for it.
+    pub fn reserve(&mut self, now: Instant) -> Duration {
+        self.refill(now);
         self.tokens -= 1.0;
         if self.tokens >= 0.0 {
             Duration::ZERO
         } else {
             Duration::from_secs_f64(-self.tokens / self.qps)
+        }
+    }
+}
+
+impl TokenBucket {
+    /// Takes a token if one is there now; otherwise takes nothing and says when one will be.
+    pub fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
+        self.refill(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.qps))
         }
     }
 }

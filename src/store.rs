@@ -267,6 +267,7 @@ mod tests {
                 paused: false,
                 workload_ref: None,
                 labels: BTreeMap::new(),
+                used_keys: BTreeMap::new(),
             },
             selection,
         }

@@ -1,7 +1,7 @@
 //! What the operator keeps of a workload: a compact summary extracted from the object (pure, no
 //! I/O). Full objects are dropped after extraction, so memory does not grow with pod specs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, Volume};
@@ -123,6 +123,9 @@ pub struct WorkloadInfo {
     pub workload_ref: Option<String>,
     /// The workload's labels (for ReloadPolicy target selectors).
     pub labels: BTreeMap<String, String>,
+    /// Sources the pod template consumes only key by key, with those keys (see
+    /// [`used_keys`]); a source consumed whole anywhere is absent.
+    pub used_keys: BTreeMap<SourceRef, BTreeSet<String>>,
 }
 
 impl WorkloadInfo {
@@ -167,6 +170,7 @@ impl WorkloadInfo {
             paused: false,
             workload_ref: None,
             labels: meta.labels.clone().unwrap_or_default(),
+            used_keys: used_keys(containers, init, volumes),
         }
     }
 
@@ -209,6 +213,7 @@ impl WorkloadInfo {
             paused: false,
             workload_ref: None,
             labels: BTreeMap::new(),
+            used_keys: BTreeMap::new(),
         }
     }
 }
@@ -328,6 +333,85 @@ fn target_container(
         return Some(0);
     }
     None
+}
+
+/// Which keys the pod template consumes of each ConfigMap/Secret it uses key by key:
+/// `env[].valueFrom.configMapKeyRef`/`secretKeyRef` and the `items` of (projected) volumes that
+/// some container mounts. A source also consumed whole (`envFrom`, a volume without `items`) is
+/// left out: every key of it matters. Containers and init containers count, as for references.
+pub fn used_keys(
+    containers: &[Container],
+    init: &[Container],
+    volumes: &[Volume],
+) -> BTreeMap<SourceRef, BTreeSet<String>> {
+    // None: consumed whole somewhere.
+    let mut usage: BTreeMap<SourceRef, Option<BTreeSet<String>>> = BTreeMap::new();
+    let mut note = |source: SourceRef, keys: Option<Vec<String>>| {
+        let slot = usage.entry(source).or_insert_with(|| Some(BTreeSet::new()));
+        match (slot.as_mut(), keys) {
+            (Some(set), Some(keys)) => set.extend(keys),
+            (_, None) => *slot = None,
+            (None, Some(_)) => {}
+        }
+    };
+    // Empty `items` project every key, like no `items` at all.
+    let item_keys = |items: Option<&Vec<k8s_openapi::api::core::v1::KeyToPath>>| {
+        items.filter(|i| !i.is_empty()).map(|i| i.iter().map(|k| k.key.clone()).collect())
+    };
+    let all = || containers.iter().chain(init);
+    for c in all() {
+        for e in c.env.iter().flatten() {
+            let Some(from) = &e.value_from else { continue };
+            if let Some(r) = &from.config_map_key_ref {
+                note(
+                    SourceRef::new(SourceKind::ConfigMap, r.name.clone()),
+                    Some(vec![r.key.clone()]),
+                );
+            }
+            if let Some(r) = &from.secret_key_ref {
+                note(SourceRef::new(SourceKind::Secret, r.name.clone()), Some(vec![r.key.clone()]));
+            }
+        }
+        for e in c.env_from.iter().flatten() {
+            if let Some(r) = &e.config_map_ref {
+                note(SourceRef::new(SourceKind::ConfigMap, r.name.clone()), None);
+            }
+            if let Some(r) = &e.secret_ref {
+                note(SourceRef::new(SourceKind::Secret, r.name.clone()), None);
+            }
+        }
+    }
+    for v in volumes.iter().filter(|v| all().any(|c| mounts(c, &v.name))) {
+        if let Some(cm) = &v.config_map {
+            note(
+                SourceRef::new(SourceKind::ConfigMap, cm.name.clone()),
+                item_keys(cm.items.as_ref()),
+            );
+        }
+        if let Some(secret) = &v.secret
+            && let Some(name) = &secret.secret_name
+        {
+            note(
+                SourceRef::new(SourceKind::Secret, name.clone()),
+                item_keys(secret.items.as_ref()),
+            );
+        }
+        for p in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
+            if let Some(cm) = &p.config_map {
+                note(
+                    SourceRef::new(SourceKind::ConfigMap, cm.name.clone()),
+                    item_keys(cm.items.as_ref()),
+                );
+            }
+            if let Some(s) = &p.secret {
+                note(
+                    SourceRef::new(SourceKind::Secret, s.name.clone()),
+                    item_keys(s.items.as_ref()),
+                );
+            }
+        }
+    }
+    usage.into_iter().filter_map(|(source, keys)| Some((source, keys?))).collect()
 }
 
 /// Parses the record annotation: a JSON object of `kind/name` → hash. Unknown or malformed
@@ -485,6 +569,46 @@ mod tests {
         assert_eq!(parse_record(&text), record);
         assert!(parse_record("not json").is_empty());
         assert_eq!(parse_record(r#"{"configmap/x":"1","bogus/y":"2","noslash":"3"}"#).len(), 1);
+    }
+
+    #[test]
+    fn used_keys_cover_key_refs_and_items_unless_a_source_is_used_whole() {
+        let t = template(json!({
+            "volumes": [
+                {"name": "items", "configMap": {"name": "cm-items", "items": [{"key": "a.yaml", "path": "a"}]}},
+                {"name": "whole", "secret": {"secretName": "mounted-whole"}},
+                {"name": "proj", "projected": {"sources": [
+                    {"secret": {"name": "proj-secret", "items": [{"key": "tls.crt", "path": "c"}]}},
+                    {"configMap": {"name": "proj-whole"}}]}},
+                {"name": "unmounted", "configMap": {"name": "cm-keyref", "items": [{"key": "never", "path": "n"}]}}
+            ],
+            "initContainers": [{"name": "init", "image": "x",
+                "env": [{"name": "I", "valueFrom": {"configMapKeyRef": {"name": "cm-keyref", "key": "init-key"}}}]}],
+            "containers": [{"name": "app", "image": "x",
+                "volumeMounts": [{"name": "items", "mountPath": "/i"}, {"name": "whole", "mountPath": "/w"},
+                                 {"name": "proj", "mountPath": "/p"}],
+                "env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "cm-keyref", "key": "k1"}}},
+                        {"name": "B", "valueFrom": {"secretKeyRef": {"name": "mixed", "key": "user"}}},
+                        {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "cm-items", "key": "b.yaml"}}}],
+                "envFrom": [{"secretRef": {"name": "mixed"}}]}]
+        }));
+        let info = WorkloadInfo::extract(
+            WorkloadKind::Deployment,
+            &meta(),
+            Some(&t),
+            &AnnotationKeys::default(),
+        );
+        let keys = |list: &[&str]| list.iter().map(|k| k.to_string()).collect::<BTreeSet<_>>();
+        let want: BTreeMap<SourceRef, BTreeSet<String>> = [
+            (cm("cm-keyref"), keys(&["init-key", "k1"])),
+            (cm("cm-items"), keys(&["a.yaml", "b.yaml"])),
+            (secret("proj-secret"), keys(&["tls.crt"])),
+        ]
+        .into_iter()
+        .collect();
+        // `mixed` is also used through envFrom, `mounted-whole` and `proj-whole` without items;
+        // the unmounted volume's items do not count.
+        assert_eq!(info.used_keys, want);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //	testenv up [--dir D] [--detach] [--exit-on-stdin-eof]   start the control plane and supervise it
 //	testenv down [--dir D]                                   stop it and remove its data
 //	testenv status [--dir D]                                 exit 0 when it is running and ready
+//	testenv compact [--dir D]                                compact etcd to its current revision
 //	testenv version                                          print the Kubernetes version
 //	testenv kubectl ARGS...                                  kubectl of the same version
 //	testenv etcd | kube-apiserver | kube-controller-manager  the components themselves (started by up)
@@ -48,6 +49,8 @@ func main() {
 		err = down(args)
 	case "status":
 		err = status(args)
+	case "compact":
+		err = compact(args)
 	case "version":
 		fmt.Println(version.Get().GitVersion)
 	case "kubectl":
@@ -81,6 +84,7 @@ usage:
   testenv up [--dir D] [--detach] [--exit-on-stdin-eof] [--timeout 180s]
   testenv down [--dir D]
   testenv status [--dir D]
+  testenv compact [--dir D]   compact etcd to its current revision (old watches get 410 Gone)
   testenv version
   testenv kubectl ARGS...   (or a symlink named kubectl) kubectl of the same version
 `)

@@ -573,3 +573,154 @@ async fn namespace_scope_chart_is_accepted_and_needs_no_cluster_wide_access() {
 
     run_operator_as_chart(&client, &objects, &ns.name, &user, &release).await;
 }
+
+#[tokio::test]
+async fn webhook_chart_objects_are_accepted_and_the_operator_registers_itself() {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::Secret;
+    let client = client().await;
+    let kube_version = server_version(&client).await;
+    let ns = TestNamespace::create(&client, "helm-webhook").await;
+    let release = format!("reloader-wh-{}", std::process::id());
+    let selector = format!("reloader.namespaceSelector=kubernetes.io/metadata.name={}", ns.name);
+    let objects = render(&release, &ns.name, &kube_version, "webhook", &[selector]);
+    let service = objects
+        .iter()
+        .find(|o| kind_of(o) == "Service" && o.name_any() == format!("{release}-webhook"))
+        .expect("the webhook Service");
+    assert_eq!(service.data["spec"]["ports"][0]["port"], 9443);
+    let np = serde_json::to_value(one(&objects, "NetworkPolicy")).unwrap();
+    assert_eq!(np["spec"]["ingress"][1]["ports"], json!([{"port": "webhook", "protocol": "TCP"}]));
+    let rendered = serde_json::to_value(one(&objects, "MutatingWebhookConfiguration")).unwrap();
+    assert!(rendered["webhooks"][0]["clientConfig"].get("caBundle").is_none());
+    let args = container_args(&objects);
+    for arg in [
+        "--enable-webhook=true".to_string(),
+        format!("--webhook-service={release}-webhook"),
+        format!("--webhook-secret-name={release}-webhook-tls"),
+        format!("--webhook-configuration-name={release}"),
+    ] {
+        assert!(args.contains(&arg), "{arg} missing: {args:?}");
+    }
+    let _cluster = apply_all(&client, &objects, &ns.name).await;
+
+    let user = format!("system:serviceaccount:{}:{release}", ns.name);
+    let mwc = "mutatingwebhookconfigurations.admissionregistration.k8s.io";
+    wait_allowed(&client, &user, "patch", mwc, None, Some(&release)).await;
+    wait_allowed(&client, &user, "create", "secrets", Some(&ns.name), None).await;
+    let tls = format!("{release}-webhook-tls");
+    assert!(can(&client, &user, "update", "secrets", Some(&ns.name), Some(&tls)).await);
+    assert!(!can(&client, &user, "patch", mwc, None, Some("another")).await);
+    assert!(!can(&client, &user, "get", "secrets", Some(&ns.name), Some("other")).await);
+    assert_denied(&client, &user, "create", "secrets", Some("default")).await;
+
+    // The operator, with exactly this RBAC, creates its certificate and configuration.
+    let kubeconfig = impersonating_kubeconfig(&user, &format!("{release}.kubeconfig"));
+    let args: Vec<String> = args
+        .into_iter()
+        .filter(|a| {
+            !["--log-format=", "--log-level=", "--metrics-addr=", "--webhook-addr="]
+                .iter()
+                .any(|p| a.starts_with(p))
+        })
+        .chain(["--webhook-addr=127.0.0.1:0".to_string()])
+        .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let kubeconfig_text = kubeconfig.to_string_lossy().into_owned();
+    let operator = Operator::start_with_env(
+        &args,
+        &[
+            ("KUBECONFIG", &kubeconfig_text),
+            ("POD_NAME", "webhook-pod"),
+            ("POD_NAMESPACE", &ns.name),
+        ],
+    );
+    // The chart created the configuration; the operator only patches it (by name), filling
+    // caBundle and leaving it exactly as the chart rendered it otherwise.
+    let configurations: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let configuration = eventually("the caBundle in the configuration", TIMEOUT, || async {
+        let c = configurations.get(&release).await.unwrap();
+        c.webhooks.as_ref()?.first()?.client_config.ca_bundle.as_ref()?;
+        Some(c)
+    })
+    .await;
+    let mut live = serde_json::to_value(&configuration).unwrap()["webhooks"].clone();
+    live[0]["clientConfig"].as_object_mut().unwrap().remove("caBundle");
+    assert_eq!(
+        strip_nulls(live),
+        strip_nulls(rendered["webhooks"].clone()),
+        "the operator applies what the chart renders"
+    );
+    assert_eq!(
+        configuration.labels().get("app.kubernetes.io/managed-by").map(String::as_str),
+        Some("Helm"),
+        "Helm keeps owning the object"
+    );
+    let secret = Api::<Secret>::namespaced(client.clone(), &ns.name).get(&tls).await.unwrap();
+    let data = secret.data.unwrap_or_default();
+    for key in ["ca.crt", "ca.key", "tls.crt", "tls.key"] {
+        assert!(data.contains_key(key), "the Secret holds {key}");
+    }
+    let webhook = &configuration.webhooks.unwrap()[0];
+    assert_eq!(webhook.client_config.ca_bundle.as_ref().map(|b| &b.0), Some(&data["ca.crt"].0));
+    let to = webhook.client_config.service.as_ref().expect("a Service client config");
+    assert_eq!(
+        (to.name.as_str(), to.namespace.as_str(), to.port),
+        (&*format!("{release}-webhook"), &*ns.name, Some(9443))
+    );
+    assert_eq!(webhook.failure_policy.as_deref(), Some("Ignore"));
+    assert!(operator.stop().success());
+    let _ = std::fs::remove_file(kubeconfig);
+}
+
+#[tokio::test]
+async fn webhook_chart_with_cert_manager_renders_its_certificate_and_configuration() {
+    let client = client().await;
+    let kube_version = server_version(&client).await;
+    support::install_crds(&client, include_str!("fixtures/cert-manager-crds.yaml")).await;
+    let ns = TestNamespace::create(&client, "helm-certmgr").await;
+    let release = format!("reloader-cm-{}", std::process::id());
+    let objects = render(&release, &ns.name, &kube_version, "webhook-cert-manager", &[]);
+    let certificate = one(&objects, "Certificate");
+    assert_eq!(certificate.data["spec"]["secretName"], format!("{release}-webhook-tls"));
+    assert_eq!(
+        certificate.data["spec"]["dnsNames"][0],
+        format!("{release}-webhook.{}.svc", ns.name)
+    );
+    one(&objects, "Issuer");
+    let configuration = one(&objects, "MutatingWebhookConfiguration");
+    assert_eq!(
+        configuration.annotations()["cert-manager.io/inject-ca-from"],
+        format!("{}/{release}-webhook", ns.name)
+    );
+    let webhook = &configuration.data["webhooks"][0];
+    assert_eq!(webhook["failurePolicy"], "Ignore");
+    assert_eq!(webhook["rules"][0]["resources"], json!(["deployments", "statefulsets"]));
+    assert_eq!(webhook["objectSelector"]["matchLabels"], json!({"reloader.rs/webhook": "enabled"}));
+    assert_eq!(webhook["namespaceSelector"]["matchExpressions"][0]["values"], json!([ns.name]));
+    // The operator reads the mounted Secret and needs no access to Secrets or configurations.
+    let args = container_args(&objects);
+    assert!(args.contains(&"--webhook-cert-dir=/etc/reloader/webhook-tls".to_string()), "{args:?}");
+    assert!(!args.iter().any(|a| a.starts_with("--webhook-service=")));
+    assert!(!objects.iter().any(|o| kind_of(o) == "ClusterRole"));
+    let deployment = serde_json::to_value(one(&objects, "Deployment")).unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],
+        format!("{release}-webhook-tls")
+    );
+    let _cluster = apply_all(&client, &objects, &ns.name).await;
+}
+
+/// `value` without null members (absent and null fields compare equal).
+fn strip_nulls(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k, strip_nulls(v)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(strip_nulls).collect()),
+        other => other,
+    }
+}

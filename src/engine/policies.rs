@@ -257,6 +257,7 @@ impl Engine {
         plan: &mut Plan,
         now: i64,
         now_rfc3339: &str,
+        stamp: bool,
     ) -> Vec<PolicyPart> {
         let policies = self.policies_in(&info.key.namespace);
         let existing = parse_policy_record(info);
@@ -290,6 +291,7 @@ impl Engine {
                 now,
                 now_rfc3339,
                 &self.config.keys.last_reloaded_from,
+                stamp,
             );
             let mode = if p.spec.suspend {
                 PartMode::Suspended

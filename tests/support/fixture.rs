@@ -40,6 +40,10 @@ impl Fixture {
         if !extra.contains(&"--debounce") {
             args.extend_from_slice(&["--debounce", "200ms"]);
         }
+        // Tests roll one workload several times in a row; tests/churn.rs covers the limit.
+        if !extra.contains(&"--min-rollout-interval") {
+            args.extend_from_slice(&["--min-rollout-interval", "0s"]);
+        }
         args.extend_from_slice(extra);
         Operator::start(&args)
     }

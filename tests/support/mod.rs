@@ -6,7 +6,9 @@
 //! harness holds the supervisor's stdin, and the supervisor shuts down when that pipe closes.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod faults;
 pub mod fixture;
+pub mod invariants;
 pub mod receiver;
 
 use std::future::Future;
@@ -281,8 +283,14 @@ impl Operator {
 
     fn start_until(args: &[&str], vars: &[(&str, &str)], message: &str) -> Self {
         let env = env();
+        let level = if args.contains(&"--log-level") {
+            &[][..]
+        } else {
+            &["--log-level", "reloader=debug,info"][..]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_reloader"))
-            .args(["--log-format", "json", "--log-level", "reloader=debug,info"])
+            .args(["--log-format", "json"])
+            .args(level)
             // Parallel operators: each on a free loopback port.
             .args(["--metrics-addr", "127.0.0.1:0"])
             .args(args)
@@ -332,6 +340,16 @@ impl Operator {
         line.first().and_then(|l| l["address"].as_str()).expect("the serving line").to_string()
     }
 
+    /// True while the process has not exited.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Log lines (raw JSON text) that mention `needle`.
+    pub fn logs_mentioning(&self, needle: &str) -> Vec<String> {
+        self.logs.lock().unwrap().iter().filter(|l| l.contains(needle)).cloned().collect()
+    }
+
     /// Kills the process (SIGKILL: no cleanup, as a crashed node would) and waits for it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();
@@ -351,6 +369,9 @@ impl Operator {
     }
 }
 
+/// Tests give Secret values this prefix (tests/secret_hygiene.rs); no operator may log one.
+pub const SECRET_MARKER: &str = "s3cr3t-marker";
+
 impl Drop for Operator {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -358,6 +379,11 @@ impl Drop for Operator {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if !std::thread::panicking()
+            && self.logs.lock().unwrap().iter().any(|l| l.contains(SECRET_MARKER))
+        {
+            panic!("the operator logged a Secret value (a line with {SECRET_MARKER:?})");
+        }
     }
 }
 

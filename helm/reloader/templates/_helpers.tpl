@@ -147,3 +147,16 @@ by creating a Job and Jobs by deleting and creating them again.
   resources: [events]
   verbs: [create, patch]
 {{- end }}
+
+{{/* The webhook's Service, Secret and configuration names. */}}
+{{- define "reloader.webhookService" -}}
+{{ include "reloader.fullname" . }}-webhook
+{{- end }}
+
+{{- define "reloader.webhookSecret" -}}
+{{ .Values.webhook.secretName | default (printf "%s-webhook-tls" (include "reloader.fullname" .)) }}
+{{- end }}
+
+{{- define "reloader.webhookConfiguration" -}}
+{{ .Values.webhook.configurationName | default (include "reloader.fullname" .) }}
+{{- end }}
