@@ -191,6 +191,21 @@ pub struct ReloadArgs {
           default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
     pub key_precise_references: bool,
 
+    /// How annotation mode writes hashes: `sha1` (default) writes the SHA-1 of the data, as
+    /// stakater/Reloader does, so migrating rolls nothing; `hmac-sha256` writes HMAC-SHA-256 of
+    /// that SHA-1 under the operator's key, so nobody who can read a workload can test guesses
+    /// of a Secret's value offline (switching rolls every selected workload once).
+    #[arg(long, env = "RELOADER_HASH_MODE", value_enum, default_value_t = crate::hash::HashMode::Sha1)]
+    pub hash_mode: crate::hash::HashMode,
+
+    /// The Secret holding the key of keyed hashes (created with 32 random bytes when absent).
+    #[arg(long, env = "RELOADER_HASH_KEY_SECRET", default_value = "reloader-hash-key")]
+    pub hash_key_secret: String,
+
+    /// The namespace of that Secret (default: POD_NAMESPACE, else `default`).
+    #[arg(long, env = "RELOADER_HASH_KEY_NAMESPACE")]
+    pub hash_key_namespace: Option<String>,
+
     /// Workloads reconciled in parallel.
     #[arg(long, env = "RELOADER_WORKERS", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
     pub workers: u16,
@@ -479,6 +494,30 @@ mod tests {
         let cli = Cli::try_parse_from(["reloader"]).unwrap();
         assert_eq!(cli.log_format, LogFormat::Plain);
         assert_eq!(cli.log_level, "info");
+    }
+
+    #[test]
+    fn hash_mode_defaults_to_the_compatible_sha1() {
+        let cli = Cli::try_parse_from(["reloader"]).unwrap();
+        assert_eq!(cli.reload.hash_mode, crate::hash::HashMode::Sha1);
+        assert_eq!(cli.reload.hash_key_secret, "reloader-hash-key");
+        let keyed = Cli::try_parse_from([
+            "reloader",
+            "--hash-mode",
+            "hmac-sha256",
+            "--hash-key-secret",
+            "k",
+            "--hash-key-namespace",
+            "ops",
+        ])
+        .unwrap();
+        assert_eq!(keyed.reload.hash_mode, crate::hash::HashMode::HmacSha256);
+        let config = crate::engine::EngineConfig::from_args(&keyed.reload);
+        assert_eq!(
+            (config.hash_key_namespace.as_str(), config.hash_key_secret.as_str()),
+            ("ops", "k")
+        );
+        assert!(Cli::try_parse_from(["reloader", "--hash-mode", "md5"]).is_err());
     }
 
     #[test]

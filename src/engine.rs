@@ -81,6 +81,11 @@ pub struct EngineConfig {
     pub metrics_count_by_namespace: bool,
     /// `--key-precise-references`: only the keys a workload consumes count for it.
     pub key_precise_references: bool,
+    /// `--hash-mode`: how annotation mode writes hashes.
+    pub hash_mode: crate::hash::HashMode,
+    /// The key Secret of keyed hashes: namespace and name.
+    pub hash_key_namespace: String,
+    pub hash_key_secret: String,
 }
 
 impl EngineConfig {
@@ -143,6 +148,14 @@ impl EngineConfig {
             metrics_count_by_namespace: args.metrics_count_by_namespace,
             csi_integration: args.enable_csi_integration,
             key_precise_references: args.key_precise_references,
+            hash_mode: args.hash_mode,
+            // `default` for local runs; the operator puts POD_NAMESPACE here when it is set.
+            hash_key_namespace: args
+                .hash_key_namespace
+                .clone()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "default".into()),
+            hash_key_secret: args.hash_key_secret.clone(),
         }
     }
 }
@@ -185,6 +198,8 @@ pub struct Engine {
     rollouts: Mutex<RolloutLimiter<WorkloadKey>>,
     /// Workloads whose rollout a churn limit holds back now (one Event per episode).
     throttled: Mutex<HashSet<WorkloadKey>>,
+    /// The key of keyed hashes, once loaded (see [`crate::hash_key`]).
+    hash_key: Arc<crate::hash_key::KeySlot>,
 }
 
 impl Engine {
@@ -208,7 +223,6 @@ impl Engine {
         ));
         Arc::new(Engine {
             client,
-            config,
             store: RwLock::new(Store::default()),
             queue,
             recorder,
@@ -232,7 +246,31 @@ impl Engine {
             alerter: std::sync::OnceLock::new(),
             rollouts,
             throttled: Mutex::new(HashSet::new()),
+            hash_key: Arc::new(crate::hash_key::KeySlot::new(
+                config.hash_key_namespace.clone(),
+                config.hash_key_secret.clone(),
+            )),
+            config,
         })
+    }
+
+    /// The slot of the hash key, for the operator to load it into.
+    pub fn hash_key(&self) -> Arc<crate::hash_key::KeySlot> {
+        self.hash_key.clone()
+    }
+
+    /// When the key arrives, everything keyed that waited for it is looked at.
+    async fn follow_hash_key(self: Arc<Self>) {
+        let mut state = self.hash_key.subscribe();
+        while state.changed().await.is_ok() {
+            let loaded = matches!(*state.borrow_and_update(), crate::hash_key::KeyState::Loaded(_));
+            if loaded && self.is_synced() {
+                self.enqueue_everything();
+            } else {
+                // Policies report why they wait.
+                self.enqueue_all_policies();
+            }
+        }
     }
 
     fn is_leader(&self) -> bool {
@@ -349,6 +387,7 @@ impl Engine {
         }
         tasks.spawn(self.clone().resync_loop());
         tasks.spawn(self.clone().follow_leadership());
+        tasks.spawn(self.clone().follow_hash_key());
 
         shutdown.await;
         info!("stopping: no new work is taken, in-flight writes finish");
@@ -900,11 +939,14 @@ impl Engine {
         }
     }
 
-    fn plan_options(&self, key: &WorkloadKey) -> PlanOptions {
+    /// `None` while `--hash-mode hmac-sha256` waits for its key (a standby before the leader
+    /// created it): nothing is planned then, and everything is looked at once it arrives.
+    fn plan_options(&self, key: &WorkloadKey) -> Option<PlanOptions> {
+        let hasher = self.hash_key.hasher(self.config.hash_mode).ok()?;
         // Removed once the workload's first pass really ran (see `worker`), not when deferred.
         let first_pass = self.startup_pass.lock().unwrap().contains(key);
         let now = k8s_openapi::jiff::Timestamp::now();
-        PlanOptions {
+        Some(PlanOptions {
             strategy: self.config.strategy,
             auto_reload_all: self.config.auto_reload_all,
             reload_on_create: self.config.reload_on_create,
@@ -915,7 +957,8 @@ impl Engine {
             last_reloaded_from_key: self.config.keys.last_reloaded_from.clone(),
             key_precise: self.config.key_precise_references,
             stamp: false,
-        }
+            hasher,
+        })
     }
 
     /// Brings one workload up to date; returns a delay after which to try again on failure.
@@ -923,7 +966,7 @@ impl Engine {
         if !self.namespace_selected(&key.namespace) {
             return None;
         }
-        let opts = self.plan_options(key);
+        let opts = self.plan_options(key)?;
         let mut entry = self.store.read().unwrap().workload(key)?;
         for attempt in 0..5 {
             let candidates = self.store.read().unwrap().candidates(&entry);

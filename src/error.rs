@@ -43,6 +43,10 @@ pub enum Error {
     #[error(transparent)]
     Webhook(#[from] crate::webhook::WebhookError),
 
+    /// `--hash-mode hmac-sha256` and the key cannot be loaded.
+    #[error("--hash-mode hmac-sha256 needs the hash key: {0}")]
+    HashKey(#[from] crate::hash_key::KeyError),
+
     /// Installing a signal handler failed.
     #[error("cannot install signal handler: {0}")]
     Signal(#[source] std::io::Error),

@@ -4,8 +4,12 @@
 //! program wrote into pod templates with the ones computed here, and any difference is a rollout.
 //! The input is every entry rendered as `key=value`, sorted bytewise, joined with `;`, and hashed
 //! with SHA-1 (lowercase hex). Only data counts: labels, annotations and type never do.
+//!
+//! The operator keeps these SHA-1s internally; a [`Hasher`] decides what is written: the SHA-1
+//! itself (`sha1`, compatible) or HMAC-SHA-256 of it under the operator's key (`hmac-sha256`).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use k8s_openapi::ByteString;
@@ -129,6 +133,98 @@ pub fn sha1_hex(text: &str) -> String {
     hash_entries(vec![text.as_bytes().to_vec()])
 }
 
+/// How a hash is written where others can read it (pod templates, records, policy status,
+/// `--webhook-url` payloads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum HashMode {
+    /// The SHA-1 itself, as stakater/Reloader writes it (migrating rolls nothing).
+    #[default]
+    #[value(name = "sha1")]
+    Sha1,
+    /// HMAC-SHA-256 of the SHA-1 under the operator's key: readers of a workload cannot test
+    /// guesses of a Secret's value offline.
+    #[value(name = "hmac-sha256")]
+    HmacSha256,
+}
+
+/// Bytes of a generated hash key.
+pub const HASH_KEY_LEN: usize = 32;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HashKeyError {
+    #[error("a hash key must have at least {HASH_KEY_LEN} bytes, got {0}")]
+    TooShort(usize),
+    #[error("the system random number generator failed")]
+    Random,
+}
+
+/// The operator's HMAC key. Its `Debug` never shows the bytes.
+#[derive(Clone)]
+pub struct HashKey {
+    hmac: ring::hmac::Key,
+    bytes: Arc<[u8]>,
+}
+
+impl HashKey {
+    pub fn new(bytes: &[u8]) -> Result<Self, HashKeyError> {
+        if bytes.len() < HASH_KEY_LEN {
+            return Err(HashKeyError::TooShort(bytes.len()));
+        }
+        Ok(Self { hmac: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, bytes), bytes: bytes.into() })
+    }
+
+    /// Fresh random key bytes, for a new key Secret.
+    pub fn generate() -> Result<Vec<u8>, HashKeyError> {
+        use ring::rand::SecureRandom as _;
+        let mut bytes = vec![0u8; HASH_KEY_LEN];
+        ring::rand::SystemRandom::new().fill(&mut bytes).map_err(|_| HashKeyError::Random)?;
+        Ok(bytes)
+    }
+}
+
+impl PartialEq for HashKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl Eq for HashKey {}
+
+impl std::fmt::Debug for HashKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HashKey(<redacted>)")
+    }
+}
+
+/// Turns a content hash (the SHA-1 hex the operator computes internally) into the value that
+/// leaves the operator. The one place hash modes are applied.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Hasher {
+    #[default]
+    Sha1,
+    HmacSha256(HashKey),
+}
+
+impl Hasher {
+    /// `sha1_hex` as is, or hex(HMAC-SHA-256(key, sha1_hex)): a pseudo-random function of the
+    /// data's SHA-1 that says nothing about it without the key.
+    pub fn apply(&self, sha1_hex: &str) -> String {
+        match self {
+            Hasher::Sha1 => sha1_hex.to_string(),
+            Hasher::HmacSha256(key) => {
+                hex(ring::hmac::sign(&key.hmac, sha1_hex.as_bytes()).as_ref())
+            }
+        }
+    }
+
+    pub fn mode(&self) -> HashMode {
+        match self {
+            Hasher::Sha1 => HashMode::Sha1,
+            Hasher::HmacSha256(_) => HashMode::HmacSha256,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Golden values were computed outside this code, with coreutils, e.g.
@@ -223,6 +319,39 @@ mod tests {
     fn delete_marker_golden_value() {
         // printf '__RELOADER_EMPTY_DELETE_MARKER__' | sha1sum
         assert_eq!(delete_marker_hash(), "aae45badef99284e4dae01d6046154ea9d99532f");
+    }
+
+    #[test]
+    fn hmac_golden_value_and_sha1_passthrough() {
+        // python3: hmac.new(bytes(range(32)), b'e013dcfd8b3a9e80e812740978788202e1ef1325',
+        //                   hashlib.sha256).hexdigest()
+        let key: Vec<u8> = (0u8..32).collect();
+        let keyed = Hasher::HmacSha256(HashKey::new(&key).unwrap());
+        let sha1 = "e013dcfd8b3a9e80e812740978788202e1ef1325";
+        assert_eq!(
+            keyed.apply(sha1),
+            "8e6f529a3fc4e9dc71f3365cafcad1cea8d6aaf4526bcbd39c359804604ea9a2"
+        );
+        // python3: hmac.new(b'\0' * 32, b'da39a3ee5e6b4b0d3255bfef95601890afd80709', ...)
+        let zero = Hasher::HmacSha256(HashKey::new(&[0u8; 32]).unwrap());
+        assert_eq!(
+            zero.apply(EMPTY_HASH),
+            "92f7ba165b778fb5d4e27d09e656e2498a2d5846b17784954c94b63542a5c4d9"
+        );
+        assert_eq!(Hasher::Sha1.apply(sha1), sha1);
+        assert_ne!(keyed, zero);
+    }
+
+    #[test]
+    fn hash_keys_are_long_random_and_never_printed() {
+        assert!(matches!(HashKey::new(&[1u8; 16]), Err(HashKeyError::TooShort(16))));
+        let a = HashKey::generate().unwrap();
+        let b = HashKey::generate().unwrap();
+        assert_eq!(a.len(), HASH_KEY_LEN);
+        assert_ne!(a, b);
+        let key = HashKey::new(&a).unwrap();
+        assert_eq!(format!("{key:?}"), "HashKey(<redacted>)");
+        assert_eq!(format!("{:?}", Hasher::HmacSha256(key)), "HmacSha256(HashKey(<redacted>))");
     }
 
     #[test]

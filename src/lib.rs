@@ -15,6 +15,7 @@ pub mod decision;
 pub mod engine;
 pub mod error;
 pub mod hash;
+pub mod hash_key;
 pub mod http;
 pub mod jobs;
 pub mod leader;

@@ -2,6 +2,7 @@
 
 use crate::cli::Cli;
 use crate::engine::{Engine, EngineConfig};
+use crate::hash::HashMode;
 use crate::leader::{Election, sole_leader};
 use crate::ratelimit::RateLimitLayer;
 use crate::{Error, Result};
@@ -49,10 +50,35 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         None => (sole_leader(), None),
     };
-    let engine_config = EngineConfig::from_args(&cli.reload);
+    let mut engine_config = EngineConfig::from_args(&cli.reload);
+    if let Some(ns) = cli.ha.pod_namespace.as_ref().filter(|s| !s.is_empty())
+        && cli.reload.hash_key_namespace.as_deref().is_none_or(str::is_empty)
+    {
+        engine_config.hash_key_namespace = ns.clone();
+    }
     let webhook = crate::webhook::settings(&cli, &engine_config)?;
     let webhook_leadership = leadership.clone();
+    let key_leadership = leadership.clone();
+    let ha = election.is_some();
     let engine = Engine::new(client.clone(), engine_config, leadership);
+    let key_slot = engine.hash_key();
+    // Annotation mode's keyed hashes need the key before anything is planned: a replica that
+    // may create it (no HA) does so now, and any error is fatal; a standby only checks that it
+    // may read it, and waits for the leader to create it. In sha1 mode, only keyed policies
+    // need it: loaded in the background, never holding up readiness.
+    if cli.reload.hash_mode == HashMode::HmacSha256 {
+        key_slot.load_once(&client, !ha).await?;
+    }
+    let stop_key = Arc::new(tokio::sync::Notify::new());
+    let key_task = {
+        let stop = stop_key.clone();
+        tokio::spawn(crate::hash_key::maintain(
+            client.clone(),
+            key_slot,
+            key_leadership,
+            async move { stop.notified().await },
+        ))
+    };
     let webhook_mode = cli.reload.webhook_url.as_deref().is_some_and(|u| !u.is_empty());
     let alerts = crate::alerts::start_from_args(&cli.alerts, webhook_mode, engine.metrics());
     let alert_delivery = alerts.map(|(alerter, delivery)| {
@@ -134,6 +160,8 @@ pub async fn run(cli: Cli) -> Result<()> {
         let _ = server.await;
         let _ = upkeep.await;
     }
+    stop_key.notify_one();
+    let _ = key_task.await;
     stop_http.notify_one();
     let _ = http.await;
     Ok(())

@@ -68,23 +68,28 @@ pub struct PlanOptions {
     /// the operator would only take a baseline, so a workload is created (or re-applied) already
     /// current.
     pub stamp: bool,
+    /// `--hash-mode`: how each source's hash is written (and compared with what is stored).
+    pub hasher: hash::Hasher,
 }
 
-/// The hash that stands for `source` in `info`: with `key_precise`, a source the workload
-/// consumes only key by key is hashed over those keys alone (see [`hash::keyed_hash`]).
+/// The hash that stands for `source` in `info`, as written: with `key_precise`, a source the
+/// workload consumes only key by key is hashed over those keys alone (see
+/// [`hash::keyed_hash`]); `hasher` then applies the hash mode.
 pub fn effective_hash(
     info: &WorkloadInfo,
     source: &SourceRef,
     facts: &SourceFacts,
     key_precise: bool,
+    hasher: &hash::Hasher,
 ) -> String {
-    match info.used_keys.get(source) {
+    let sha1 = match info.used_keys.get(source) {
         Some(keys) if key_precise => {
             let keys: Vec<String> = keys.iter().cloned().collect();
             hash::keyed_hash(&facts.key_hashes, &keys)
         }
         _ => facts.state.hash.clone(),
-    }
+    };
+    hasher.apply(&sha1)
 }
 
 /// Why a source asks for a rollout.
@@ -275,7 +280,7 @@ pub fn plan(
                     }
                 };
                 let stored = stored_hash(source);
-                let current = effective_hash(info, source, facts, opts.key_precise);
+                let current = effective_hash(info, source, facts, opts.key_precise, &opts.hasher);
                 let roll = match &stored {
                     Some(h) if *h == current => None,
                     Some(_) => Some(Cause::Changed),
@@ -501,6 +506,7 @@ mod tests {
             last_reloaded_from_key: LRF.into(),
             key_precise: false,
             stamp: false,
+            hasher: hash::Hasher::Sha1,
         }
     }
     /// A Deployment `shop/web` with containers `app` and `sidecar`, annotated `auto: true`,
@@ -847,6 +853,51 @@ mod tests {
             &[(cm("app-config"), "h1")],
         );
         assert!(run(&w, &[(cm("app-config"), facts("h1"))], &o).is_noop());
+    }
+
+    #[test]
+    fn keyed_mode_writes_and_compares_the_keyed_value() {
+        let key = hash::HashKey::new(&[7u8; 32]).unwrap();
+        let mut o = opts(Strategy::EnvVars);
+        let hasher = hash::Hasher::HmacSha256(key);
+        o.hasher = hasher.clone();
+        let keyed = |sha1: &str| hasher.apply(sha1);
+        // A baseline records the keyed value, never the SHA-1.
+        let p = run(&workload(), &[(cm("app-config"), facts("h1"))], &o);
+        assert_eq!(p.record, record_of(&[(cm("app-config"), keyed("h1").as_str())]));
+        // A change writes the keyed value into the variable, the record and the change.
+        let w = with_record(workload(), &[(cm("app-config"), keyed("h1").as_str())]);
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &o);
+        let Some(TemplateWrite::EnvVars { set, .. }) = &p.template else { panic!("{p:?}") };
+        assert_eq!(set[0].value, keyed("h2"));
+        assert_eq!(p.changes[0].hash, keyed("h2"));
+        assert_ne!(set[0].value, "h2");
+        // Current under the keyed value: nothing to do.
+        let w = with_record(
+            with_env(workload(), 1, "STAKATER_APP_CONFIG_CONFIGMAP", &keyed("h2")),
+            &[(cm("app-config"), keyed("h2").as_str())],
+        );
+        assert!(run(&w, &[(cm("app-config"), facts("h2"))], &o).is_noop());
+        // A SHA-1 left by the other program (or by sha1 mode) rolls once, to the keyed value.
+        let w = with_env(workload(), 1, "STAKATER_APP_CONFIG_CONFIGMAP", "h2");
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &o);
+        let Some(TemplateWrite::EnvVars { set, .. }) = &p.template else { panic!("{p:?}") };
+        assert_eq!(set[0].value, keyed("h2"));
+        // Key-precise hashes are keyed too.
+        let mut w = workload();
+        w.used_keys.insert(cm("app-config"), ["url".to_string()].into());
+        o.key_precise = true;
+        let f = keyed_facts("full", &[("url", "u1")]);
+        let want = keyed(&hash::keyed_hash(
+            &[("url".to_string(), "u1".to_string())].into(),
+            &["url".into()],
+        ));
+        let p = run(&w, &[(cm("app-config"), f)], &o);
+        assert_eq!(p.record, record_of(&[(cm("app-config"), want.as_str())]));
+    }
+
+    fn keyed_facts(hash: &str, keys: &[(&str, &str)]) -> Option<SourceFacts> {
+        keyed(hash, keys)
     }
 
     #[test]

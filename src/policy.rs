@@ -60,6 +60,13 @@ pub struct ReloadPolicySpec {
     /// holds the hash of those keys. `false`: any change of the source's data counts.
     #[serde(default = "default_true")]
     pub key_precise_references: bool,
+
+    /// How source hashes are written into targets, records and this status. `HMAC-SHA256`
+    /// (default): HMAC-SHA-256, under the operator's key (a Secret it creates), of the data's
+    /// SHA-1, so nobody who can read a workload can test guesses of a Secret's value offline.
+    /// `SHA1`: the SHA-1 of the data, as stakater/Reloader writes it.
+    #[serde(default)]
+    pub hash_mode: PolicyHashMode,
 }
 
 fn default_true() -> bool {
@@ -137,6 +144,26 @@ pub enum PolicyStrategy {
     Restart,
 }
 
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum PolicyHashMode {
+    #[default]
+    #[serde(rename = "HMAC-SHA256")]
+    HmacSha256,
+    #[serde(rename = "SHA1")]
+    Sha1,
+}
+
+impl PolicyHashMode {
+    pub fn mode(self) -> crate::hash::HashMode {
+        match self {
+            PolicyHashMode::HmacSha256 => crate::hash::HashMode::HmacSha256,
+            PolicyHashMode::Sha1 => crate::hash::HashMode::Sha1,
+        }
+    }
+}
+
 /// What the operator observed and did.
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -180,7 +207,8 @@ pub struct ReloadPolicyStatus {
 pub struct SourceStatus {
     pub kind: PolicySourceKind,
     pub name: String,
-    /// SHA-1 of the source's data (only the selected keys when `keys` is set).
+    /// The source's hash as written into targets (only the selected keys when `keys` is set):
+    /// keyed with `hashMode: HMAC-SHA256`, the SHA-1 of the data with `SHA1`.
     pub hash: String,
     /// When the operator saw this hash first.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -93,15 +93,16 @@ pub fn source_entry_selects(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolved {
     pub source: SourceRef,
-    /// The full hash, or the hash of the selected keys when the entry has `keys`.
+    /// The full hash, or the hash of the selected keys when the entry has `keys` (hash mode
+    /// applied).
     pub hash: String,
-    /// The full-content hash (what annotation mode would write).
-    pub full_hash: String,
     pub changed_at: Option<i64>,
     /// The entry's `keys` filter, if any.
     pub keys: Option<Vec<String>>,
-    /// SHA-1 per data key (for key-precise references); never the data.
+    /// SHA-1 per data key (for key-precise references); never the data, never written.
     pub key_hashes: BTreeMap<String, String>,
+    /// The policy's hash mode, applied to every hash that leaves this value.
+    pub hasher: hash::Hasher,
 }
 
 impl Resolved {
@@ -115,18 +116,20 @@ impl Resolved {
                     .filter(|k| self.keys.as_ref().is_none_or(|filter| filter.contains(k)))
                     .cloned()
                     .collect();
-                hash::keyed_hash(&self.key_hashes, &keys)
+                self.hasher.apply(&hash::keyed_hash(&self.key_hashes, &keys))
             }
             _ => self.hash.clone(),
         }
     }
 }
 
-/// Resolves the policy's sources against the namespace's sources; also returns the entries
-/// that found nothing (named sources missing, selectors matching nothing).
+/// Resolves the policy's sources against the namespace's sources, with hashes as `hasher`
+/// writes them; also returns the entries that found nothing (named sources missing, selectors
+/// matching nothing).
 pub fn resolve_sources<'a>(
     spec: &'a ReloadPolicySpec,
     sources: &[(SourceRef, SourceFacts)],
+    hasher: &hash::Hasher,
 ) -> (Vec<Resolved>, Vec<&'a PolicySource>) {
     let mut resolved: BTreeMap<SourceRef, Resolved> = BTreeMap::new();
     let mut missing = Vec::new();
@@ -137,7 +140,7 @@ pub fn resolve_sources<'a>(
                 continue;
             }
             found = true;
-            let hash = match &entry.keys {
+            let sha1 = match &entry.keys {
                 Some(keys) => hash::keyed_hash(&facts.key_hashes, keys),
                 None => facts.state.hash.clone(),
             };
@@ -145,11 +148,11 @@ pub fn resolve_sources<'a>(
                 source.clone(),
                 Resolved {
                     source: source.clone(),
-                    hash,
-                    full_hash: facts.state.hash.clone(),
+                    hash: hasher.apply(&sha1),
                     changed_at: facts.changed_at,
                     keys: entry.keys.clone(),
                     key_hashes: facts.key_hashes.clone(),
+                    hasher: hasher.clone(),
                 },
             );
         }
@@ -385,7 +388,7 @@ mod tests {
             (cm("shop-a"), facts("a", &[("team", "shop")], &[])),
             (cm("unrelated"), facts("u", &[], &[])),
         ];
-        let (resolved, missing) = resolve_sources(&s, &sources);
+        let (resolved, missing) = resolve_sources(&s, &sources, &hash::Hasher::Sha1);
         let names: Vec<_> = resolved.iter().map(|r| r.source.name.as_str()).collect();
         assert_eq!(names, ["settings", "shop-a"]);
         assert_eq!(resolved[0].hash, hash::keyed_hash(&sources[0].1.key_hashes, &["flags".into()]));
@@ -398,10 +401,10 @@ mod tests {
         vec![Resolved {
             source: cm("c"),
             hash: hash.into(),
-            full_hash: hash.into(),
             changed_at,
             keys: None,
             key_hashes: BTreeMap::new(),
+            hasher: hash::Hasher::Sha1,
         }]
     }
 
@@ -467,7 +470,6 @@ mod tests {
         let r = |url: &str, other: &str, keys: Option<Vec<String>>| Resolved {
             source: cm("c"),
             hash: format!("full-{url}-{other}"),
-            full_hash: format!("full-{url}-{other}"),
             changed_at: None,
             keys,
             key_hashes: [
@@ -475,6 +477,7 @@ mod tests {
                 ("x".to_string(), other.to_string()),
             ]
             .into(),
+            hasher: hash::Hasher::Sha1,
         };
         let url_only = |url: &str| {
             hash::keyed_hash(&[("url".to_string(), url.to_string())].into(), &["url".into()])
@@ -503,6 +506,44 @@ mod tests {
             false,
         );
         assert_eq!(plan.record.get("p/configmap/c"), Some(&url_only("u1")));
+    }
+
+    #[test]
+    fn hash_mode_defaults_to_hmac_and_keys_every_written_hash() {
+        let s = spec(json!({"sources": [
+            {"kind": "Secret", "name": "db"},
+            {"kind": "ConfigMap", "name": "c", "keys": ["url"]}],
+            "targets": [{"kind": "Deployment", "name": "api"}]}));
+        assert_eq!(s.hash_mode, crate::policy::PolicyHashMode::HmacSha256, "keyed by default");
+        let sha1: ReloadPolicySpec = spec(json!({"sources": [{"kind": "Secret", "name": "db"}],
+            "targets": [{"kind": "Deployment", "name": "api"}], "hashMode": "SHA1"}));
+        assert_eq!(sha1.hash_mode, crate::policy::PolicyHashMode::Sha1);
+        let hasher = hash::Hasher::HmacSha256(hash::HashKey::new(&[9u8; 32]).unwrap());
+        let sources = vec![
+            (SourceRef::new(SourceKind::Secret, "db"), facts("s1", &[], &[("pw", "k1")])),
+            (cm("c"), facts("c1", &[], &[("url", "u1"), ("x", "x1")])),
+        ];
+        let (resolved, _) = resolve_sources(&s, &sources, &hasher);
+        let url = hash::keyed_hash(&sources[1].1.key_hashes, &["url".into()]);
+        assert_eq!(resolved[0].hash, hasher.apply(&url), "keys filter, then keyed");
+        assert_eq!(resolved[1].hash, hasher.apply("s1"));
+        // Key-precise hashes of a target are keyed too.
+        let mut w = workload(&[]);
+        w.used_keys.insert(SourceRef::new(SourceKind::Secret, "db"), ["pw".to_string()].into());
+        let pw = hash::keyed_hash(&sources[0].1.key_hashes, &["pw".into()]);
+        assert_eq!(resolved[1].hash_for(&w, true), hasher.apply(&pw));
+        // The plan records and writes only keyed values.
+        let p = active(s);
+        let mut w = workload(&[]);
+        w.metadata_annotations.insert(
+            POLICY_RECORD_ANNOTATION.into(),
+            r#"{"p/secret/db":"old","p/configmap/c":"old"}"#.into(),
+        );
+        let plan = plan_policy(&w, &p, &p.spec.targets[0], &resolved, &[], 0, "", "lrf", false);
+        assert_eq!(plan.record.get("p/secret/db"), Some(&hasher.apply("s1")));
+        let Some(TemplateWrite::EnvVars { set, .. }) = plan.template else { panic!() };
+        assert!(set.iter().all(|e| e.value.len() == 64), "{set:?}");
+        assert!(set.iter().all(|e| e.value != "s1"));
     }
 
     #[test]

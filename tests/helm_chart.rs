@@ -3,7 +3,8 @@
 //! NetworkPolicy on. Every rendered object must be accepted by server-side apply; the RBAC it
 //! grants must be enough (the operator, run as the chart's ServiceAccount by impersonation,
 //! becomes ready, takes the Lease and reloads) and no more (SubjectAccessReviews: no Secrets
-//! outside the watched namespace in namespaced mode, no writes to sources in either).
+//! outside the watched namespace in namespaced mode, no writes to sources in either; Secrets are
+//! created only in the release namespace, for the hash key, which alone is read by name).
 
 mod support;
 
@@ -14,7 +15,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::config::Kubeconfig;
@@ -412,6 +413,16 @@ async fn run_operator_as_chart(
         env.iter().any(|e| e.name == "STAKATER_APP_CONFIG_CONFIGMAP").then_some(())
     })
     .await;
+    // The hash key loaded under the chart's RBAC (in either hash mode).
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    eventually("the hash key Secret", TIMEOUT, || async {
+        secrets.get_opt(&format!("{release}-hash-key")).await.unwrap().map(|_| ())
+    })
+    .await;
+    assert!(
+        operator.logs_mentioning("hash key unavailable").is_empty(),
+        "the chart's RBAC must let the operator load its hash key"
+    );
     let status = operator.stop();
     assert!(status.success(), "the operator exits cleanly on SIGTERM: {status}");
     // Releasing the Lease at shutdown is a write the Role must allow too.
@@ -491,13 +502,19 @@ async fn cluster_scope_chart_is_accepted_and_its_rbac_runs_the_operator() {
         .await;
     for (verb, resource) in [
         ("get", "secrets"),
-        ("create", "secrets"),
+        ("update", "secrets"),
         ("update", "configmaps"),
         ("delete", "deployments.apps"),
         ("create", "pods"),
     ] {
         assert_denied(&client, &user, verb, resource, Some(&ns.name)).await;
     }
+    // Secrets are created only in the release namespace (the hash key), and only that one
+    // is read by name.
+    let key = format!("{release}-hash-key");
+    wait_allowed(&client, &user, "get", "secrets", Some(&ns.name), Some(&key)).await;
+    assert!(can(&client, &user, "create", "secrets", Some(&ns.name), None).await);
+    assert_denied(&client, &user, "create", "secrets", Some("default")).await;
 
     run_operator_as_chart(&client, &objects, &ns.name, &user, &release).await;
 }
@@ -509,8 +526,17 @@ async fn namespace_scope_chart_is_accepted_and_needs_no_cluster_wide_access() {
     install_monitoring_crds(&client).await;
     let ns = TestNamespace::create(&client, "helm-ns").await;
     let release = format!("reloader-ns-{}", std::process::id());
-    let objects = render(&release, &ns.name, &kube_version, "namespaced", &[]);
+    // Keyed annotation mode: the operator cannot plan anything without its key, so the reload
+    // below proves the key Secret loads under exactly the chart's RBAC.
+    let objects = render(
+        &release,
+        &ns.name,
+        &kube_version,
+        "namespaced",
+        &["reloader.hashMode=hmac-sha256".to_string()],
+    );
     check_common(&objects, &release);
+    assert!(container_args(&objects).contains(&"--hash-mode=hmac-sha256".to_string()));
 
     // Nothing cluster-wide: no ClusterRole at all, so certainly none granting Secrets.
     for obj in &objects {
@@ -571,7 +597,18 @@ async fn namespace_scope_chart_is_accepted_and_needs_no_cluster_wide_access() {
         "the Lease rule is limited to the chart's Lease"
     );
 
+    // The key Secret: created, then only read, by name.
+    let key = format!("{release}-hash-key");
+    wait_allowed(&client, &user, "create", "secrets", Some(&ns.name), None).await;
+    assert!(can(&client, &user, "get", "secrets", Some(&ns.name), Some(&key)).await);
+    assert!(!can(&client, &user, "update", "secrets", Some(&ns.name), Some(&key)).await);
+    assert!(!can(&client, &user, "get", "secrets", Some(&ns.name), Some("other")).await);
+    assert_denied(&client, &user, "create", "secrets", Some("default")).await;
+
     run_operator_as_chart(&client, &objects, &ns.name, &user, &release).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
+    let stored = secrets.get(&key).await.expect("the operator created its hash key Secret");
+    assert_eq!(stored.data.unwrap()["key"].0.len(), 32);
 }
 
 #[tokio::test]

@@ -87,7 +87,7 @@ async fn env_var_policy_with_a_key_filter_and_status() {
     assert_eq!(s.observed_generation, Some(1));
     assert_eq!((s.resolved_sources, s.resolved_targets), (Some(1), Some(1)));
     assert_eq!(s.sources[0].name, "app-settings");
-    assert_eq!(s.sources[0].hash.len(), 40);
+    assert_eq!(s.sources[0].hash.len(), 64, "keyed (HMAC-SHA-256) by default");
     assert_eq!(condition(&s, "SourcesResolved"), Some(("True", "Found")));
     policy_recorded(&f, "api").await;
     // No rollout on policy create: the target was current.

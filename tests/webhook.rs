@@ -13,7 +13,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use support::fixture::{Fixture, Sentinel, TIMEOUT, sha1_hex};
+use support::fixture::{Fixture, Sentinel, TIMEOUT, hash_key, hash_key_in, keyed_hex, sha1_hex};
 use support::{Operator, eventually};
 
 const WEBHOOK_LABEL: (&str, &str) = ("reloader.rs/webhook", "enabled");
@@ -309,9 +309,11 @@ async fn key_precise_references_are_the_policy_default() {
     f.assert_still("api", 1, &sentinel).await;
     f.patch_configmap("settings", json!({"data": {"url": "https://b"}})).await;
     f.wait_replicasets("api", 2).await;
+    // Policies write keyed hashes by default.
+    let key = hash_key(&f.client).await;
     assert_eq!(
         env(&f.deployment_now("api").await).get("STAKATER_SETTINGS_CONFIGMAP"),
-        Some(&one_key_hash("url", "https://b"))
+        Some(&keyed_hex(&key, &one_key_hash("url", "https://b")))
     );
     f.assert_still("api", 2, &sentinel).await;
 }
@@ -341,7 +343,9 @@ async fn a_policy_target_is_stamped_at_creation_and_not_rolled_after() {
     let mut body = manifest("api", "nginx", url_from("settings"));
     body["metadata"]["annotations"] = json!({});
     body["metadata"]["labels"]["tier"] = json!("api");
-    let hash = one_key_hash("url", "https://a");
+    // The webhook harness runs the operator with POD_NAMESPACE: its key is kept there.
+    let hash =
+        keyed_hex(&hash_key_in(&f.client, f.name()).await, &one_key_hash("url", "https://a"));
     // Dry runs until the policy is in the operator's memory, so the real create is stamped.
     eventually("the policy in the operator's memory", TIMEOUT, || async {
         let d = apply(&f, "kustomize-controller", &body, true).await;

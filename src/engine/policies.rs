@@ -16,6 +16,7 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, warn};
 
 use super::{Engine, WatchItem};
+use crate::hash::Hasher;
 use crate::naming::env_var_name;
 use crate::plan::{Plan, TemplateWrite};
 use crate::policy::{
@@ -281,7 +282,10 @@ impl Engine {
         let mut parts = Vec::new();
         for p in policies {
             let Some(target) = target_for(&p.spec, info) else { continue };
-            let (resolved, _) = resolve_sources(&p.spec, &ns_sources);
+            // A keyed policy without its key is not acted on (its status says why); its
+            // record entries stay as they are.
+            let Ok(hasher) = self.hash_key.hasher(p.spec.hash_mode.mode()) else { continue };
+            let (resolved, _) = resolve_sources(&p.spec, &ns_sources, &hasher);
             let pp = plan_policy(
                 info,
                 &p,
@@ -508,12 +512,16 @@ impl Engine {
             return Ok(());
         };
         let ns_sources = self.store.read().unwrap().sources_in(&key.0);
-        let (resolved, missing_sources) = resolve_sources(&policy.spec, &ns_sources);
+        let hasher = self.hash_key.hasher(policy.spec.hash_mode.mode());
+        // Without its key the policy's sources are still resolved, but no hash is reported.
+        let (resolved, missing_sources) =
+            resolve_sources(&policy.spec, &ns_sources, hasher.as_ref().unwrap_or(&Hasher::Sha1));
         let (targets, missing_targets) = self.resolve_targets(&policy);
         let observed = self.policy.observed.lock().unwrap().get(key).cloned().unwrap_or_default();
         let outcomes = self.policy.outcomes.lock().unwrap().get(key).cloned().unwrap_or_default();
         let desired = desired_status(
             &policy,
+            hasher.as_ref().err().map(String::as_str),
             &resolved,
             &missing_sources,
             &targets,
@@ -611,6 +619,7 @@ fn time(seconds: i64) -> Option<Time> {
 #[allow(clippy::too_many_arguments)]
 fn desired_status(
     policy: &ActivePolicy,
+    key_problem: Option<&str>,
     resolved: &[Resolved],
     missing_sources: &[&PolicySource],
     targets: &[WorkloadInfo],
@@ -657,7 +666,15 @@ fn desired_status(
             missing_targets.iter().map(|t| describe_target(t)).collect::<Vec<_>>().join(", ")
         )
     };
-    let (ready, ready_reason, ready_msg) = if !sources_ok {
+    let (ready, ready_reason, ready_msg) = if let Some(problem) = key_problem {
+        (
+            false,
+            "HashKeyUnavailable",
+            format!(
+                "hashMode HMAC-SHA256 needs the operator's hash key; nothing is reloaded: {problem}"
+            ),
+        )
+    } else if !sources_ok {
         (false, "SourcesNotFound", sources_msg.clone())
     } else if !targets_ok {
         (false, "TargetsNotFound", targets_msg.clone())
@@ -706,6 +723,7 @@ fn desired_status(
         observed.sources.iter().map(|s| ((format!("{:?}", s.kind), s.name.clone()), s)).collect();
     let sources = resolved
         .iter()
+        .filter(|_| key_problem.is_none())
         .filter_map(|r| {
             let kind = match r.source.kind {
                 crate::source::SourceKind::ConfigMap => crate::policy::PolicySourceKind::ConfigMap,

@@ -32,8 +32,9 @@ pub fn component(dir: &Path, name: &str) -> (u32, u64) {
 }
 
 /// SIGKILLs the kube-apiserver (checked by its command line, never a broad name) and waits until
-/// the supervisor has started a new one; returns once the new process is recorded.
-pub async fn kill_apiserver(dir: &Path) -> Duration {
+/// the supervisor has started a new one; returns once the new process is recorded. With `hang`,
+/// it is first stopped (SIGSTOP) that long: a hung API server, requests time out, then killed.
+pub async fn kill_apiserver(dir: &Path, hang: Duration) -> Duration {
     let (pid, restarts) = component(dir, "kube-apiserver");
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     assert!(
@@ -41,6 +42,11 @@ pub async fn kill_apiserver(dir: &Path) -> Duration {
         "pid {pid} from state.json is not the kube-apiserver"
     );
     let started = Instant::now();
+    if !hang.is_zero() {
+        let status = Command::new("kill").args(["-STOP", &pid.to_string()]).status().unwrap();
+        assert!(status.success(), "kill -STOP {pid}");
+        tokio::time::sleep(hang).await;
+    }
     let status = Command::new("kill").args(["-KILL", &pid.to_string()]).status().unwrap();
     assert!(status.success(), "kill -KILL {pid}");
     super::eventually("the supervisor to restart kube-apiserver", Duration::from_secs(60), || {

@@ -19,6 +19,37 @@ pub fn sha1_hex(text: &[u8]) -> String {
     Sha1::digest(text).iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The namespace of the operator's hash key Secret when the harness runs it without
+/// POD_NAMESPACE (the webhook tests set it: their key is in the test namespace).
+pub const HASH_KEY_NAMESPACE: &str = "default";
+
+/// The operator's hash key, read from its Secret `reloader-hash-key` in `namespace` (waiting
+/// until an operator created it).
+pub async fn hash_key_in(client: &Client, namespace: &str) -> Vec<u8> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    eventually("the hash key Secret", TIMEOUT, || async {
+        let s = secrets.get_opt("reloader-hash-key").await.ok()??;
+        s.data?.remove("key").map(|b| b.0)
+    })
+    .await
+}
+
+/// The key of operators started by [`Fixture::operator`].
+pub async fn hash_key(client: &Client) -> Vec<u8> {
+    hash_key_in(client, HASH_KEY_NAMESPACE).await
+}
+
+/// hex(HMAC-SHA-256(key, sha1_hex)): what keyed hash mode writes for a source whose SHA-1 is
+/// `sha1_hex`.
+pub fn keyed_hex(key: &[u8], sha1_hex: &str) -> String {
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key);
+    ring::hmac::sign(&key, sha1_hex.as_bytes())
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 pub struct Fixture {
     pub client: Client,
     pub ns: TestNamespace,

@@ -133,8 +133,9 @@ pub struct Bound {
     /// one per `max_wait` a burst lasts (the operator still rolls that often).
     pub debounced: usize,
     /// What is allowed: `debounced`, except that a burst overlapping a fault window may be seen
-    /// by the operator in pieces (a watch that was down delivers the rest later), so there every
-    /// change may be one rollout, never more.
+    /// by the operator in pieces: what it saw before the outage, what the relists (or a cold
+    /// start) bring, what arrives after. So such a burst may roll up to two more times, and never
+    /// more often than it has changes.
     pub allowed: usize,
     /// Data changes in total.
     pub changes: usize,
@@ -165,7 +166,8 @@ pub fn rollout_bound(
         let debounced = 1 + (span.as_millis() / max_wait.as_millis().max(1)) as usize;
         bound.debounced += debounced;
         let faulted = windows.iter().any(|(s, e)| first <= *e && last >= *s);
-        bound.allowed += if faulted { b.len().max(debounced) } else { debounced };
+        bound.allowed +=
+            if faulted { b.len().min(debounced + 2).max(debounced) } else { debounced };
     }
     bound
 }

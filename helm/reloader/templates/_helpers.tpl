@@ -153,6 +153,10 @@ by creating a Job and Jobs by deleting and creating them again.
 {{ include "reloader.fullname" . }}-webhook
 {{- end }}
 
+{{- define "reloader.hashKeySecret" -}}
+{{ .Values.reloader.hashKeySecret | default (printf "%s-hash-key" (include "reloader.fullname" .)) }}
+{{- end }}
+
 {{- define "reloader.webhookSecret" -}}
 {{ .Values.webhook.secretName | default (printf "%s-webhook-tls" (include "reloader.fullname" .)) }}
 {{- end }}
