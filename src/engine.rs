@@ -34,14 +34,17 @@ use crate::churn::{RolloutLimiter, ThrottleReason};
 use crate::cli::ReloadArgs;
 use crate::decision::Selection;
 use crate::hash;
-use crate::jobs::{is_controlled, job_from_cronjob, recreated_job};
+use crate::jobs::{
+    is_controlled, is_controlled_by, job_from_cronjob, recreated_job, reload_job_name,
+};
 use crate::metrics::SkipReason;
 use crate::pause;
 use crate::plan::{Cause, Plan, PlanOptions, SourceFacts, Strategy, TemplateWrite, plan};
+use crate::policy_plan::POLICY_RECORD_ANNOTATION;
 use crate::queue::WorkQueue;
 use crate::source::{SourceKind, SourceRef, SourceState};
 use crate::store::{SourceUpdate, Store, WorkloadEntry};
-use crate::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
+use crate::workload::{RECORD_ANNOTATION, WorkloadInfo, WorkloadKey, WorkloadKind};
 use crate::writer::{
     WORKLOAD_FIELD_MANAGER, apply_to_template, record_annotations, record_patch, workload_patch,
 };
@@ -1217,11 +1220,35 @@ impl Engine {
                 if let Some(write) = &plan.template {
                     let cronjob: CronJob =
                         Api::namespaced(self.client.clone(), &key.namespace).get(&key.name).await?;
-                    let job = job_from_cronjob(&cronjob, Some(write), &BTreeMap::new());
-                    let created = Api::<Job>::namespaced(self.client.clone(), &key.namespace)
-                        .create(&self.post_params(), &job)
-                        .await?;
-                    debug!(workload = %key, job = %created.name_any(), "created Job from CronJob");
+                    let uid = cronjob.metadata.uid.clone().unwrap_or_default();
+                    let records = [RECORD_ANNOTATION, POLICY_RECORD_ANNOTATION]
+                        .map(|k| info.metadata_annotations.get(k).map(String::as_str));
+                    let hashes: Vec<(String, String)> = plan
+                        .changes
+                        .iter()
+                        .map(|c| (c.source.to_string(), c.hash.clone()))
+                        .collect();
+                    let name = reload_job_name(&key.name, &uid, &records, &hashes);
+                    let job = job_from_cronjob(
+                        &cronjob,
+                        Some(name.clone()),
+                        Some(write),
+                        &BTreeMap::new(),
+                    );
+                    let jobs = Api::<Job>::namespaced(self.client.clone(), &key.namespace);
+                    match jobs.create(&self.post_params(), &job).await {
+                        Ok(_) => debug!(workload = %key, job = %name, "created Job from CronJob"),
+                        // An earlier attempt at this same reload created it and then failed to
+                        // record the hashes: only the record is left to write.
+                        Err(kube::Error::Api(e)) if e.code == 409 => {
+                            let existing = jobs.get(&name).await?;
+                            if !is_controlled_by(&existing, &uid) {
+                                return Err(ExecError::Kube(kube::Error::Api(e)));
+                            }
+                            info!(workload = %key, job = %name, "Job for this reload exists already (earlier attempt); recording the hashes");
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
                 }
                 if let Some(patch) = record_patch(plan) {
                     let obj = self.patch(key, &Patch::Merge(&patch)).await?;

@@ -30,11 +30,46 @@ fn without_controller_labels(
     (!labels.is_empty()).then_some(labels)
 }
 
-/// A Job for `cronjob` as `kubectl create job --from=cronjob/...` makes it: `generateName`
-/// `<cronjob>-`, the job template's labels and annotations plus
-/// `cronjob.kubernetes.io/instantiate: manual`, and the CronJob as controller owner.
+/// Longest Job name: the Job controller copies it into a label value.
+const MAX_JOB_NAME: usize = 63;
+/// Hex digits of the reload fingerprint in a Job name; the CronJob controller's own Jobs end in
+/// a decimal minute count of 8 digits, so the two never collide.
+const SUFFIX_LEN: usize = 10;
+
+/// The name of the Job one reload of a CronJob creates: `<cronjob>-<fingerprint>`, where the
+/// fingerprint covers the CronJob's uid, the records it carried before the reload and the new
+/// hashes. A retry of the same reload (say, after the record patch failed) gets the same name
+/// and the API server's AlreadyExists, so it never starts a second Job; a later reload, even
+/// back to earlier data, starts from other records and gets another name.
+pub fn reload_job_name(
+    cronjob: &str,
+    uid: &str,
+    previous_records: &[Option<&str>],
+    new_hashes: &[(String, String)],
+) -> String {
+    let mut input = format!("{uid}\n");
+    for record in previous_records {
+        input.push_str(record.unwrap_or("-"));
+        input.push('\n');
+    }
+    for (source, hash) in new_hashes {
+        input.push_str(&format!("{source}={hash}\n"));
+    }
+    let fingerprint = crate::hash::sha1_hex(&input);
+    let mut prefix: String = cronjob.chars().take(MAX_JOB_NAME - SUFFIX_LEN - 1).collect();
+    // A name must end in an alphanumeric before the separator too.
+    while prefix.ends_with(['-', '.']) {
+        prefix.pop();
+    }
+    format!("{prefix}-{}", &fingerprint[..SUFFIX_LEN])
+}
+
+/// A Job for `cronjob` as `kubectl create job --from=cronjob/...` makes it: the job template's
+/// labels and annotations plus `cronjob.kubernetes.io/instantiate: manual`, and the CronJob as
+/// controller owner; named `name` (see [`reload_job_name`]), or `<cronjob>-<random>` without.
 pub fn job_from_cronjob(
     cronjob: &CronJob,
+    name: Option<String>,
     write: Option<&TemplateWrite>,
     extra_annotations: &BTreeMap<String, String>,
 ) -> Job {
@@ -47,17 +82,18 @@ pub fn job_from_cronjob(
     if let Some(write) = write {
         apply_to_template(&mut spec.template, write);
     }
-    let name = cronjob.metadata.name.clone().unwrap_or_default();
+    let owner = cronjob.metadata.name.clone().unwrap_or_default();
     Job {
         metadata: ObjectMeta {
-            generate_name: Some(format!("{name}-")),
+            generate_name: name.is_none().then(|| format!("{owner}-")),
+            name,
             namespace: cronjob.metadata.namespace.clone(),
             labels: template_meta.labels,
             annotations: Some(annotations),
             owner_references: Some(vec![OwnerReference {
                 api_version: "batch/v1".into(),
                 kind: "CronJob".into(),
-                name,
+                name: owner,
                 uid: cronjob.metadata.uid.clone().unwrap_or_default(),
                 controller: Some(true),
                 block_owner_deletion: Some(true),
@@ -102,6 +138,15 @@ pub fn recreated_job(
     }
 }
 
+/// True when `job` is controlled by the object with `uid`.
+pub fn is_controlled_by(job: &Job, uid: &str) -> bool {
+    job.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid)
+}
+
 /// True for Jobs a CronJob (or another controller) owns: those are reloaded through their owner.
 pub fn is_controlled(job: &Job) -> bool {
     job.metadata.owner_references.iter().flatten().any(|o| o.controller == Some(true))
@@ -135,7 +180,7 @@ mod tests {
         }))
         .unwrap();
         let extra = BTreeMap::from([("reloader.rs/source-hashes".to_string(), "{}".to_string())]);
-        let job = job_from_cronjob(&cj, Some(&write()), &extra);
+        let job = job_from_cronjob(&cj, None, Some(&write()), &extra);
         let v = serde_json::to_value(&job).unwrap();
         assert_eq!(v["metadata"]["generateName"], "nightly-");
         assert_eq!(v["metadata"]["labels"], json!({"team": "a"}));
@@ -149,6 +194,49 @@ mod tests {
         );
         assert_eq!(v["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"], "h");
         assert!(is_controlled(&job));
+        assert!(is_controlled_by(&job, "u1") && !is_controlled_by(&job, "u2"));
+
+        let named = job_from_cronjob(&cj, Some("nightly-0123456789".into()), None, &extra);
+        assert_eq!(named.metadata.name.as_deref(), Some("nightly-0123456789"));
+        assert!(named.metadata.generate_name.is_none());
+    }
+
+    #[test]
+    fn reload_job_name_is_stable_per_reload_and_differs_across_reloads() {
+        let new = vec![("configmap/c".to_string(), "h2".to_string())];
+        let first =
+            reload_job_name("nightly", "u1", &[Some(r#"{"configmap/c":"h1"}"#), None], &new);
+        // A retry of the same reload: same name, so the API server refuses a second Job.
+        assert_eq!(
+            first,
+            reload_job_name("nightly", "u1", &[Some(r#"{"configmap/c":"h1"}"#), None], &new)
+        );
+        assert!(first.starts_with("nightly-") && first.len() == "nightly-".len() + 10);
+        // Another CronJob of the same name, other records, or other hashes: another name.
+        assert_ne!(
+            first,
+            reload_job_name("nightly", "u2", &[Some(r#"{"configmap/c":"h1"}"#), None], &new)
+        );
+        assert_ne!(
+            first,
+            reload_job_name("nightly", "u1", &[Some(r#"{"configmap/c":"h3"}"#), None], &new)
+        );
+        assert_ne!(
+            first,
+            reload_job_name("nightly", "u1", &[None, Some(r#"{"configmap/c":"h1"}"#)], &new)
+        );
+        let other = vec![("configmap/c".to_string(), "h4".to_string())];
+        assert_ne!(
+            first,
+            reload_job_name("nightly", "u1", &[Some(r#"{"configmap/c":"h1"}"#), None], &other)
+        );
+        // The longest CronJob name still gives a valid Job name.
+        let long = "a".repeat(52);
+        let name = reload_job_name(&long, "u1", &[None], &new);
+        assert_eq!(name.len(), 63);
+        let dashed = format!("{}-{}", "b".repeat(50), "c".repeat(10));
+        let name = reload_job_name(&dashed, "u1", &[None], &new);
+        assert!(name.len() <= 63 && !name.contains("--"), "{name}");
     }
 
     #[test]

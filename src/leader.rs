@@ -2,15 +2,30 @@
 //!
 //! Every replica watches and keeps its caches warm; only the one holding the Lease writes.
 //! Leadership is published on a `watch` channel that the engine reads before every write.
+//!
+//! kube-lease-manager (0.13) campaigns and renews, but it patches the Lease without
+//! resourceVersion preconditions: a replica acting on a stale read can clear a Lease another
+//! replica has just taken, and both then believe they lead until their next renewal. So this
+//! module publishes leadership only while the Lease itself, as a watch on it shows, names this
+//! replica and has not run out; a takeover is confirmed for a moment before the new leader
+//! writes, so the old one has seen the change and stopped first.
 
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
-use kube::Client;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio::sync::watch;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::{Error, Result};
+
+/// How long a replica must see itself in the Lease before it writes: longer than a watch event
+/// takes to reach the replica it replaced.
+const SETTLE: Duration = Duration::from_secs(1);
 
 /// Where the Lease is and how long it holds.
 #[derive(Debug, Clone)]
@@ -48,6 +63,18 @@ impl LeaderConfig {
     pub fn request_timeout(&self) -> Duration {
         (Duration::from_secs(self.grace()) / 2).max(Duration::from_millis(500))
     }
+
+    /// The holder stops writing this long before its Lease runs out unless it sees a renewal:
+    /// other replicas take the Lease only once it has run out.
+    fn step_down_margin(&self) -> Duration {
+        self.request_timeout() / 2
+    }
+
+    /// The field manager of this replica's Lease writes: one per replica, so two replicas that
+    /// both try to take a free Lease by server-side apply conflict instead of both succeeding.
+    fn field_manager(&self) -> String {
+        format!("reloader.rs/leader-election/{}", self.identity)
+    }
 }
 
 /// A leadership channel that is always true: one replica, no election.
@@ -58,21 +85,66 @@ pub fn sole_leader() -> watch::Receiver<bool> {
     rx
 }
 
-/// Campaigns for the Lease until `stop` resolves, then releases it. `client` should have
-/// request timeouts no longer than [`LeaderConfig::request_timeout`].
+/// What the Lease said when the watch last saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct LeaseView {
+    holder: Option<String>,
+    /// `renewTime` + `leaseDurationSeconds`; `None` when either is missing.
+    expires: Option<SystemTime>,
+}
+
+impl LeaseView {
+    fn of(lease: &Lease) -> Self {
+        let spec = lease.spec.as_ref();
+        let renewed = spec.and_then(|s| s.renew_time.as_ref()).map(|t| SystemTime::from(t.0));
+        let duration =
+            spec.and_then(|s| s.lease_duration_seconds).and_then(|d| u64::try_from(d).ok());
+        LeaseView {
+            holder: spec.and_then(|s| s.holder_identity.clone()),
+            expires: renewed.zip(duration).map(|(at, d)| at + Duration::from_secs(d)),
+        }
+    }
+}
+
+/// Whether `identity` holds the Lease `view` shows at `now`, with `margin` to spare before it
+/// runs out. An unknown Lease (the watch is down) is not held: a replica that cannot see the
+/// Lease cannot tell whether another has taken it.
+fn holds(view: Option<&LeaseView>, identity: &str, now: SystemTime, margin: Duration) -> bool {
+    view.is_some_and(|v| {
+        v.holder.as_deref() == Some(identity) && v.expires.is_some_and(|at| now + margin < at)
+    })
+}
+
+/// Why a replica that led stops.
+fn step_down_reason(view: Option<&LeaseView>, identity: &str) -> &'static str {
+    match view {
+        None => "cannot renew the Lease; stepping down",
+        Some(v) if v.holder.as_deref() == Some(identity) => "cannot renew the Lease; stepping down",
+        Some(_) => "lost the leadership; standing by",
+    }
+}
+
+/// Campaigns for the Lease until `stop` resolves, then releases it. `lease_client` should have
+/// request timeouts no longer than [`LeaderConfig::request_timeout`]; `watch_client` serves the
+/// long-running watch on the Lease.
 pub struct Election {
     manager: LeaseManager,
+    leases: Api<Lease>,
     tx: watch::Sender<bool>,
     config: LeaderConfig,
 }
 
 impl Election {
-    pub async fn new(client: Client, config: LeaderConfig) -> Result<Self> {
+    pub async fn new(
+        lease_client: Client,
+        watch_client: Client,
+        config: LeaderConfig,
+    ) -> Result<Self> {
         config.validate()?;
-        let manager = LeaseManagerBuilder::new(client, &config.lease_name)
+        let manager = LeaseManagerBuilder::new(lease_client, &config.lease_name)
             .with_namespace(&config.namespace)
             .with_identity(&config.identity)
-            .with_field_manager("reloader.rs/leader-election")
+            .with_field_manager(config.field_manager())
             .with_duration(config.lease_duration.as_secs())
             .with_grace(config.grace())
             .build()
@@ -83,7 +155,8 @@ impl Election {
                     config.namespace, config.lease_name
                 ))
             })?;
-        Ok(Election { manager, tx: watch::channel(false).0, config })
+        let leases = Api::namespaced(watch_client, &config.namespace);
+        Ok(Election { manager, leases, tx: watch::channel(false).0, config })
     }
 
     /// True while this replica holds the Lease.
@@ -94,53 +167,99 @@ impl Election {
     /// Holds or waits for the Lease until `stop` resolves; then steps down and releases it so a
     /// standby takes over at once instead of after the Lease runs out.
     pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
-        let lease = format!("{}/{}", self.config.namespace, self.config.lease_name);
-        info!(lease = %lease, identity = %self.config.identity, "standing by for leadership");
+        let Election { manager, leases, tx, config } = self;
+        let lease = format!("{}/{}", config.namespace, config.lease_name);
+        let identity = config.identity.as_str();
+        info!(lease = %lease, identity, "standing by for leadership");
+        let (view_tx, mut view) = watch::channel(None);
+        let watch_task = tokio::spawn(watch_lease(leases, config.lease_name.clone(), view_tx));
+        // The library campaigns and renews on a task of its own; its word is necessary but not
+        // sufficient (see the module comment).
+        let (mut granted, campaign) = manager.watch().await;
+        let margin = config.step_down_margin();
         let mut stop = std::pin::pin!(stop);
+        // Since when this replica has been confirmed in the Lease without writing yet.
+        let mut confirmed_since: Option<Instant> = None;
         loop {
+            let current = view.borrow_and_update().clone();
+            let now = SystemTime::now();
+            let confirmed =
+                *granted.borrow_and_update() && holds(current.as_ref(), identity, now, margin);
+            let leading = *tx.borrow();
+            let mut wake = Duration::from_secs(3600);
+            if !confirmed {
+                confirmed_since = None;
+                if leading {
+                    tx.send_replace(false);
+                    warn!(lease = %lease, "{}", step_down_reason(current.as_ref(), identity));
+                }
+            } else if !leading {
+                let since = *confirmed_since.get_or_insert_with(Instant::now);
+                match SETTLE.checked_sub(since.elapsed()) {
+                    None | Some(Duration::ZERO) => {
+                        tx.send_replace(true);
+                        info!(lease = %lease, identity, "became the leader");
+                    }
+                    Some(left) => wake = left,
+                }
+            }
+            if let Some(at) = current.as_ref().and_then(|v| v.expires).filter(|_| confirmed) {
+                // Wake when the margin before expiry begins, unless a renewal comes first.
+                let until = at.duration_since(now + margin).unwrap_or(Duration::ZERO);
+                wake = wake.min(until + Duration::from_millis(1));
+            }
             tokio::select! {
                 _ = &mut stop => break,
-                changed = self.manager.changed() => match changed {
-                    Ok(true) => {
-                        info!(lease = %lease, identity = %self.config.identity, "became the leader");
-                        self.tx.send_replace(true);
-                    }
-                    Ok(false) => {
-                        if self.tx.send_replace(false) {
-                            warn!(lease = %lease, "lost the leadership; standing by");
-                        }
-                    }
-                    Err(e) => {
-                        // A renewal that fails may already have let the Lease run out: stop
-                        // writing now, then give the Lease up so the election starts clean.
-                        if self.tx.send_replace(false) {
-                            warn!(lease = %lease, error = %e, "cannot renew the Lease; stepping down");
-                        } else {
-                            warn!(lease = %lease, error = %e, "cannot read the Lease; retrying");
-                        }
-                        tokio::select! {
-                            _ = &mut stop => break,
-                            _ = self.release_until_done(&lease) => {}
-                        }
-                    }
+                changed = granted.changed() => if changed.is_err() {
+                    warn!(lease = %lease, "the Lease campaign ended; standing by");
+                    break;
                 },
+                _ = view.changed() => {}
+                _ = tokio::time::sleep(wake) => {}
             }
         }
-        self.tx.send_replace(false);
-        match self.manager.release().await {
-            Ok(()) => info!(lease = %lease, "released the Lease"),
-            Err(e) => {
+        if tx.send_replace(false) {
+            info!(lease = %lease, "stepped down");
+        }
+        watch_task.abort();
+        // Closing the channel makes the campaign release the Lease and end.
+        drop(granted);
+        match campaign.await {
+            Ok(Ok(_)) => info!(lease = %lease, "released the Lease"),
+            Ok(Err(e)) => {
                 warn!(lease = %lease, error = %e, "cannot release the Lease; it runs out on its own")
             }
+            Err(e) => warn!(lease = %lease, error = %e, "the Lease campaign failed"),
         }
     }
+}
 
-    async fn release_until_done(&self, lease: &str) {
-        loop {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            match self.manager.release().await {
-                Ok(()) => return,
-                Err(e) => warn!(lease = %lease, error = %e, "cannot release the Lease yet"),
+/// Keeps `view` at what the Lease says; `None` while the watch is broken.
+async fn watch_lease(leases: Api<Lease>, name: String, view: watch::Sender<Option<LeaseView>>) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher::watcher(leases, config).default_backoff());
+    // Whether the (re)list in progress found the Lease.
+    let mut listed = false;
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(Event::Apply(lease)) => {
+                view.send_replace(Some(LeaseView::of(&lease)));
+            }
+            Ok(Event::InitApply(lease)) => {
+                listed = true;
+                view.send_replace(Some(LeaseView::of(&lease)));
+            }
+            Ok(Event::Init) => listed = false,
+            Ok(Event::InitDone) if !listed => {
+                view.send_replace(None);
+            }
+            Ok(Event::InitDone) => {}
+            Ok(Event::Delete(_)) => {
+                view.send_replace(None);
+            }
+            Err(e) => {
+                debug!(lease = %name, error = %e, "the watch on the Lease broke");
+                view.send_replace(None);
             }
         }
     }
@@ -170,9 +289,65 @@ mod tests {
     #[test]
     fn a_hanging_request_fails_before_the_lease_runs_out() {
         let c = config(15, 10);
-        // Renewal starts 5 s before expiry; the request gives up after half of that.
+        // Renewal starts 5 s before expiry; the request gives up after half of that, and the
+        // holder stops writing before the Lease can pass on.
         assert_eq!(c.request_timeout(), Duration::from_millis(2500));
         assert!(c.request_timeout() < Duration::from_secs(c.grace()));
+        assert!(c.step_down_margin() > Duration::ZERO);
+    }
+
+    #[test]
+    fn every_replica_writes_the_lease_as_its_own_field_manager() {
+        let (mut a, mut b) = (config(15, 10), config(15, 10));
+        (a.identity, b.identity) = ("pod-a".into(), "pod-b".into());
+        assert_ne!(a.field_manager(), b.field_manager());
+        assert!(a.field_manager().len() <= 128);
+    }
+
+    #[test]
+    fn only_the_named_holder_of_a_live_lease_may_write() {
+        let now = SystemTime::now();
+        let margin = Duration::from_secs(1);
+        let view = |holder: Option<&str>, left: Option<i64>| LeaseView {
+            holder: holder.map(String::from),
+            expires: left.map(|s| {
+                if s >= 0 {
+                    now + Duration::from_secs(s as u64)
+                } else {
+                    now - Duration::from_secs((-s) as u64)
+                }
+            }),
+        };
+        assert!(holds(Some(&view(Some("pod"), Some(10))), "pod", now, margin));
+        // Another holder, nobody (a replica cleared it), or no renewal time.
+        assert!(!holds(Some(&view(Some("other"), Some(10))), "pod", now, margin));
+        assert!(!holds(Some(&view(None, Some(10))), "pod", now, margin));
+        assert!(!holds(Some(&view(Some("pod"), None)), "pod", now, margin));
+        // Run out, or within the margin before running out.
+        assert!(!holds(Some(&view(Some("pod"), Some(-1))), "pod", now, margin));
+        assert!(!holds(Some(&view(Some("pod"), Some(0))), "pod", now, margin));
+        // The watch is down: the Lease is unknown.
+        assert!(!holds(None, "pod", now, margin));
+        assert_eq!(
+            step_down_reason(Some(&view(Some("other"), Some(10))), "pod"),
+            "lost the leadership; standing by"
+        );
+        assert_eq!(step_down_reason(None, "pod"), "cannot renew the Lease; stepping down");
+    }
+
+    #[test]
+    fn a_lease_view_reads_holder_and_expiry() {
+        let lease: Lease = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "l"},
+            "spec": {"holderIdentity": "pod", "renewTime": "2026-12-03T10:00:00.000000Z", "leaseDurationSeconds": 15}
+        }))
+        .unwrap();
+        let v = LeaseView::of(&lease);
+        assert_eq!(v.holder.as_deref(), Some("pod"));
+        let renewed: SystemTime =
+            "2026-12-03T10:00:00Z".parse::<k8s_openapi::jiff::Timestamp>().unwrap().into();
+        assert_eq!(v.expires, Some(renewed + Duration::from_secs(15)));
+        assert_eq!(LeaseView::of(&Lease::default()), LeaseView { holder: None, expires: None });
     }
 
     #[test]

@@ -45,7 +45,8 @@ pub async fn run(cli: Cli) -> Result<()> {
 
     let (leadership, election) = match election {
         Some((leader, lease_config)) => {
-            let election = Election::new(Client::try_from(lease_config)?, leader).await?;
+            let election =
+                Election::new(Client::try_from(lease_config)?, client.clone(), leader).await?;
             (election.leadership(), Some(election))
         }
         None => (sole_leader(), None),

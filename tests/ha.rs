@@ -7,6 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
 use serde_json::json;
 use support::fixture::{Fixture, Sentinel, TIMEOUT, env_from_cm, sha1_hex};
@@ -132,4 +133,71 @@ async fn ha_without_the_pod_identity_is_a_clear_error() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--enable-ha needs POD_NAMESPACE"), "{stderr}");
+}
+
+/// kube-lease-manager patches the Lease without resourceVersion checks, so a replica acting on a
+/// stale read can take a Lease another replica holds. The test plays that replica: it writes
+/// itself into the Lease, and the leader must stop writing at once (not at its next renewal),
+/// nothing may be written while the intruder holds the Lease, and the change made meanwhile is
+/// applied once after the intruder lets it run out.
+#[tokio::test]
+async fn a_leader_whose_lease_is_taken_stops_writing_at_once() {
+    let f = Fixture::new("ha-taken").await;
+    f.configmap("cfg", json!({"v": "0"})).await;
+    f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("cfg")).await;
+    let leader = replica(&f, "replica-a");
+    wait_holder(&f, Some("replica-a")).await;
+    let standby = replica(&f, "replica-b");
+    f.wait_replicasets("web", 1).await;
+    f.wait_baseline("web").await;
+    eventually("replica-a to lead", TIMEOUT, || async {
+        leader.metrics().await.contains("reloader_leader 1").then_some(())
+    })
+    .await;
+
+    let leases = Api::<Lease>::namespaced(f.client.clone(), f.name());
+    // A Lease time has exactly six fractional digits.
+    let now = || json!(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+    let take = json!({"spec": {"holderIdentity": "intruder", "renewTime": now(),
+        "acquireTime": now(), "leaseDurationSeconds": LEASE_SECONDS}});
+    let params = kube::api::PatchParams::default();
+    let taken = Instant::now();
+    leases.patch(LEASE, &params, &kube::api::Patch::Merge(take)).await.unwrap();
+    eventually("replica-a to step down", TIMEOUT, || async {
+        leader.metrics().await.contains("reloader_leader 0").then_some(())
+    })
+    .await;
+    let stepped_down = taken.elapsed();
+    println!("the leader stepped down {stepped_down:?} after its Lease was taken");
+    // Without the watch on the Lease it would lead on until its next renewal (up to 2 s).
+    assert!(stepped_down < Duration::from_secs(1), "took {stepped_down:?}");
+    assert!(!leader.lines_with("lost the leadership; standing by").is_empty());
+
+    // While the intruder renews, a change is seen by both replicas and written by neither.
+    f.patch_configmap("cfg", json!({"data": {"v": "1"}})).await;
+    let hold_until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < hold_until {
+        leases
+            .patch(
+                LEASE,
+                &params,
+                &kube::api::Patch::Merge(json!({"spec": {"holderIdentity": "intruder",
+                    "renewTime": now()}})),
+            )
+            .await
+            .unwrap();
+        assert!(leader.metrics().await.contains("reloader_leader 0"), "replica-a leads again");
+        assert!(standby.metrics().await.contains("reloader_leader 0"), "replica-b leads");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let env = f.env_of("web").await;
+    assert!(!env.contains_key("STAKATER_CFG_CONFIGMAP"), "written without the Lease: {env:?}");
+
+    // The intruder goes silent; its Lease runs out and a replica applies the change once.
+    f.wait_replicasets("web", 2).await;
+    let sentinel = Sentinel::create(&f).await;
+    f.assert_still("web", 2, &sentinel).await;
+    assert_eq!(f.env_of("web").await["STAKATER_CFG_CONFIGMAP"], sha1_hex(b"v=1"));
+    let holder = holder(&f).await.unwrap();
+    assert!(holder == "replica-a" || holder == "replica-b", "held by {holder}");
 }

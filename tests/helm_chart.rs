@@ -570,15 +570,17 @@ async fn namespace_scope_chart_is_accepted_and_needs_no_cluster_wide_access() {
 
     let user = format!("system:serviceaccount:{}:{release}", ns.name);
     wait_allowed(&client, &user, "watch", "secrets", Some(&ns.name), None).await;
-    wait_allowed(
-        &client,
-        &user,
-        "patch",
-        "leases.coordination.k8s.io",
-        Some(&ns.name),
-        Some(&format!("{release}-leader")),
-    )
-    .await;
+    for verb in ["patch", "watch"] {
+        wait_allowed(
+            &client,
+            &user,
+            verb,
+            "leases.coordination.k8s.io",
+            Some(&ns.name),
+            Some(&format!("{release}-leader")),
+        )
+        .await;
+    }
     assert_denied(&client, &user, "list", "secrets", None).await;
     assert_denied(&client, &user, "list", "secrets", Some("default")).await;
     assert_denied(&client, &user, "list", "configmaps", Some("kube-system")).await;

@@ -495,7 +495,7 @@ fn role(with_statefulsets: bool) -> Value {
                "verbs": ["get", "list", "watch", "patch", "create", "delete"]}),
         json!({"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]}),
         json!({"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-               "verbs": ["get", "create", "patch", "update"]}),
+               "verbs": ["get", "list", "watch", "create", "patch", "update"]}),
         json!({"apiGroups": ["reloader.rs"], "resources": ["reloadpolicies"], "verbs": ["get", "list", "watch"]}),
         json!({"apiGroups": ["reloader.rs"], "resources": ["reloadpolicies/status"], "verbs": ["patch"]}),
     ];
