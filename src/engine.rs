@@ -1016,7 +1016,7 @@ impl Engine {
                 return None;
             }
             if plan.template.is_some()
-                && let Err(wait) = self.admit_rollout(&entry.info, &plan).await
+                && let Err(wait) = self.admit_rollout(&entry.info, &plan, &parts).await
             {
                 return Some(wait);
             }
@@ -1073,11 +1073,19 @@ impl Engine {
     /// Applies the churn limits to a rollout about to be written. Held back, the workload is
     /// looked at again after the returned delay and then rolls to the sources' state of that
     /// moment; the first hold of an episode is logged and reported as an Event.
-    async fn admit_rollout(&self, info: &WorkloadInfo, plan: &Plan) -> Result<(), Duration> {
+    async fn admit_rollout(
+        &self,
+        info: &WorkloadInfo,
+        plan: &Plan,
+        parts: &[policies::PolicyPart],
+    ) -> Result<(), Duration> {
         let key = &info.key;
+        let (min_interval, budgets) =
+            Self::churn_limits(self.config.min_rollout_interval, plan, parts);
         let admitted = self.rollouts.lock().unwrap().admit(
             key,
-            self.config.min_rollout_interval,
+            min_interval,
+            &budgets,
             tokio::time::Instant::now(),
         );
         let held = match admitted {
@@ -1088,16 +1096,21 @@ impl Engine {
             Err(held) => held,
         };
         self.metrics.rollouts_throttled.with_label_values(&[held.reason.as_str()]).inc();
-        if self.throttled.lock().unwrap().insert(key.clone()) {
-            let why = match held.reason {
-                ThrottleReason::MinInterval => format!(
-                    "it rolled less than {:?} ago (--min-rollout-interval)",
-                    self.config.min_rollout_interval
-                ),
-                ThrottleReason::Budget => {
-                    "the cluster-wide rollout budget is spent (--max-rollouts-per-second)".into()
-                }
-            };
+        let why = match held.reason {
+            ThrottleReason::MinInterval => format!(
+                "it rolled less than {min_interval:?} ago (minimum interval between rollouts)"
+            ),
+            ThrottleReason::Budget => {
+                "the cluster-wide rollout budget is spent (--max-rollouts-per-second)".into()
+            }
+            ThrottleReason::PolicyBudget => format!(
+                "the maxRolloutsPerMinute budget of ReloadPolicy {} is spent",
+                held.group.as_deref().unwrap_or_default()
+            ),
+        };
+        let first = self.throttled.lock().unwrap().insert(key.clone());
+        self.report_throttled(parts, &why, first).await;
+        if first {
             let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
             info!(workload = %key, reason = held.reason.as_str(), wait = ?held.wait, sources = ?sources,
                   "rollout held back by a churn limit; the latest state is applied when it allows");

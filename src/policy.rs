@@ -46,6 +46,22 @@ pub struct ReloadPolicySpec {
     #[x_kube(validation = Rule::new("self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) <= duration('1h')").message("debounce must be a duration such as 500ms, 5s or 2m, at most 1h"))]
     pub debounce: Option<String>,
 
+    /// Churn protection: a target rolls at most once per this interval for this policy's
+    /// changes (e.g. `30s`; at most `24h`; `0s` turns it off). Changes in between are not lost:
+    /// the target rolls to the latest state when the interval has passed. Defaults to the
+    /// operator's `--min-rollout-interval` (5s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) <= duration('24h')").message("minRolloutInterval must be a duration such as 0s, 30s or 5m, at most 24h"))]
+    pub min_rollout_interval: Option<String>,
+
+    /// Churn protection: at most this many rollouts a minute across this policy's targets
+    /// (bursts of as many), on top of the operator's global `--max-rollouts-per-second`.
+    /// Held-back targets roll to the latest state when the budget allows. Unset: no
+    /// per-policy limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 100000").message("maxRolloutsPerMinute must be between 1 and 100000"))]
+    pub max_rollouts_per_minute: Option<i32>,
+
     /// Stop reloading; sources and targets are still resolved and reported.
     #[serde(default)]
     pub suspend: bool,
@@ -172,7 +188,8 @@ pub struct ReloadPolicyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// `Ready`, `SourcesResolved`, `TargetsResolved` and `Degraded`.
+    /// `Ready`, `SourcesResolved`, `TargetsResolved`, `Degraded` and `Throttled` (True while a
+    /// churn limit holds a target's rollout back).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -200,6 +217,15 @@ pub struct ReloadPolicyStatus {
     /// Reloads carried out by this policy (a rollout of N targets counts N).
     #[serde(default)]
     pub reload_count: i64,
+
+    /// Rollouts of this policy's targets a churn limit held back (each counted once, when it
+    /// was first held).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub throttled_count: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
@@ -225,7 +251,8 @@ pub struct TargetStatus {
     /// The combined source hash the target was last reloaded to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_reload_hash: Option<String>,
-    /// `Reloaded`, `UpToDate`, `DryRun`, `Suspended` or `Failed`.
+    /// `Reloaded`, `UpToDate`, `DryRun`, `Suspended`, `Throttled` (a churn limit holds the
+    /// rollout back; `message` says which and for how long) or `Failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -51,13 +51,24 @@ impl TokenBucket {
 impl TokenBucket {
     /// Takes a token if one is there now; otherwise takes nothing and says when one will be.
     pub fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
+        self.check(now)?;
+        self.tokens -= 1.0;
+        Ok(())
+    }
+
+    /// Whether a token is there now (taking none); otherwise when one will be.
+    pub fn check(&mut self, now: Instant) -> Result<(), Duration> {
         self.refill(now);
         if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
             Ok(())
         } else {
             Err(Duration::from_secs_f64((1.0 - self.tokens) / self.qps))
         }
+    }
+
+    /// The rate and burst this bucket was made with.
+    pub fn shape(&self) -> (f64, f64) {
+        (self.qps, self.burst)
     }
 }
 

@@ -1,15 +1,17 @@
 //! Churn protection on the real control plane: a ConfigMap rewritten 10 times a second for 60 s
 //! rolls its workloads no more often than `--min-rollout-interval` and
 //! `--max-rollouts-per-second` allow, the holds are reported (metric, Event), and every workload
-//! ends on the final hash.
+//! ends on the final hash. A ReloadPolicy's own limits (`minRolloutInterval`,
+//! `maxRolloutsPerMinute`) hold its targets back the same way and show in its status.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::eventually;
 use support::fixture::{Fixture, env_from_cm, sha1_hex};
+use support::policies::{condition, create_policy, policy_recorded, status_where};
+use support::{eventually, install_policy_crd};
 
 const WORKLOADS: usize = 4;
 const MIN_INTERVAL_S: f64 = 10.0;
@@ -83,4 +85,99 @@ async fn a_config_rewritten_ten_times_a_second_rolls_within_the_limits_and_ends_
     }
     let notes = f.wait_events("Deployment", "web-0", "ReloadThrottled").await;
     assert!(notes[0].contains("configmap/churn") && notes[0].contains("delayed"), "{notes:?}");
+}
+
+/// Two policies under an operator without global limits: one with `minRolloutInterval: 6s`, one
+/// with `maxRolloutsPerMinute: 3` over four targets. Each holds back what it should, says so
+/// in its status (target result, `Throttled` condition, `throttledCount`) and an Event, and
+/// every target ends on the final hash with the condition cleared.
+#[tokio::test]
+async fn policy_churn_limits_hold_back_their_targets_and_show_in_status() {
+    let f = Fixture::new("churn-policy").await;
+    install_policy_crd(&f.client).await;
+    // The fixture turns --min-rollout-interval off: only the policies limit anything.
+    let _op = f.operator(&[]);
+    f.configmap("cfg-a", json!({"n": "0"})).await;
+    f.configmap("cfg-b", json!({"n": "0"})).await;
+    f.deployment("slow", json!({}), env_from_cm("cfg-a")).await;
+    let fleet: Vec<String> = (0..4).map(|i| format!("fleet-{i}")).collect();
+    for name in &fleet {
+        f.deployment(name, json!({}), env_from_cm("cfg-b")).await;
+    }
+    create_policy(
+        &f,
+        "interval",
+        json!({
+            "sources": [{"kind": "ConfigMap", "name": "cfg-a"}],
+            "targets": [{"kind": "Deployment", "name": "slow"}],
+            "hashMode": "SHA1", "minRolloutInterval": "6s"
+        }),
+    )
+    .await;
+    create_policy(&f, "budget", json!({
+        "sources": [{"kind": "ConfigMap", "name": "cfg-b"}],
+        "targets": fleet.iter().map(|n| json!({"kind": "Deployment", "name": n})).collect::<Vec<_>>(),
+        "hashMode": "SHA1", "maxRolloutsPerMinute": 3
+    }))
+    .await;
+    for (policy, targets) in [("interval", 1), ("budget", 4)] {
+        status_where(&f, policy, "both targets resolved and ready", |s| {
+            s.resolved_targets == Some(targets) && condition(s, "Ready") == Some(("True", "Ready"))
+        })
+        .await;
+    }
+    for name in fleet.iter().chain(["slow".to_string()].iter()) {
+        policy_recorded(&f, name).await;
+    }
+
+    // The interval: two changes 1 s apart; the second waits until 6 s after the first rollout.
+    f.patch_configmap("cfg-a", json!({"data": {"n": "1"}})).await;
+    f.wait_replicasets("slow", 2).await;
+    let first = Instant::now();
+    f.patch_configmap("cfg-a", json!({"data": {"n": "2"}})).await;
+    let held = status_where(&f, "interval", "the interval to hold slow back", |s| {
+        condition(s, "Throttled") == Some(("True", "RolloutsHeldBack"))
+    })
+    .await;
+    let slow = held.targets.iter().find(|t| t.name == "slow").unwrap();
+    assert_eq!(slow.result.as_deref(), Some("Throttled"));
+    assert!(slow.message.as_deref().unwrap_or_default().contains("6s"), "{slow:?}");
+    assert_eq!(held.throttled_count, 1);
+    let notes = f.wait_events("ReloadPolicy", "interval", "ReloadThrottled").await;
+    assert!(notes[0].contains("Deployment") && notes[0].contains("slow"), "{notes:?}");
+    f.wait_replicasets("slow", 3).await;
+    let gap = first.elapsed();
+    assert!(gap >= Duration::from_millis(5500), "rolled again after {gap:?}");
+    assert_eq!(f.env_of("slow").await["STAKATER_CFG_A_CONFIGMAP"], sha1_hex(b"n=2"));
+    let clear = status_where(&f, "interval", "the hold to clear", |s| {
+        condition(s, "Throttled") == Some(("False", "NotThrottled"))
+    })
+    .await;
+    assert_eq!(clear.targets[0].result.as_deref(), Some("Reloaded"));
+
+    // The budget: three rollouts at once, the fourth 20 s later (3 a minute).
+    let changed = Instant::now();
+    f.patch_configmap("cfg-b", json!({"data": {"n": "1"}})).await;
+    let held = status_where(&f, "budget", "the budget to hold a target back", |s| {
+        condition(s, "Throttled") == Some(("True", "RolloutsHeldBack"))
+    })
+    .await;
+    let throttled: Vec<_> =
+        held.targets.iter().filter(|t| t.result.as_deref() == Some("Throttled")).collect();
+    assert_eq!(throttled.len(), 1, "{:?}", held.targets);
+    assert!(
+        throttled[0].message.as_deref().unwrap_or_default().contains("maxRolloutsPerMinute"),
+        "{throttled:?}"
+    );
+    let cleared = status_where(&f, "budget", "every target rolled", |s| {
+        condition(s, "Throttled") == Some(("False", "NotThrottled"))
+            && s.targets.iter().all(|t| t.result.as_deref() == Some("Reloaded"))
+    })
+    .await;
+    assert!(changed.elapsed() >= Duration::from_secs(15), "the budget let all through early");
+    assert_eq!(cleared.throttled_count, 1);
+    for name in &fleet {
+        assert_eq!(f.env_of(name).await["STAKATER_CFG_B_CONFIGMAP"], sha1_hex(b"n=1"), "{name}");
+        assert_eq!(rollouts(&f, name).await, 1, "{name}");
+    }
 }

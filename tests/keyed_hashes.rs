@@ -7,11 +7,11 @@
 mod support;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::PostParams;
-use kube::{Api, ResourceExt};
-use reloader::policy::{ReloadPolicy, ReloadPolicyStatus};
+use kube::ResourceExt;
+use reloader::policy::ReloadPolicyStatus;
 use serde_json::{Value, json};
 use support::fixture::{Fixture, Sentinel, TIMEOUT, hash_key, keyed_hex, sha1_hex};
+use support::policies::{create_policy, status_where};
 use support::{eventually, install_policy_crd};
 
 const VARIABLE: &str = "STAKATER_DB_SECRET";
@@ -19,33 +19,6 @@ const VARIABLE: &str = "STAKATER_DB_SECRET";
 fn env_from_secret(secret: &str) -> Value {
     json!({"containers": [{"name": "app", "image": "nginx",
         "envFrom": [{"secretRef": {"name": secret}}]}]})
-}
-
-async fn create_policy(f: &Fixture, name: &str, spec: Value) {
-    let p: ReloadPolicy = serde_json::from_value(json!({
-        "apiVersion": "reloader.rs/v1alpha1", "kind": "ReloadPolicy",
-        "metadata": {"name": name}, "spec": spec
-    }))
-    .unwrap();
-    let api: Api<ReloadPolicy> = Api::namespaced(f.client.clone(), f.name());
-    eventually("the policy to be created", TIMEOUT, || async {
-        api.create(&PostParams::default(), &p).await.ok()
-    })
-    .await;
-}
-
-async fn status_where(
-    f: &Fixture,
-    name: &str,
-    what: &str,
-    check: impl Fn(&ReloadPolicyStatus) -> bool,
-) -> ReloadPolicyStatus {
-    let api: Api<ReloadPolicy> = Api::namespaced(f.client.clone(), f.name());
-    eventually(what, TIMEOUT, || async {
-        let s = api.get(name).await.ok()?.status?;
-        check(&s).then_some(s)
-    })
-    .await
 }
 
 fn ready(s: &ReloadPolicyStatus) -> Option<(&str, &str, &str)> {

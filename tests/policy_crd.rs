@@ -116,6 +116,21 @@ async fn valid_policies_are_accepted_and_invalid_ones_rejected_with_the_reason()
             json!({"sources": [{"kind": "ConfigMap", "name": "c", "keys": []}], "targets": [target]}),
             "keys, when set, must name at least one key",
         ),
+        (
+            "bad-min-rollout-interval",
+            json!({"sources": [source], "targets": [target], "minRolloutInterval": "often"}),
+            "minRolloutInterval must be a duration",
+        ),
+        (
+            "long-min-rollout-interval",
+            json!({"sources": [source], "targets": [target], "minRolloutInterval": "25h"}),
+            "at most 24h",
+        ),
+        (
+            "zero-rollout-budget",
+            json!({"sources": [source], "targets": [target], "maxRolloutsPerMinute": 0}),
+            "maxRolloutsPerMinute must be between 1 and 100000",
+        ),
         ("missing-targets", json!({"sources": [source]}), "spec.targets: Required value"),
     ];
     for (name, spec, expected) in cases {

@@ -5,11 +5,10 @@
 mod support;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::PostParams;
-use kube::{Api, ResourceExt};
-use reloader::policy::{ReloadPolicy, ReloadPolicyStatus};
+use kube::ResourceExt;
 use serde_json::{Value, json};
 use support::fixture::{Fixture, Sentinel, TIMEOUT, env_from_cm};
+use support::policies::{condition, create_policy, policies, policy_recorded, status_where};
 use support::{eventually, install_policy_crd};
 
 async fn setup(prefix: &str) -> Fixture {
@@ -18,53 +17,10 @@ async fn setup(prefix: &str) -> Fixture {
     f
 }
 
-fn policies(f: &Fixture) -> Api<ReloadPolicy> {
-    Api::namespaced(f.client.clone(), f.name())
-}
-
-async fn create_policy(f: &Fixture, name: &str, spec: Value) {
-    let p: ReloadPolicy = serde_json::from_value(json!({
-        "apiVersion": "reloader.rs/v1alpha1", "kind": "ReloadPolicy", "metadata": {"name": name}, "spec": spec
-    }))
-    .unwrap();
-    let api = policies(f);
-    eventually("the policy to be created", TIMEOUT, || async {
-        api.create(&PostParams::default(), &p).await.ok()
-    })
-    .await;
-}
-
-/// Waits until the policy's status satisfies `check`.
-async fn status_where(
-    f: &Fixture,
-    name: &str,
-    what: &str,
-    check: impl Fn(&ReloadPolicyStatus) -> bool,
-) -> ReloadPolicyStatus {
-    let api = policies(f);
-    eventually(what, TIMEOUT, || async {
-        let p = api.get(name).await.ok()?;
-        let s = p.status?;
-        check(&s).then_some(s)
-    })
-    .await
-}
-
-fn condition<'a>(s: &'a ReloadPolicyStatus, type_: &str) -> Option<(&'a str, &'a str)> {
-    s.conditions.iter().find(|c| c.type_ == type_).map(|c| (c.status.as_str(), c.reason.as_str()))
-}
-
 async fn deployment_labelled(f: &Fixture, name: &str, labels: Value, pod: Value) -> Deployment {
     let mut d = support::fixture::workload_json("Deployment", name, json!({}), pod);
     d["metadata"]["labels"] = labels;
     f.create(d).await
-}
-
-async fn policy_recorded(f: &Fixture, deployment: &str) {
-    eventually(&format!("the policy record on {deployment}"), TIMEOUT, || async {
-        f.deployment_now(deployment).await.annotations().get("reloader.rs/policy-hashes").cloned()
-    })
-    .await;
 }
 
 #[tokio::test]

@@ -1138,7 +1138,6 @@ fn the_bound_and_hash_helpers() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finds two open operator bugs (duplicate CronJob Jobs on a failed record patch; HA split brain after an API server restart) about 1 run in 6; run with --ignored"]
 async fn soak_under_faults_keeps_every_invariant() {
     let seed = std::env::var("SOAK_SEED")
         .ok()

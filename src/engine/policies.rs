@@ -16,6 +16,7 @@ use kube::{Api, Resource, ResourceExt};
 use tracing::{debug, warn};
 
 use super::{Engine, WatchItem};
+use crate::churn::GroupBudget;
 use crate::hash::Hasher;
 use crate::naming::env_var_name;
 use crate::plan::{Plan, TemplateWrite};
@@ -53,6 +54,8 @@ pub(super) struct PolicyState {
     observed: Mutex<HashMap<PolicyKey, ReloadPolicyStatus>>,
     outcomes: Mutex<HashMap<PolicyKey, Outcomes>>,
     reload_counts: Mutex<HashMap<PolicyKey, i64>>,
+    /// Rollouts a churn limit held back, per policy (`status.throttledCount`).
+    throttled_counts: Mutex<HashMap<PolicyKey, i64>>,
     /// Dry-run notices already given, so a pending change is announced once.
     dry_run_seen: Mutex<HashMap<(PolicyKey, WorkloadKey), String>>,
 }
@@ -66,6 +69,10 @@ pub(super) struct PolicyPart {
     changed: Vec<SourceRef>,
     /// The policy's `debounce` (or the operator's).
     debounce: Duration,
+    /// The policy's `minRolloutInterval` (or the operator's `--min-rollout-interval`).
+    min_rollout_interval: Duration,
+    /// The policy's `maxRolloutsPerMinute`.
+    max_rollouts_per_minute: Option<u32>,
 }
 
 #[derive(PartialEq)]
@@ -133,10 +140,14 @@ impl Engine {
         });
         let status = p.status.clone().unwrap_or_default();
         // The larger of ours and the stored one: a standby follows the leader's count.
-        let mut counts = self.policy.reload_counts.lock().unwrap();
-        let count = counts.entry(key.clone()).or_insert(status.reload_count);
-        *count = (*count).max(status.reload_count);
-        drop(counts);
+        for (counts, stored) in [
+            (&self.policy.reload_counts, status.reload_count),
+            (&self.policy.throttled_counts, status.throttled_count),
+        ] {
+            let mut counts = counts.lock().unwrap();
+            let count = counts.entry(key.clone()).or_insert(stored);
+            *count = (*count).max(stored);
+        }
         self.policy.observed.lock().unwrap().insert(key.clone(), status);
         let changed = {
             let mut policies = self.policy.policies.write().unwrap();
@@ -167,6 +178,7 @@ impl Engine {
         self.policy.observed.lock().unwrap().remove(&key);
         self.policy.outcomes.lock().unwrap().remove(&key);
         self.policy.reload_counts.lock().unwrap().remove(&key);
+        self.policy.throttled_counts.lock().unwrap().remove(&key);
         // One series per existing policy: a deleted policy's series goes with it.
         let _ = self.metrics.policy_reloads.remove_label_values(&[ns, name]);
         if removed {
@@ -251,6 +263,14 @@ impl Engine {
             .unwrap_or(self.config.debounce)
     }
 
+    fn policy_min_rollout_interval(&self, p: &ActivePolicy) -> Duration {
+        p.spec
+            .min_rollout_interval
+            .as_deref()
+            .and_then(|d| crate::cli::parse_duration(d).ok())
+            .unwrap_or(self.config.min_rollout_interval)
+    }
+
     /// Adds every policy that targets `info` to `plan`; returns what each contributed.
     pub(super) fn add_policies(
         &self,
@@ -319,6 +339,12 @@ impl Engine {
                 combined: combined_hash(&resolved),
                 changed,
                 debounce: self.policy_debounce(&p),
+                min_rollout_interval: self.policy_min_rollout_interval(&p),
+                max_rollouts_per_minute: p
+                    .spec
+                    .max_rollouts_per_minute
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|n| *n > 0),
             });
         }
         if record != existing {
@@ -341,6 +367,83 @@ impl Engine {
             (_, None) => global,
             (true, Some(p)) => p.max(global),
             (false, Some(p)) => p,
+        }
+    }
+
+    /// The churn limits of a rollout: the longest minimum interval among annotation mode's
+    /// (`--min-rollout-interval`, for changes it saw) and the policies' whose changes it carries,
+    /// and the budgets of those policies.
+    pub(super) fn churn_limits(
+        global_interval: Duration,
+        plan: &Plan,
+        parts: &[PolicyPart],
+    ) -> (Duration, Vec<GroupBudget>) {
+        let from_policies: Vec<&PolicyPart> =
+            parts.iter().filter(|p| p.mode == PartMode::Live && !p.changed.is_empty()).collect();
+        let by_annotations = plan
+            .changes
+            .iter()
+            .any(|c| !from_policies.iter().any(|p| p.changed.contains(&c.source)));
+        let interval = from_policies
+            .iter()
+            .map(|p| p.min_rollout_interval)
+            .chain(by_annotations.then_some(global_interval))
+            .max()
+            .unwrap_or(global_interval);
+        let budgets = from_policies
+            .iter()
+            .filter_map(|p| {
+                Some(GroupBudget {
+                    group: format!("{}/{}", p.key.0, p.key.1),
+                    per_minute: p.max_rollouts_per_minute?,
+                })
+            })
+            .collect();
+        (interval, budgets)
+    }
+
+    /// Tells the policies taking part in a held-back rollout: their target's result becomes
+    /// `Throttled` until it rolls; the first hold of an episode is counted and an Event.
+    pub(super) async fn report_throttled(&self, parts: &[PolicyPart], why: &str, first: bool) {
+        for part in parts.iter().filter(|p| p.mode == PartMode::Live && !p.changed.is_empty()) {
+            let target = (part.target.kind, part.target.name.clone());
+            let previous = self
+                .policy
+                .outcomes
+                .lock()
+                .unwrap()
+                .get(&part.key)
+                .and_then(|m| m.get(&target).cloned());
+            let outcome = Outcome {
+                result: "Throttled",
+                message: Some(format!(
+                    "rollout held back: {why}; the latest state is applied then"
+                )),
+                time: previous.as_ref().and_then(|o| o.time),
+                hash: previous.and_then(|o| o.hash),
+            };
+            self.policy
+                .outcomes
+                .lock()
+                .unwrap()
+                .entry(part.key.clone())
+                .or_default()
+                .insert(target, outcome);
+            if first {
+                *self
+                    .policy
+                    .throttled_counts
+                    .lock()
+                    .unwrap()
+                    .entry(part.key.clone())
+                    .or_insert(0) += 1;
+                let note = format!(
+                    "Rollout of {} held back: {why}; the latest state is applied then",
+                    part.target
+                );
+                self.policy_event(&part.key, EventType::Normal, "ReloadThrottled", note).await;
+            }
+            self.policy_queue.add(part.key.clone(), Duration::from_millis(100));
         }
     }
 
@@ -529,6 +632,7 @@ impl Engine {
             &outcomes,
             &observed,
             *self.policy.reload_counts.lock().unwrap().get(key).unwrap_or(&0),
+            *self.policy.throttled_counts.lock().unwrap().get(key).unwrap_or(&0),
         );
         if desired == observed {
             return Ok(());
@@ -627,6 +731,7 @@ fn desired_status(
     outcomes: &Outcomes,
     observed: &ReloadPolicyStatus,
     reload_count: i64,
+    throttled_count: i64,
 ) -> ReloadPolicyStatus {
     let generation = policy.generation;
     let now = Timestamp::now();
@@ -648,6 +753,11 @@ fn desired_status(
     };
     let failed: Vec<&String> =
         outcomes.iter().filter(|(_, o)| o.result == "Failed").map(|((_, n), _)| n).collect();
+    let throttled: Vec<String> = outcomes
+        .iter()
+        .filter(|(_, o)| o.result == "Throttled")
+        .map(|((k, n), _)| format!("{} {n}", k.as_str()))
+        .collect();
     let sources_ok = missing_sources.is_empty();
     let targets_ok = missing_targets.is_empty();
     let sources_msg = if sources_ok {
@@ -718,6 +828,19 @@ fn desired_status(
                 format!("{} target(s) failed", failed.len())
             },
         ),
+        condition(
+            "Throttled",
+            !throttled.is_empty(),
+            if throttled.is_empty() { "NotThrottled" } else { "RolloutsHeldBack" },
+            if throttled.is_empty() {
+                "no rollout is held back by a churn limit".into()
+            } else {
+                format!(
+                    "a churn limit holds back the rollout of {}; the latest state is applied when it allows",
+                    throttled.join(", ")
+                )
+            },
+        ),
     ];
     let previous_sources: HashMap<(String, String), &SourceStatus> =
         observed.sources.iter().map(|s| ((format!("{:?}", s.kind), s.name.clone()), s)).collect();
@@ -786,5 +909,6 @@ fn desired_status(
         targets: target_status,
         last_reload_time,
         reload_count,
+        throttled_count,
     }
 }

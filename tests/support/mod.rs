@@ -9,6 +9,7 @@
 pub mod faults;
 pub mod fixture;
 pub mod invariants;
+pub mod policies;
 pub mod receiver;
 
 use std::future::Future;
