@@ -225,3 +225,25 @@ async fn keyed_annotation_mode_without_its_key_does_not_start() {
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// `--webhook-url` mode tells a receiver instead of rolling: with keyed hashes, the hash it
+/// sends is the keyed one (what a reload would have written), never the data's SHA-1.
+#[tokio::test]
+async fn the_reload_webhook_carries_the_keyed_hash() {
+    let f = Fixture::new("keyed-webhook").await;
+    let hook = support::receiver::Receiver::answering("200 OK").await;
+    let _op = f.operator(&["--hash-mode", "hmac-sha256", "--webhook-url", &hook.url]);
+    f.secret("db", json!({"password": "s3cr3t"})).await;
+    f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_secret("db")).await;
+    f.wait_baseline("web").await;
+    f.patch_secret("db", json!({"password": "hunter2"})).await;
+    let body =
+        eventually("the webhook", TIMEOUT, || async { hook.json_bodies().first().cloned() }).await;
+    let key = hash_key(&f.client).await;
+    let sha1 = sha1_hex(b"password=hunter2");
+    assert_eq!(
+        body["resources"],
+        json!([{"kind": "SECRET", "name": "db", "namespace": f.name(), "hash": keyed_hex(&key, &sha1)}])
+    );
+    assert!(!body.to_string().contains(&sha1), "the SHA-1 of the data is never sent: {body}");
+}
