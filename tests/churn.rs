@@ -75,6 +75,11 @@ async fn a_config_rewritten_ten_times_a_second_rolls_within_the_limits_and_ends_
         total += rolled;
     }
     let budget = (BURST + BUDGET_PER_S * window).floor() as i64;
+    println!(
+        "churn: {n} writes in 60 s; {total} rollouts over {WORKLOADS} workloads in {window:.0} s \
+         (the budget allows {budget}, the interval {} per workload); all on the final hash",
+        1 + (window / MIN_INTERVAL_S).floor() as i64
+    );
     assert!(total <= budget, "{total} rollouts in {window:.0}s; the budget allows {budget}");
     assert!(n >= 300, "only {n} writes in 60 s");
 
