@@ -389,6 +389,7 @@ impl Engine {
             workers.spawn(self.clone().worker());
         }
         tasks.spawn(self.clone().resync_loop());
+        tasks.spawn(crate::memory::trim_periodically());
         tasks.spawn(self.clone().follow_leadership());
         tasks.spawn(self.clone().follow_hash_key());
 
@@ -615,7 +616,10 @@ impl Engine {
         K: SourceObject,
     {
         let api: Api<K> = self.api_for(scope.as_deref());
-        let mut config = watcher::Config::default();
+        // Smaller LIST pages than the default 500: a page is decoded whole before its objects
+        // are hashed and dropped, and 500 Secrets of 8 KiB are ~10 MiB at once, which the
+        // allocator keeps (see `crate::memory`). 100 per page costs a few more requests only.
+        let mut config = watcher::Config::default().page_size(SOURCE_PAGE_SIZE);
         if let Some(sel) = &self.config.resource_label_selector {
             config = config.labels(sel);
         }
@@ -869,6 +873,8 @@ impl Engine {
                 Ok(Event::InitDone) => {
                     let seen = std::mem::take(&mut state.seen);
                     handle(self, WatchItem::RelistDone(seen), state.first_done);
+                    // A (re)list is the largest burst of garbage a watcher makes: let it go.
+                    crate::memory::release_free_memory();
                     if !state.first_done {
                         state.first_done = true;
                         debug!(kind = %what, namespace = ?scope, "initial list done");
@@ -1614,6 +1620,9 @@ pub enum ExecError {
 fn convert<K: DeserializeOwned>(obj: &DynamicObject) -> Option<K> {
     serde_json::to_value(obj).ok().and_then(|v| serde_json::from_value(v).ok())
 }
+
+/// LIST page size of the Secret and ConfigMap watchers (kube's default is 500).
+const SOURCE_PAGE_SIZE: u32 = 100;
 
 /// What `consume` hands to a watcher's handler.
 enum WatchItem<K> {

@@ -19,6 +19,7 @@ pub mod hash_key;
 pub mod http;
 pub mod jobs;
 pub mod leader;
+pub mod memory;
 pub mod metrics;
 pub mod naming;
 pub mod operator;

@@ -3,10 +3,11 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::decision::Selection;
 use crate::plan::SourceFacts;
-use crate::source::{SourceKind, SourceRef};
+use crate::source::{SourceKind, SourceRef, SourceState};
 use crate::workload::{WorkloadInfo, WorkloadKey};
 
 /// A workload summary with its parsed selection.
@@ -18,15 +19,99 @@ pub struct WorkloadEntry {
 
 #[derive(Default)]
 pub struct Store {
-    /// namespace → source → facts.
-    sources: HashMap<String, HashMap<SourceRef, SourceFacts>>,
+    /// namespace → source → facts (kept compact, see [`StoredSource`]).
+    sources: HashMap<String, HashMap<SourceRef, StoredSource>>,
     workloads: HashMap<WorkloadKey, Arc<WorkloadEntry>>,
-    /// (namespace, source) → workloads that reference it.
-    by_source: HashMap<(String, SourceRef), HashSet<WorkloadKey>>,
+    /// namespace → source → workloads that reference it. A short vector, not a set: most
+    /// sources have one or two referrers, and an empty-ish hash set costs ~250 bytes each.
+    by_source: HashMap<String, HashMap<SourceRef, Vec<WorkloadKey>>>,
     /// namespace → workloads with named-reload patterns (checked against every source there).
     named: HashMap<String, HashSet<WorkloadKey>>,
-    /// When each source last changed or appeared (monotonic), for debouncing rollouts.
-    last_change: HashMap<(String, SourceRef), std::time::Instant>,
+    /// When each source that went away did so (monotonic), for debouncing rollouts; a stored
+    /// source keeps its own time of change.
+    removed_at: HashMap<(String, SourceRef), Instant>,
+}
+
+/// What the store keeps of a source: its [`SourceFacts`], laid out for tens of thousands of
+/// sources. A `BTreeMap` with one entry allocates a whole node (~550 bytes for `String` pairs),
+/// which made `key_hashes` the largest item per source; for the usual single-key source its one
+/// key hash *is* the content hash, so only the key name is kept. `SourceFacts` is rebuilt on
+/// the way out, identical to what went in.
+#[derive(Debug)]
+struct StoredSource {
+    hash: Box<str>,
+    matches_search: bool,
+    ignored: bool,
+    created_after_start: bool,
+    created: i64,
+    changed_at: Option<i64>,
+    /// Usually empty, which allocates nothing.
+    labels: BTreeMap<String, String>,
+    key_hashes: StoredKeyHashes,
+    /// When the source last changed or appeared (monotonic).
+    last_change: Instant,
+}
+
+#[derive(Debug)]
+enum StoredKeyHashes {
+    /// One key, whose hash equals the source's hash (true of every single-entry source).
+    Single(Box<str>),
+    Map(BTreeMap<String, String>),
+}
+
+impl StoredKeyHashes {
+    fn new(key_hashes: BTreeMap<String, String>, hash: &str) -> Self {
+        if key_hashes.len() == 1 && key_hashes.values().all(|h| h == hash) {
+            let key = key_hashes.into_keys().next().unwrap_or_default();
+            return StoredKeyHashes::Single(key.into_boxed_str());
+        }
+        StoredKeyHashes::Map(key_hashes)
+    }
+
+    fn to_map(&self, hash: &str) -> BTreeMap<String, String> {
+        match self {
+            StoredKeyHashes::Single(key) => BTreeMap::from([(key.to_string(), hash.to_string())]),
+            StoredKeyHashes::Map(m) => m.clone(),
+        }
+    }
+}
+
+impl StoredSource {
+    fn new(facts: SourceFacts, now: Instant) -> Self {
+        let key_hashes = StoredKeyHashes::new(facts.key_hashes, &facts.state.hash);
+        StoredSource {
+            hash: facts.state.hash.into_boxed_str(),
+            matches_search: facts.state.matches_search,
+            ignored: facts.state.ignored,
+            created_after_start: facts.created_after_start,
+            created: facts.created,
+            changed_at: facts.changed_at,
+            labels: facts.labels,
+            key_hashes,
+            last_change: now,
+        }
+    }
+
+    fn same_state(&self, state: &SourceState) -> bool {
+        *self.hash == *state.hash
+            && self.matches_search == state.matches_search
+            && self.ignored == state.ignored
+    }
+
+    fn facts(&self) -> SourceFacts {
+        SourceFacts {
+            state: SourceState {
+                hash: self.hash.to_string(),
+                matches_search: self.matches_search,
+                ignored: self.ignored,
+            },
+            created_after_start: self.created_after_start,
+            created: self.created,
+            changed_at: self.changed_at,
+            labels: self.labels.clone(),
+            key_hashes: self.key_hashes.to_map(&self.hash),
+        }
+    }
 }
 
 /// What a source update changed, so the caller knows whether to enqueue anything.
@@ -46,55 +131,52 @@ impl Store {
         source: SourceRef,
         facts: SourceFacts,
     ) -> SourceUpdate {
-        let update = self.upsert_source_state(namespace, source.clone(), facts);
-        if update != SourceUpdate::Unchanged {
-            self.last_change.insert((namespace.to_string(), source), std::time::Instant::now());
-        }
-        update
-    }
-
-    /// When `source` last changed, appeared or went away while the operator ran.
-    pub fn last_change(&self, namespace: &str, source: &SourceRef) -> Option<std::time::Instant> {
-        self.last_change.get(&(namespace.to_string(), source.clone())).copied()
-    }
-
-    fn upsert_source_state(
-        &mut self,
-        namespace: &str,
-        source: SourceRef,
-        facts: SourceFacts,
-    ) -> SourceUpdate {
+        let now = Instant::now();
         let ns = self.sources.entry(namespace.to_string()).or_default();
         match ns.get_mut(&source) {
             Some(existing) => {
-                if existing.state == facts.state {
+                if existing.same_state(&facts.state) {
                     if existing.labels != facts.labels {
                         // Labels never roll anything, but they can change what a policy selects.
                         existing.labels = facts.labels;
+                        existing.last_change = now;
                         return SourceUpdate::Relabelled;
                     }
                     SourceUpdate::Unchanged
                 } else {
                     // Keep when it was first seen; the state and the time of change move.
-                    existing.state = facts.state;
-                    existing.changed_at = facts.changed_at;
-                    existing.labels = facts.labels;
-                    existing.key_hashes = facts.key_hashes;
+                    let changed = StoredSource::new(facts, now);
+                    existing.hash = changed.hash;
+                    existing.matches_search = changed.matches_search;
+                    existing.ignored = changed.ignored;
+                    existing.changed_at = changed.changed_at;
+                    existing.labels = changed.labels;
+                    existing.key_hashes = changed.key_hashes;
+                    existing.last_change = now;
                     SourceUpdate::Changed
                 }
             }
             None => {
-                ns.insert(source, SourceFacts { changed_at: None, ..facts });
+                let key = (namespace.to_string(), source);
+                self.removed_at.remove(&key);
+                ns.insert(key.1, StoredSource::new(SourceFacts { changed_at: None, ..facts }, now));
                 SourceUpdate::Created
             }
+        }
+    }
+
+    /// When `source` last changed, appeared or went away while the operator ran.
+    pub fn last_change(&self, namespace: &str, source: &SourceRef) -> Option<Instant> {
+        match self.sources.get(namespace).and_then(|m| m.get(source)) {
+            Some(stored) => Some(stored.last_change),
+            None => self.removed_at.get(&(namespace.to_string(), source.clone())).copied(),
         }
     }
 
     pub fn remove_source(&mut self, namespace: &str, source: &SourceRef) -> bool {
         let removed = self.sources.get_mut(namespace).is_some_and(|ns| ns.remove(source).is_some());
         if removed {
-            self.last_change
-                .insert((namespace.to_string(), source.clone()), std::time::Instant::now());
+            self.removed_at.insert((namespace.to_string(), source.clone()), Instant::now());
         }
         removed
     }
@@ -117,7 +199,7 @@ impl Store {
     pub fn sources_in(&self, namespace: &str) -> Vec<(SourceRef, SourceFacts)> {
         self.sources
             .get(namespace)
-            .map(|m| m.iter().map(|(s, f)| (s.clone(), f.clone())).collect())
+            .map(|m| m.iter().map(|(s, f)| (s.clone(), f.facts())).collect())
             .unwrap_or_default()
     }
 
@@ -133,9 +215,12 @@ impl Store {
     pub fn affected_by(&self, namespace: &str, source: &SourceRef) -> Vec<WorkloadKey> {
         let mut out: HashSet<WorkloadKey> = self
             .by_source
-            .get(&(namespace.to_string(), source.clone()))
+            .get(namespace)
+            .and_then(|m| m.get(source))
+            .into_iter()
+            .flatten()
             .cloned()
-            .unwrap_or_default();
+            .collect();
         if let Some(named) = self.named.get(namespace) {
             for key in named {
                 if self.workloads.get(key).is_some_and(|w| w.selection.has_named(source.kind)) {
@@ -161,8 +246,13 @@ impl Store {
         }
         self.unindex(&key);
         let ns = key.namespace.clone();
+        let index = self.by_source.entry(ns.clone()).or_default();
         for source in entry.info.references.keys() {
-            self.by_source.entry((ns.clone(), source.clone())).or_default().insert(key.clone());
+            let referrers = index.entry(source.clone()).or_default();
+            if !referrers.contains(&key) {
+                referrers.push(key.clone());
+                referrers.shrink_to_fit();
+            }
         }
         if entry.selection.has_any_named() {
             self.named.entry(ns).or_default().insert(key.clone());
@@ -178,13 +268,17 @@ impl Store {
 
     fn unindex(&mut self, key: &WorkloadKey) {
         let Some(old) = self.workloads.get(key) else { return };
-        for source in old.info.references.keys() {
-            let k = (key.namespace.clone(), source.clone());
-            if let Some(set) = self.by_source.get_mut(&k) {
-                set.remove(key);
-                if set.is_empty() {
-                    self.by_source.remove(&k);
+        if let Some(index) = self.by_source.get_mut(&key.namespace) {
+            for source in old.info.references.keys() {
+                if let Some(referrers) = index.get_mut(source) {
+                    referrers.retain(|k| k != key);
+                    if referrers.is_empty() {
+                        index.remove(source);
+                    }
                 }
+            }
+            if index.is_empty() {
+                self.by_source.remove(&key.namespace);
             }
         }
         if let Some(set) = self.named.get_mut(&key.namespace) {
@@ -208,7 +302,7 @@ impl Store {
     /// named patterns may match, and the ones in its record; `None` for those that do not exist.
     pub fn candidates(&self, entry: &WorkloadEntry) -> BTreeMap<SourceRef, Option<SourceFacts>> {
         let ns = self.sources.get(&entry.info.key.namespace);
-        let facts = |s: &SourceRef| ns.and_then(|m| m.get(s)).cloned();
+        let facts = |s: &SourceRef| ns.and_then(|m| m.get(s)).map(StoredSource::facts);
         let mut out = BTreeMap::new();
         for source in entry.info.references.keys().cloned().chain(entry.info.record().into_keys()) {
             let f = facts(&source);
@@ -217,7 +311,7 @@ impl Store {
         if entry.selection.has_any_named() {
             for (source, f) in ns.into_iter().flatten() {
                 if entry.selection.has_named(source.kind) {
-                    out.insert(source.clone(), Some(f.clone()));
+                    out.insert(source.clone(), Some(f.facts()));
                 }
             }
         }
@@ -284,6 +378,41 @@ mod tests {
         assert_eq!(s.upsert_source("ns", cm("a"), facts("2")), SourceUpdate::Changed);
         assert!(s.remove_source("ns", &cm("a")));
         assert!(!s.remove_source("ns", &cm("a")));
+    }
+
+    #[test]
+    fn facts_come_back_as_they_went_in() {
+        let mut s = Store::default();
+        let keyed = |hash: &str, keys: &[(&str, &str)]| SourceFacts {
+            created: 7,
+            labels: BTreeMap::from([("app".to_string(), "x".to_string())]),
+            key_hashes: keys.iter().map(|(k, h)| (k.to_string(), h.to_string())).collect(),
+            ..facts(hash)
+        };
+        let cases = [
+            ("single", keyed("h1", &[("data", "h1")])),
+            ("single-other-hash", keyed("h1", &[("data", "h2")])),
+            ("two", keyed("h1", &[("a", "h2"), ("b", "h3")])),
+            ("none", keyed("h1", &[])),
+        ];
+        for (name, f) in &cases {
+            s.upsert_source("ns", cm(name), f.clone());
+        }
+        let mut got = s.sources_in("ns");
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut want: Vec<_> = cases.iter().map(|(n, f)| (cm(n), f.clone())).collect();
+        want.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(got, want);
+        // A change keeps when the source was first seen and moves the rest.
+        let changed =
+            SourceFacts { created: 9, changed_at: Some(5), ..keyed("h4", &[("d", "h4")]) };
+        assert_eq!(s.upsert_source("ns", cm("two"), changed.clone()), SourceUpdate::Changed);
+        let e = entry("w", &["two"], &[]);
+        let got = s.candidates(&e)[&cm("two")].clone().unwrap();
+        assert_eq!(got, SourceFacts { created: 7, ..changed });
+        assert!(s.last_change("ns", &cm("two")).is_some());
+        assert!(s.remove_source("ns", &cm("two")));
+        assert!(s.last_change("ns", &cm("two")).is_some(), "a removal is a change");
     }
 
     #[test]

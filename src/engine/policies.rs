@@ -290,7 +290,13 @@ impl Engine {
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let ns_sources = self.store.read().unwrap().sources_in(&info.key.namespace);
+        // Copying the namespace's sources is the cost of this call: only when a policy targets
+        // the workload (most workloads have none, and a namespace may hold thousands of sources).
+        let ns_sources = if policies.iter().any(|p| target_for(&p.spec, info).is_some()) {
+            self.store.read().unwrap().sources_in(&info.key.namespace)
+        } else {
+            Default::default()
+        };
         // Variables annotation mode manages here: the ones its record covers.
         let annotation_env: Vec<String> = plan
             .record
