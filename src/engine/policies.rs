@@ -436,13 +436,7 @@ impl Engine {
                 .or_default()
                 .insert(target, outcome);
             if first {
-                *self
-                    .policy
-                    .throttled_counts
-                    .lock()
-                    .unwrap()
-                    .entry(part.key.clone())
-                    .or_insert(0) += 1;
+                count_one(&self.policy.throttled_counts, &part.key);
                 let note = format!(
                     "Rollout of {} held back: {why}; the latest state is applied then",
                     part.target
@@ -513,13 +507,7 @@ impl Engine {
                         .policy_reloads
                         .with_label_values(&[&part.key.0, &part.key.1])
                         .inc();
-                    *self
-                        .policy
-                        .reload_counts
-                        .lock()
-                        .unwrap()
-                        .entry(part.key.clone())
-                        .or_insert(0) += 1;
+                    count_one(&self.policy.reload_counts, &part.key);
                     let note = format!(
                         "Reloaded {} for {}",
                         part.target,
@@ -700,6 +688,11 @@ impl Engine {
             .collect();
         (infos, missing)
     }
+}
+
+/// Adds one to a policy's count.
+fn count_one(counts: &Mutex<HashMap<PolicyKey, i64>>, key: &PolicyKey) {
+    *counts.lock().unwrap().entry(key.clone()).or_insert(0) += 1;
 }
 
 fn condition_status<'a>(status: &'a ReloadPolicyStatus, type_: &str) -> Option<&'a str> {
