@@ -1384,21 +1384,29 @@ fn help_mentions(s: &Settings, flag: &str) -> bool {
 }
 
 /// What the operator's `--help` says about client rate limits (QPS, burst).
+/// The operator's client rate-limit flags with their defaults, from its `--help`
+/// (`--kube-api-qps 100`), so the report says what the run used.
 fn rate_limit_flags(s: &Settings) -> Vec<String> {
-    Command::new(&s.operator[0])
-        .arg("--help")
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| {
-                    let l = l.trim_start().to_lowercase();
-                    l.starts_with("--") && (l.contains("qps") || l.contains("burst"))
-                })
-                .map(|l| l.trim().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
+    let Ok(out) = Command::new(&s.operator[0]).arg("--help").output() else { return Vec::new() };
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let lines: Vec<&str> = help.lines().map(str::trim).collect();
+    let mut flags = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let lower = line.to_lowercase();
+        if !(lower.starts_with("--") && (lower.contains("qps") || lower.contains("burst"))) {
+            continue;
+        }
+        let name = line.split_whitespace().next().unwrap_or_default();
+        let default = lines[i + 1..]
+            .iter()
+            .take_while(|l| !l.starts_with('-'))
+            .find_map(|l| l.strip_prefix("[default: ")?.strip_suffix(']'));
+        flags.push(match default {
+            Some(d) => format!("{name} {d}"),
+            None => name.to_string(),
+        });
+    }
+    flags
 }
 
 async fn run(started: Instant) -> Result<bool> {
