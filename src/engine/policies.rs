@@ -60,6 +60,17 @@ pub(super) struct PolicyState {
     dry_run_seen: Mutex<HashMap<(PolicyKey, WorkloadKey), String>>,
 }
 
+impl PolicyState {
+    /// The policy's last outcome on `target`, as remembered since the operator started.
+    fn outcome(&self, key: &PolicyKey, target: &(WorkloadKind, String)) -> Option<Outcome> {
+        self.outcomes.lock().unwrap().get(key).and_then(|m| m.get(target).cloned())
+    }
+
+    fn set_outcome(&self, key: &PolicyKey, target: (WorkloadKind, String), outcome: Outcome) {
+        self.outcomes.lock().unwrap().entry(key.clone()).or_default().insert(target, outcome);
+    }
+}
+
 /// What one policy contributed to a workload's plan, for reporting after the write.
 pub(super) struct PolicyPart {
     key: PolicyKey,
@@ -413,13 +424,7 @@ impl Engine {
     pub(super) async fn report_throttled(&self, parts: &[PolicyPart], why: &str, first: bool) {
         for part in parts.iter().filter(|p| p.mode == PartMode::Live && !p.changed.is_empty()) {
             let target = (part.target.kind, part.target.name.clone());
-            let previous = self
-                .policy
-                .outcomes
-                .lock()
-                .unwrap()
-                .get(&part.key)
-                .and_then(|m| m.get(&target).cloned());
+            let previous = self.policy.outcome(&part.key, &target);
             let outcome = Outcome {
                 result: "Throttled",
                 message: Some(format!(
@@ -428,13 +433,7 @@ impl Engine {
                 time: previous.as_ref().and_then(|o| o.time),
                 hash: previous.and_then(|o| o.hash),
             };
-            self.policy
-                .outcomes
-                .lock()
-                .unwrap()
-                .entry(part.key.clone())
-                .or_default()
-                .insert(target, outcome);
+            self.policy.set_outcome(&part.key, target, outcome);
             if first {
                 count_one(&self.policy.throttled_counts, &part.key);
                 let note = format!(
@@ -523,13 +522,7 @@ impl Engine {
                 }
                 _ => {
                     // Keep the last reload's time and hash when nothing changed.
-                    let previous = self
-                        .policy
-                        .outcomes
-                        .lock()
-                        .unwrap()
-                        .get(&part.key)
-                        .and_then(|m| m.get(&target).cloned());
+                    let previous = self.policy.outcome(&part.key, &target);
                     // A target reloaded before keeps that result; "UpToDate" means never needed one.
                     // After a restart the memory is empty: fall back to the written status.
                     let previous = previous.or_else(|| {
@@ -560,13 +553,7 @@ impl Engine {
                     }
                 }
             };
-            self.policy
-                .outcomes
-                .lock()
-                .unwrap()
-                .entry(part.key.clone())
-                .or_default()
-                .insert(target, outcome);
+            self.policy.set_outcome(&part.key, target, outcome);
             self.policy_queue.add(part.key, Duration::from_millis(100));
         }
     }
