@@ -117,10 +117,11 @@ fn holds(view: Option<&LeaseView>, identity: &str, now: SystemTime, margin: Dura
 
 /// Why a replica that led stops.
 fn step_down_reason(view: Option<&LeaseView>, identity: &str) -> &'static str {
-    match view {
-        None => "cannot renew the Lease; stepping down",
-        Some(v) if v.holder.as_deref() == Some(identity) => "cannot renew the Lease; stepping down",
-        Some(_) => "lost the leadership; standing by",
+    if view.is_some_and(|v| v.holder.as_deref() != Some(identity)) {
+        "lost the leadership; standing by"
+    } else {
+        // Unseen (the watch is down) or still ours but not renewed in time.
+        "cannot renew the Lease; stepping down"
     }
 }
 

@@ -16,6 +16,12 @@ use support::{eventually, install_policy_crd};
 
 const VARIABLE: &str = "STAKATER_DB_SECRET";
 
+/// A policy spec: Secret `db` drives Deployment `target`.
+fn db_policy(target: &str) -> Value {
+    json!({"sources": [{"kind": "Secret", "name": "db"}],
+           "targets": [{"kind": "Deployment", "name": target}]})
+}
+
 fn env_from_secret(secret: &str) -> Value {
     json!({"containers": [{"name": "app", "image": "nginx",
         "envFrom": [{"secretRef": {"name": secret}}]}]})
@@ -43,13 +49,7 @@ async fn a_policy_writes_keyed_hashes_by_default_and_reports_no_sha1() {
     f.secret("db", json!({"password": "s3cr3t"})).await;
     f.deployment("api", json!({}), env_from_secret("db")).await;
     f.wait_replicasets("api", 1).await;
-    create_policy(
-        &f,
-        "api",
-        json!({"sources": [{"kind": "Secret", "name": "db"}],
-               "targets": [{"kind": "Deployment", "name": "api"}]}),
-    )
-    .await;
+    create_policy(&f, "api", db_policy("api")).await;
     let key = hash_key(&f.client).await;
     assert_eq!(key.len(), 32);
     let sha1 = sha1_hex(b"password=s3cr3t");
@@ -127,13 +127,7 @@ async fn a_restarted_operator_reuses_the_key_and_rolls_nothing() {
     f.secret("db", json!({"password": "s3cr3t"})).await;
     f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_secret("db")).await;
     f.deployment("api", json!({}), env_from_secret("db")).await;
-    create_policy(
-        &f,
-        "api",
-        json!({"sources": [{"kind": "Secret", "name": "db"}],
-               "targets": [{"kind": "Deployment", "name": "api"}]}),
-    )
-    .await;
+    create_policy(&f, "api", db_policy("api")).await;
     let args = ["--hash-mode", "hmac-sha256"];
     let key = {
         let _op = f.operator(&args);
@@ -167,20 +161,10 @@ async fn without_its_key_a_keyed_policy_waits_and_says_why() {
     f.secret("db", json!({"password": "s3cr3t"})).await;
     f.deployment("keyed", json!({}), env_from_secret("db")).await;
     f.deployment("plain", json!({}), env_from_secret("db")).await;
-    create_policy(
-        &f,
-        "keyed",
-        json!({"sources": [{"kind": "Secret", "name": "db"}],
-               "targets": [{"kind": "Deployment", "name": "keyed"}]}),
-    )
-    .await;
-    create_policy(
-        &f,
-        "plain",
-        json!({"sources": [{"kind": "Secret", "name": "db"}],
-               "targets": [{"kind": "Deployment", "name": "plain"}], "hashMode": "SHA1"}),
-    )
-    .await;
+    create_policy(&f, "keyed", db_policy("keyed")).await;
+    let mut spec = db_policy("plain");
+    spec["hashMode"] = json!("SHA1");
+    create_policy(&f, "plain", spec).await;
     let s = status_where(&f, "keyed", "Ready=False HashKeyUnavailable", |s| {
         ready(s).is_some_and(|r| r.0 == "False" && r.1 == "HashKeyUnavailable")
     })

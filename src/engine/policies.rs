@@ -86,6 +86,13 @@ pub(super) struct PolicyPart {
     max_rollouts_per_minute: Option<u32>,
 }
 
+impl PolicyPart {
+    /// A live policy whose sources changed: it takes part in the rollout.
+    fn carries_changes(&self) -> bool {
+        self.mode == PartMode::Live && !self.changed.is_empty()
+    }
+}
+
 #[derive(PartialEq)]
 enum PartMode {
     Live,
@@ -373,18 +380,7 @@ impl Engine {
     /// How long a rollout waits for quiet sources: the operator's `--debounce` for changes seen
     /// by annotation mode, a policy's own `debounce` for its changes; the longest applies.
     pub(super) fn debounce_window(global: Duration, plan: &Plan, parts: &[PolicyPart]) -> Duration {
-        let from_policies: Vec<&PolicyPart> =
-            parts.iter().filter(|p| p.mode == PartMode::Live && !p.changed.is_empty()).collect();
-        let by_annotations = plan
-            .changes
-            .iter()
-            .any(|c| !from_policies.iter().any(|p| p.changed.contains(&c.source)));
-        let policy_max = from_policies.iter().map(|p| p.debounce).max();
-        match (by_annotations, policy_max) {
-            (_, None) => global,
-            (true, Some(p)) => p.max(global),
-            (false, Some(p)) => p,
-        }
+        longest_setting(global, plan, parts, |p| p.debounce)
     }
 
     /// The churn limits of a rollout: the longest minimum interval among annotation mode's
@@ -395,20 +391,10 @@ impl Engine {
         plan: &Plan,
         parts: &[PolicyPart],
     ) -> (Duration, Vec<GroupBudget>) {
-        let from_policies: Vec<&PolicyPart> =
-            parts.iter().filter(|p| p.mode == PartMode::Live && !p.changed.is_empty()).collect();
-        let by_annotations = plan
-            .changes
+        let interval = longest_setting(global_interval, plan, parts, |p| p.min_rollout_interval);
+        let budgets = parts
             .iter()
-            .any(|c| !from_policies.iter().any(|p| p.changed.contains(&c.source)));
-        let interval = from_policies
-            .iter()
-            .map(|p| p.min_rollout_interval)
-            .chain(by_annotations.then_some(global_interval))
-            .max()
-            .unwrap_or(global_interval);
-        let budgets = from_policies
-            .iter()
+            .filter(|p| p.carries_changes())
             .filter_map(|p| {
                 Some(GroupBudget {
                     group: format!("{}/{}", p.key.0, p.key.1),
@@ -422,7 +408,7 @@ impl Engine {
     /// Tells the policies taking part in a held-back rollout: their target's result becomes
     /// `Throttled` until it rolls; the first hold of an episode is counted and an Event.
     pub(super) async fn report_throttled(&self, parts: &[PolicyPart], why: &str, first: bool) {
-        for part in parts.iter().filter(|p| p.mode == PartMode::Live && !p.changed.is_empty()) {
+        for part in parts.iter().filter(|p| p.carries_changes()) {
             let target = (part.target.kind, part.target.name.clone());
             let previous = self.policy.outcome(&part.key, &target);
             let outcome = Outcome {
@@ -675,6 +661,25 @@ impl Engine {
             .collect();
         (infos, missing)
     }
+}
+
+/// The longest of a per-rollout setting: each live policy's own (`pick`) for the changes it
+/// brings, and `global` when annotation mode brings a change no policy does (or nothing does).
+fn longest_setting(
+    global: Duration,
+    plan: &Plan,
+    parts: &[PolicyPart],
+    pick: impl Fn(&PolicyPart) -> Duration,
+) -> Duration {
+    let from_policies: Vec<&PolicyPart> = parts.iter().filter(|p| p.carries_changes()).collect();
+    let by_annotations =
+        plan.changes.iter().any(|c| !from_policies.iter().any(|p| p.changed.contains(&c.source)));
+    from_policies
+        .iter()
+        .map(|p| pick(p))
+        .chain(by_annotations.then_some(global))
+        .max()
+        .unwrap_or(global)
 }
 
 /// Adds one to a policy's count.
