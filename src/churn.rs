@@ -133,6 +133,16 @@ impl<K: Clone + Eq + Hash> RolloutLimiter<K> {
         Ok(())
     }
 
+    /// Forgets a workload that is gone.
+    pub fn forget(&mut self, key: &K) {
+        self.last_rollout.remove(key);
+    }
+
+    /// Forgets the budget of a group (a ReloadPolicy) that is gone.
+    pub fn forget_group(&mut self, group: &str) {
+        self.group_budgets.remove(group);
+    }
+
     fn forget_old(&mut self, now: Instant) {
         // Amortised: only when the map has grown, so the sweep is rare.
         if self.last_rollout.len() < 1024 || !self.last_rollout.len().is_power_of_two() {

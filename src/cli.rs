@@ -38,7 +38,7 @@ pub struct Cli {
 
     /// Requests per second this client sends to the API server at most (watches count once,
     /// when they start); 0 turns the limit off. Leader-election requests are not limited.
-    #[arg(long, env = "RELOADER_KUBE_API_QPS", default_value_t = 100.0)]
+    #[arg(long, env = "RELOADER_KUBE_API_QPS", default_value_t = 100.0, value_parser = parse_rate)]
     pub kube_api_qps: f64,
 
     /// Requests that may go at once before `--kube-api-qps` paces them.
@@ -112,7 +112,7 @@ pub struct ReloadArgs {
 
     /// How often to look for APIs that may appear later (Argo Rollouts, OpenShift
     /// DeploymentConfigs).
-    #[arg(long, env = "RELOADER_API_DISCOVERY_INTERVAL", value_parser = parse_duration, default_value = "30s")]
+    #[arg(long, env = "RELOADER_API_DISCOVERY_INTERVAL", value_parser = parse_period, default_value = "30s")]
     pub api_discovery_interval: Duration,
 
     /// Do not watch this kind of source: `configmaps` or `secrets`.
@@ -165,14 +165,15 @@ pub struct ReloadArgs {
 
     /// Rollouts a second across all workloads, after `--rollout-burst`; more wait their turn.
     /// 0 turns the budget off.
-    #[arg(long, env = "RELOADER_MAX_ROLLOUTS_PER_SECOND", default_value_t = 20.0)]
+    #[arg(long, env = "RELOADER_MAX_ROLLOUTS_PER_SECOND", default_value_t = 20.0, value_parser = parse_rate)]
     pub max_rollouts_per_second: f64,
 
     /// Rollouts that may go at once before `--max-rollouts-per-second` paces them.
     #[arg(long, env = "RELOADER_ROLLOUT_BURST", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
     pub rollout_burst: u32,
 
-    /// Every workload is re-checked against its sources this often (level-triggered resync).
+    /// Every workload is re-checked against its sources this often (level-triggered resync);
+    /// `0` turns the periodic resync off.
     #[arg(long, env = "RELOADER_RESYNC_PERIOD", value_parser = parse_duration, default_value = "10m")]
     pub resync_period: Duration,
 
@@ -258,12 +259,12 @@ pub struct HaArgs {
 
     /// How long the Lease holds after its last renewal; a standby takes over at most this long
     /// after the leader goes silent. Whole seconds.
-    #[arg(long, env = "RELOADER_HA_LEASE_DURATION", value_parser = parse_duration, default_value = "15s")]
+    #[arg(long, env = "RELOADER_HA_LEASE_DURATION", value_parser = parse_period, default_value = "15s")]
     pub ha_lease_duration: Duration,
 
     /// The leader renews the Lease this long after its last renewal. Whole seconds, shorter
     /// than the lease duration.
-    #[arg(long, env = "RELOADER_HA_RENEW_DEADLINE", value_parser = parse_duration, default_value = "10s")]
+    #[arg(long, env = "RELOADER_HA_RENEW_DEADLINE", value_parser = parse_period, default_value = "10s")]
     pub ha_renew_deadline: Duration,
 
     /// This replica's identity in the Lease (the pod name, from the downward API).
@@ -446,38 +447,32 @@ pub fn parse_listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {
     full.parse().map_err(|e| format!("invalid listen address {text:?}: {e}"))
 }
 
-/// Parses `1500ms`, `30s`, `5m`, `1h`, `1m30s` (Go-style durations without fractions).
+/// A Go duration (`1500ms`, `1.5m`, `1h30m`, `0`), as the other program's flags take them.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    if text == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = text;
-    if rest.is_empty() {
-        return Err("empty duration".into());
-    }
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!("invalid duration {text:?}: expected a number"));
-        }
-        let n: u64 =
-            rest[..digits].parse().map_err(|e| format!("invalid duration {text:?}: {e}"))?;
-        rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        total += match unit {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n * 60),
-            "h" => Duration::from_secs(n * 3600),
-            _ => return Err(format!("invalid duration {text:?}: unit must be ms, s, m or h")),
-        };
-    }
-    Ok(total)
+    crate::duration::parse(text.trim()).map_err(|e| e.to_string())
 }
+
+/// A Go duration that must be longer than zero (periods a timer runs at).
+pub fn parse_period(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        Duration::ZERO => Err(format!("{text:?} must be longer than zero")),
+        d => Ok(d),
+    }
+}
+
+/// A rate a second: 0 (off) or a finite number from 0.01 up (a smaller rate would mean a wait
+/// of days per token).
+pub fn parse_rate(text: &str) -> Result<f64, String> {
+    let rate: f64 = text.trim().parse().map_err(|e| format!("invalid rate {text:?}: {e}"))?;
+    if rate == 0.0 || (rate.is_finite() && (MIN_RATE..=1e6).contains(&rate)) {
+        Ok(rate)
+    } else {
+        Err(format!("rate {text:?} must be 0 (off) or between {MIN_RATE} and 1000000"))
+    }
+}
+
+/// The smallest rate [`parse_rate`] accepts.
+pub const MIN_RATE: f64 = 0.01;
 
 #[cfg(test)]
 mod tests {
@@ -615,6 +610,25 @@ mod tests {
         assert!(parse_duration("5").is_err());
         assert!(parse_duration("5d").is_err());
         assert!(parse_duration("").is_err());
+        assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
+        assert!(parse_duration("18446744073709551615s1s").is_err());
+    }
+
+    #[test]
+    fn flags_that_would_stall_or_panic_are_refused_at_start() {
+        for args in [
+            ["--api-discovery-interval", "0s"],
+            ["--ha-lease-duration", "0"],
+            ["--kube-api-qps", "1e-300"],
+            ["--kube-api-qps", "NaN"],
+            ["--max-rollouts-per-second", "-1"],
+            ["--max-rollouts-per-second", "inf"],
+        ] {
+            let err = Cli::try_parse_from(["reloader", args[0], args[1]]).unwrap_err();
+            assert!(err.to_string().contains(args[1]), "{args:?}: {err}");
+        }
+        let cli = Cli::try_parse_from(["reloader", "--resync-period", "0"]).unwrap();
+        assert_eq!(cli.reload.resync_period, Duration::ZERO, "0 turns the resync off");
     }
 
     #[test]

@@ -8,9 +8,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use regex::Regex;
+use regex::{RegexSet, RegexSetBuilder};
 
 use crate::annotations::{AnnotationKeys, comma_list, parse_bool};
+use crate::limits::{self, LimitViolation};
 use crate::source::{SourceKind, SourceState};
 
 /// How a source came to select a workload.
@@ -46,8 +47,33 @@ pub struct KindSelection {
     auto: String,
     typed_auto: String,
     search: bool,
-    named: Vec<Regex>,
+    named: NamedPatterns,
     exclude: BTreeSet<String>,
+}
+
+/// The named-reload items of one kind. An item without regex metacharacters can only match
+/// itself, so it is kept as a name; the others are compiled together into one bounded
+/// [`RegexSet`] (one automaton however many items, never more than
+/// [`limits::MAX_PATTERN_BYTES`]).
+#[derive(Debug, Clone, Default)]
+struct NamedPatterns {
+    exact: BTreeSet<String>,
+    patterns: Option<RegexSet>,
+}
+
+impl NamedPatterns {
+    fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.patterns.is_none()
+    }
+
+    fn is_match(&self, name: &str) -> bool {
+        self.exact.contains(name) || self.patterns.as_ref().is_some_and(|p| p.is_match(name))
+    }
+}
+
+/// True when `item` means the same as a regex and as a literal name.
+fn is_plain_name(item: &str) -> bool {
+    !item.contains(['\\', '.', '+', '*', '?', '(', ')', '|', '[', ']', '{', '}', '^', '$'])
 }
 
 /// The parsed selection annotations of a workload, per source kind.
@@ -59,6 +85,8 @@ pub struct Selection {
     /// `auto` annotations whose value is no boolean, as `key=value` (read as false, as the
     /// other program does; for a log line).
     pub invalid_booleans: BTreeSet<String>,
+    /// Values that broke a limit of [`crate::limits`] (reported once per change).
+    pub violations: Vec<LimitViolation>,
 }
 
 impl Selection {
@@ -77,24 +105,27 @@ impl Selection {
             let source = if from_metadata { metadata } else { template };
             let get = |k: &str| source.get(k).cloned().unwrap_or_default();
 
-            let mut named = Vec::new();
-            for item in comma_list(&get(keys.named_reload(kind))) {
-                // `^item$` without a group, as the other program builds it: `a|b` therefore
-                // means "starts with a, or ends with b", and stays that way for compatibility.
-                match Regex::new(&format!("^{item}$")) {
-                    Ok(re) => named.push(re),
-                    Err(_) => selection.invalid_patterns.push(item.to_string()),
-                }
-            }
+            let named_key = keys.named_reload(kind);
+            let value = get(named_key);
+            let items = bounded_items(named_key, &value, &mut selection.violations);
+            let named = selection.compile_named(named_key, items);
             for key in [keys.auto.as_str(), keys.typed_auto(kind)] {
                 let value = get(key);
                 if !value.is_empty() && crate::annotations::parse_bool(&value).is_none() {
-                    selection.invalid_booleans.insert(format!("{key}={value}"));
+                    selection
+                        .invalid_booleans
+                        .insert(format!("{key}={}", limits::truncate(&value, 64)));
                 }
             }
+            let exclude_key = keys.exclude(kind);
             let exclude = metadata
-                .get(keys.exclude(kind))
-                .map(|v| comma_list(v).map(str::to_string).collect())
+                .get(exclude_key)
+                .map(|v| {
+                    bounded_items(exclude_key, v, &mut selection.violations)
+                        .into_iter()
+                        .map(str::to_string)
+                        .collect()
+                })
                 .unwrap_or_default();
             selection.per_kind.insert(
                 kind,
@@ -110,6 +141,46 @@ impl Selection {
         selection
     }
 
+    /// Plain names as names; the rest checked one by one (so one bad item does not void the
+    /// others) and compiled as one set within the size limits.
+    fn compile_named(&mut self, key: &str, items: Vec<&str>) -> NamedPatterns {
+        let mut named = NamedPatterns::default();
+        let mut patterns = Vec::new();
+        for item in items {
+            if is_plain_name(item) {
+                named.exact.insert(item.to_string());
+                continue;
+            }
+            // `^item$` without a group, as the other program builds it: `a|b` therefore
+            // means "starts with a, or ends with b", and stays that way for compatibility.
+            let pattern = format!("^{item}$");
+            match regex_syntax::Parser::new().parse(&pattern) {
+                Ok(_) => patterns.push(pattern),
+                Err(_) => self.invalid_patterns.push(item.to_string()),
+            }
+        }
+        if patterns.is_empty() {
+            return named;
+        }
+        let built = RegexSetBuilder::new(&patterns)
+            .size_limit(limits::MAX_PATTERN_BYTES)
+            .dfa_size_limit(limits::MAX_PATTERN_BYTES)
+            .build();
+        match built {
+            Ok(set) => named.patterns = Some(set),
+            Err(_) => self.violations.push(LimitViolation::new(
+                "pattern_size",
+                format!(
+                    "{key}: the {} regular expressions compile to more than {} KiB; they are \
+                     ignored (names without regex characters still count)",
+                    patterns.len(),
+                    limits::MAX_PATTERN_BYTES / 1024
+                ),
+            )),
+        }
+        named
+    }
+
     /// Whether any annotation could select some source of `kind` (cheap pre-filter).
     pub fn has_named(&self, kind: SourceKind) -> bool {
         self.per_kind.get(&kind).is_some_and(|k| !k.named.is_empty())
@@ -119,6 +190,11 @@ impl Selection {
     /// every source of its namespace, not only the ones it references.
     pub fn has_any_named(&self) -> bool {
         self.per_kind.values().any(|k| !k.named.is_empty())
+    }
+
+    /// Whether a named-reload item of `kind` matches `name` (exclusions aside).
+    pub fn named_matches(&self, kind: SourceKind, name: &str) -> bool {
+        self.per_kind.get(&kind).is_some_and(|k| k.named.is_match(name))
     }
 
     /// Decides whether the source `name` of `kind` selects this workload.
@@ -139,7 +215,7 @@ impl Selection {
         if sel.exclude.contains(name) {
             return Err(NotSelected::Excluded);
         }
-        if sel.named.iter().any(|re| re.is_match(name)) {
+        if sel.named.is_match(name) {
             return Ok(Via::Named);
         }
         let auto_selected = parse_bool(&sel.auto).unwrap_or(false)
@@ -154,6 +230,45 @@ impl Selection {
         }
         Ok(if search_selected { Via::Search } else { Via::Auto })
     }
+}
+
+/// The items of a list annotation, within [`limits::MAX_ANNOTATION_ITEMS`] and
+/// [`limits::MAX_ITEM_LEN`]; what is dropped is described in `violations`.
+fn bounded_items<'a>(
+    key: &str,
+    value: &'a str,
+    violations: &mut Vec<LimitViolation>,
+) -> Vec<&'a str> {
+    let mut items = Vec::new();
+    let (mut total, mut too_long) = (0usize, 0usize);
+    for item in comma_list(value) {
+        total += 1;
+        if item.len() > limits::MAX_ITEM_LEN {
+            too_long += 1;
+        } else if items.len() < limits::MAX_ANNOTATION_ITEMS {
+            items.push(item);
+        }
+    }
+    if too_long > 0 {
+        violations.push(LimitViolation::new(
+            "item_length",
+            format!(
+                "{key}: {too_long} item(s) longer than {} characters are ignored",
+                limits::MAX_ITEM_LEN
+            ),
+        ));
+    }
+    if total - too_long > limits::MAX_ANNOTATION_ITEMS {
+        violations.push(LimitViolation::new(
+            "annotation_items",
+            format!(
+                "{key}: {} items; only the first {} are used",
+                total - too_long,
+                limits::MAX_ANNOTATION_ITEMS
+            ),
+        ));
+    }
+    items
 }
 
 #[cfg(test)]
@@ -562,6 +677,49 @@ mod tests {
         assert_eq!(reported, ["reloader.stakater.com/auto=yes please"]);
         assert!(sel.selects(CM, "a", &src(false, false), true, false).is_err());
         assert_eq!(sel.selects(SECRET, "s", &src(false, false), true, false), Ok(Via::Auto));
+    }
+
+    #[test]
+    fn plain_names_match_exactly_and_patterns_keep_their_meaning() {
+        let keys = AnnotationKeys::default();
+        let meta = map(&[("configmap.reloader.stakater.com/reload", "app-config, db.conf, q|z")]);
+        let sel = Selection::parse(&keys, &meta, &BTreeMap::new());
+        let named = |name| sel.named_matches(CM, name);
+        assert!(named("app-config") && !named("app-config-2") && !named("xapp-config"));
+        // `.` is a regex character, as in the other program: `db.conf` also matches `dbXconf`.
+        assert!(named("db.conf") && named("dbXconf"));
+        // `^q|z$`: starts with q, or ends with z.
+        assert!(named("qbc") && named("xxz") && !named("xzx"));
+        assert!(sel.violations.is_empty());
+    }
+
+    #[test]
+    fn huge_lists_are_cut_to_the_item_limit_with_one_violation() {
+        let keys = AnnotationKeys::default();
+        let names: Vec<String> = (0..20_000).map(|i| format!("cm-{i}")).collect();
+        let meta = map(&[("configmap.reloader.stakater.com/reload", &names.join(","))]);
+        let sel = Selection::parse(&keys, &meta, &BTreeMap::new());
+        assert!(sel.named_matches(CM, "cm-0"));
+        assert!(sel.named_matches(CM, &format!("cm-{}", limits::MAX_ANNOTATION_ITEMS - 1)));
+        assert!(!sel.named_matches(CM, &format!("cm-{}", limits::MAX_ANNOTATION_ITEMS)));
+        let limits: Vec<&str> = sel.violations.iter().map(|v| v.limit).collect();
+        assert_eq!(limits, ["annotation_items"]);
+        assert!(sel.violations[0].detail.contains("20000 items"), "{:?}", sel.violations);
+    }
+
+    #[test]
+    fn oversized_patterns_are_refused_but_plain_names_still_work() {
+        let keys = AnnotationKeys::default();
+        // A counted repetition of a Unicode class compiles to a large automaton.
+        let mut items: Vec<String> = (0..4).map(|i| format!("x{i}\\w{{500}}")).collect();
+        items.push("plain".into());
+        items.push("z".repeat(300));
+        let meta = map(&[("secret.reloader.stakater.com/reload", &items.join(","))]);
+        let sel = Selection::parse(&keys, &meta, &BTreeMap::new());
+        let limits: Vec<&str> = sel.violations.iter().map(|v| v.limit).collect();
+        assert_eq!(limits, ["item_length", "pattern_size"], "{:?}", sel.violations);
+        assert!(sel.named_matches(SECRET, "plain"));
+        assert!(!sel.named_matches(SECRET, "x1aaa"));
     }
 
     #[test]

@@ -1,14 +1,16 @@
 //! The annotation-mode engine: watches sources and workloads into the [`Store`], queues the
 //! workloads a change concerns, and reconciles each one level-triggered through [`plan`].
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashSet;
 use std::fmt::Debug;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -37,13 +39,14 @@ use crate::hash;
 use crate::jobs::{
     is_controlled, is_controlled_by, job_from_cronjob, recreated_job, reload_job_name,
 };
+use crate::limits::{LimitViolation, MAX_KEY_HASHES, MAX_SOURCE_LABELS};
 use crate::metrics::SkipReason;
 use crate::pause;
 use crate::plan::{Cause, Plan, PlanOptions, SourceFacts, Strategy, TemplateWrite, plan};
 use crate::policy_plan::POLICY_RECORD_ANNOTATION;
 use crate::queue::WorkQueue;
 use crate::source::{SourceKind, SourceRef, SourceState};
-use crate::store::{SourceUpdate, Store, WorkloadEntry};
+use crate::store::{Candidates, SourceUpdate, Store, WorkloadEntry};
 use crate::workload::{RECORD_ANNOTATION, WorkloadInfo, WorkloadKey, WorkloadKind};
 use crate::writer::{
     WORKLOAD_FIELD_MANAGER, apply_to_template, record_annotations, record_patch, workload_patch,
@@ -203,6 +206,13 @@ pub struct Engine {
     throttled: Mutex<HashSet<WorkloadKey>>,
     /// The key of keyed hashes, once loaded (see [`crate::hash_key`]).
     hash_key: Arc<crate::hash_key::KeySlot>,
+    /// The reconcile workers still running, for `/live`.
+    workers: crate::containment::Workers,
+    /// Source limit reports waiting for their Event (see `publish_source_reports`).
+    source_reports: tokio::sync::mpsc::Sender<SourceLimitReport>,
+    source_reports_rx: Mutex<Option<tokio::sync::mpsc::Receiver<SourceLimitReport>>>,
+    /// Per workload, the input-limit violations last reported (one report per change).
+    reported_limits: Mutex<std::collections::HashMap<WorkloadKey, Vec<LimitViolation>>>,
 }
 
 impl Engine {
@@ -224,6 +234,7 @@ impl Engine {
             config.rollout_burst,
             tokio::time::Instant::now(),
         ));
+        let (source_reports, source_reports_rx) = tokio::sync::mpsc::channel(256);
         Arc::new(Engine {
             client,
             store: RwLock::new(Store::default()),
@@ -253,8 +264,17 @@ impl Engine {
                 config.hash_key_namespace.clone(),
                 config.hash_key_secret.clone(),
             )),
+            workers: crate::containment::Workers::default(),
+            reported_limits: Mutex::new(std::collections::HashMap::new()),
+            source_reports,
+            source_reports_rx: Mutex::new(Some(source_reports_rx)),
             config,
         })
+    }
+
+    /// False once a worker has ended while the queue is open (`/live` answers 503 then).
+    pub fn live(&self) -> watch::Receiver<bool> {
+        self.workers.live()
     }
 
     /// The slot of the hash key, for the operator to load it into.
@@ -297,7 +317,7 @@ impl Engine {
     }
 
     fn enqueue_everything(&self) {
-        let keys = self.store.read().unwrap().workload_keys();
+        let keys = self.store.read().workload_keys();
         info!(workloads = keys.len(), "leading: checking every workload against its sources");
         for key in keys {
             self.queue.add(key, Duration::ZERO);
@@ -344,6 +364,9 @@ impl Engine {
         // not hold up readiness; their workloads are checked as they arrive.
         tasks.spawn(self.clone().discover_and_watch_policies(scopes.clone()));
         tasks.spawn(self.clone().policy_status_worker());
+        if let Some(reports) = self.source_reports_rx.lock().take() {
+            tasks.spawn(self.clone().publish_source_reports(reports));
+        }
         if self.config.csi_integration {
             tasks.spawn(self.clone().discover_and_watch_csi(scopes.clone()));
         }
@@ -395,6 +418,7 @@ impl Engine {
 
         shutdown.await;
         info!("stopping: no new work is taken, in-flight writes finish");
+        self.workers.stopping();
         self.queue.close();
         self.policy_queue.close();
         // Workers return once the queue is closed and their current reconcile is done.
@@ -490,13 +514,9 @@ impl Engine {
         match event {
             WatchItem::Apply(obj) => match info(&obj) {
                 Some(info) => self.apply_workload(info),
-                None => {
-                    self.store.write().unwrap().remove_workload(&key_of(&obj));
-                }
+                None => self.remove_workload(&key_of(&obj)),
             },
-            WatchItem::Delete(obj) => {
-                self.store.write().unwrap().remove_workload(&key_of(&obj));
-            }
+            WatchItem::Delete(obj) => self.remove_workload(&key_of(&obj)),
             WatchItem::RelistDone(seen) => self.forget_unseen_workloads(kind, scope, &seen),
         }
     }
@@ -508,8 +528,9 @@ impl Engine {
         scope: Option<&str>,
         seen: &HashSet<(String, String)>,
     ) {
-        let mut store = self.store.write().unwrap();
-        let gone: Vec<_> = store
+        let gone: Vec<_> = self
+            .store
+            .read()
             .workload_keys()
             .into_iter()
             .filter(|k| k.kind == kind)
@@ -517,8 +538,23 @@ impl Engine {
             .filter(|k| !seen.contains(&(k.namespace.clone(), k.name.clone())))
             .collect();
         for key in gone {
-            store.remove_workload(&key);
+            self.remove_workload(&key);
         }
+    }
+
+    /// Forgets a workload that is gone: its summary and everything remembered about it.
+    fn remove_workload(&self, key: &WorkloadKey) {
+        if !self.store.write().remove_workload(key) {
+            return;
+        }
+        self.startup_pass.lock().remove(key);
+        self.failures.lock().remove(key);
+        self.deferred.lock().remove(key);
+        self.triggers.lock().remove(key);
+        self.throttled.lock().remove(key);
+        self.reported_limits.lock().remove(key);
+        self.rollouts.lock().forget(key);
+        self.forget_policy_target(key);
     }
 
     /// Kinds with a typed watcher here (the others are discovered at run time).
@@ -539,13 +575,13 @@ impl Engine {
 
     fn watcher_synced(&self) {
         if self.pending_watchers.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let keys = self.store.read().unwrap().workload_keys();
+            let keys = self.store.read().workload_keys();
             info!(
                 workloads = keys.len(),
-                sources = self.store.read().unwrap().source_count(),
+                sources = self.store.read().source_count(),
                 "caches synced; checking every workload against its sources"
             );
-            self.startup_pass.lock().unwrap().extend(keys.iter().cloned());
+            self.startup_pass.lock().extend(keys.iter().cloned());
             self.synced.store(true, Ordering::SeqCst);
             for key in keys {
                 self.queue.add(key, Duration::ZERO);
@@ -564,8 +600,7 @@ impl Engine {
 
     /// Whether a namespace is served now (the selector can change while objects stay stored).
     fn namespace_selected(&self, ns: &str) -> bool {
-        self.config.namespace_selector.is_none()
-            || self.selected_namespaces.read().unwrap().contains(ns)
+        self.config.namespace_selector.is_none() || self.selected_namespaces.read().contains(ns)
     }
 
     /// Tracks the namespaces matching `--namespace-selector` (server-side label selector); a
@@ -578,23 +613,22 @@ impl Engine {
             match event {
                 WatchItem::Apply(ns) => {
                     let name = ns.name_any();
-                    let added = engine.selected_namespaces.write().unwrap().insert(name.clone());
+                    let added = engine.selected_namespaces.write().insert(name.clone());
                     if added && engine.is_synced() {
                         info!(namespace = %name, "namespace now matches the namespace selector");
-                        let keys = engine.store.read().unwrap().workload_keys();
+                        let keys = engine.store.read().workload_keys();
                         for key in keys.into_iter().filter(|k| k.namespace == name) {
                             engine.queue.add(key, Duration::ZERO);
                         }
                     }
                 }
                 WatchItem::Delete(ns) => {
-                    engine.selected_namespaces.write().unwrap().remove(&ns.name_any());
+                    engine.selected_namespaces.write().remove(&ns.name_any());
                 }
                 WatchItem::RelistDone(seen) => {
                     engine
                         .selected_namespaces
                         .write()
-                        .unwrap()
                         .retain(|n| seen.contains(&(String::new(), n.clone())));
                 }
             }
@@ -635,7 +669,6 @@ impl Engine {
                     let gone: Vec<_> = engine
                         .store
                         .read()
-                        .unwrap()
                         .source_keys(kind)
                         .into_iter()
                         .filter(|(ns, _)| scope.as_ref().is_none_or(|sc| sc == ns))
@@ -669,24 +702,102 @@ impl Engine {
             matches_search: flag(&self.config.keys.search_match),
             ignored: flag(&self.config.keys.ignore),
         };
+        // What is kept per source is bounded whatever the object holds (see `crate::limits`).
+        let mut violations = Vec::new();
+        let keys = obj.key_count();
+        let keys_untracked = keys > MAX_KEY_HASHES;
+        if keys_untracked {
+            violations.push(LimitViolation::new(
+                "key_hashes",
+                format!(
+                    "{keys} data keys, more than the {MAX_KEY_HASHES} hashed one by one: key \
+                     filters and key-precise references treat any change of it as a change"
+                ),
+            ));
+        }
+        let mut labels = meta.labels.clone().unwrap_or_default();
+        if labels.len() > MAX_SOURCE_LABELS {
+            violations.push(LimitViolation::new(
+                "source_labels",
+                format!(
+                    "{} labels, more than the {MAX_SOURCE_LABELS} kept: ReloadPolicy label \
+                     selectors do not match it",
+                    labels.len()
+                ),
+            ));
+            labels.clear();
+        }
         let facts = SourceFacts {
             state,
             created_after_start: after_start,
             created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0),
             changed_at: after_start.then(|| k8s_openapi::jiff::Timestamp::now().as_second()),
-            labels: meta.labels.clone().unwrap_or_default(),
-            key_hashes: obj.key_hashes(),
+            labels,
+            key_hashes: if keys_untracked { BTreeMap::new() } else { obj.key_hashes() },
+            keys_untracked,
         };
         let source = SourceRef::new(kind, meta.name.clone().unwrap_or_default());
-        self.source_observed(&ns, source, facts);
+        let update = self.source_observed(&ns, source, facts);
+        if !violations.is_empty() && matches!(update, SourceUpdate::Created | SourceUpdate::Changed)
+        {
+            self.report_source_limits(kind, meta, violations);
+        }
+    }
+
+    /// Hands a source's limit violations to the reporter task (Events need the runtime; this
+    /// runs in a watch handler). Reports beyond the channel's room are dropped and counted.
+    fn report_source_limits(
+        &self,
+        kind: SourceKind,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        violations: Vec<LimitViolation>,
+    ) {
+        for v in &violations {
+            self.metrics.input_rejected.with_label_values(&[v.limit]).inc();
+        }
+        let report = SourceLimitReport {
+            kind,
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone(),
+            violations,
+        };
+        if self.source_reports.try_send(report).is_err() {
+            debug!("source limit reports are backed up; one dropped");
+        }
+    }
+
+    /// Logs and publishes the source limit reports, one at a time.
+    async fn publish_source_reports(
+        self: Arc<Self>,
+        mut reports: tokio::sync::mpsc::Receiver<SourceLimitReport>,
+    ) {
+        while let Some(r) = reports.recv().await {
+            let details: Vec<String> = r.violations.iter().map(ToString::to_string).collect();
+            let limits: Vec<&str> = r.violations.iter().map(|v| v.limit).collect();
+            warn!(source = %format!("{} {}/{}", r.kind, r.namespace, r.name), limits = ?limits,
+                  details = ?details, "source breaks input limits");
+            let note = format!("Input limits: {}", details.join("; "));
+            self.publish(
+                "v1",
+                &r.kind.to_string(),
+                &r.namespace,
+                &r.name,
+                r.uid,
+                EventType::Warning,
+                "InputLimit",
+                note,
+            )
+            .await;
+        }
     }
 
     /// Stores what a source holds now and queues the workloads a change concerns.
-    fn source_observed(&self, ns: &str, source: SourceRef, facts: SourceFacts) {
+    fn source_observed(&self, ns: &str, source: SourceRef, facts: SourceFacts) -> SourceUpdate {
         let ignored = facts.state.ignored;
-        let update = self.store.write().unwrap().upsert_source(ns, source.clone(), facts);
+        let update = self.store.write().upsert_source(ns, source.clone(), facts);
         if !self.is_synced() {
-            return;
+            return update;
         }
         let processed = |result: &str| {
             let kind = source.kind.to_string();
@@ -700,7 +811,7 @@ impl Engine {
                 // Labels roll nothing, but they can change what a policy's selector picks.
                 self.enqueue_for_policies(ns, &source);
             }
-            return;
+            return update;
         }
         if ignored {
             self.metrics.skipped(SkipReason::IgnoredOrNotSelected);
@@ -710,10 +821,11 @@ impl Engine {
         }
         debug!(namespace = %ns, source = %source, ?update, "source changed");
         self.enqueue_affected(ns, &source);
+        update
     }
 
     fn delete_source(&self, ns: &str, source: SourceRef) {
-        if !self.store.write().unwrap().remove_source(ns, &source) {
+        if !self.store.write().remove_source(ns, &source) {
             return;
         }
         debug!(namespace = %ns, source = %source, "source deleted");
@@ -728,10 +840,10 @@ impl Engine {
     }
 
     fn enqueue_affected(&self, ns: &str, source: &SourceRef) {
-        let affected = self.store.read().unwrap().affected_by(ns, source);
+        let affected = self.store.read().affected_by(ns, source);
         for key in affected {
             self.metrics.workloads_scanned.with_label_values(&[key.kind.as_str()]).inc();
-            self.triggers.lock().unwrap().entry(key.clone()).or_default().insert(source.clone());
+            self.triggers.lock().entry(key.clone()).or_default().insert(source.clone());
             self.queue.add(key, self.config.debounce);
         }
         self.enqueue_for_policies(ns, source);
@@ -772,7 +884,7 @@ impl Engine {
         if self.store_workload_entry(info) && is_deployment {
             // Rollouts that run this Deployment's template see its new references.
             let dependents: Vec<_> = {
-                let store = self.store.read().unwrap();
+                let store = self.store.read();
                 store
                     .workload_keys()
                     .into_iter()
@@ -795,7 +907,7 @@ impl Engine {
             namespace: info.key.namespace.clone(),
             name: deployment.to_string(),
         };
-        if let Some(d) = self.store.read().unwrap().workload(&key) {
+        if let Some(d) = self.store.read().workload(&key) {
             info.containers = d.info.containers.clone();
             info.references = d.info.references.clone();
             info.template_annotations = d.info.template_annotations.clone();
@@ -808,7 +920,7 @@ impl Engine {
         let key = entry.info.key.clone();
         let invalid = entry.selection.invalid_patterns.clone();
         let not_booleans = entry.selection.invalid_booleans.clone();
-        let changed = self.store.write().unwrap().upsert_workload(entry);
+        let changed = self.store.write().upsert_workload(entry);
         if changed {
             if !invalid.is_empty() {
                 warn!(workload = %key, patterns = ?invalid,
@@ -846,12 +958,22 @@ impl Engine {
         what: String,
         scope: Option<String>,
         counted: bool,
-        mut handle: F,
+        mut handle_unguarded: F,
     ) where
         K: Resource + Clone,
         S: Stream<Item = Result<Event<K>, watcher::Error>>,
         F: FnMut(&Arc<Self>, WatchItem<K>, bool),
     {
+        // A panic while handling one object loses that event only; the watch goes on.
+        let mut handle = |engine: &Arc<Self>, item: WatchItem<K>, after_first_list: bool| {
+            let object = item.describe();
+            let handled = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                handle_unguarded(engine, item, after_first_list)
+            }));
+            if let Err(panic) = handled {
+                crate::containment::report_panic(&engine.metrics, "watch_event", &object, &*panic);
+            }
+        };
         let mut state = WatchState::default();
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
@@ -895,6 +1017,9 @@ impl Engine {
     // ---- reconciling ---------------------------------------------------------------------
 
     async fn resync_loop(self: Arc<Self>) {
+        if self.config.resync_period.is_zero() {
+            return; // `--resync-period=0`: off
+        }
         let mut ticker = tokio::time::interval(self.config.resync_period);
         ticker.tick().await;
         loop {
@@ -902,7 +1027,7 @@ impl Engine {
             if !self.is_synced() {
                 continue;
             }
-            let keys = self.store.read().unwrap().workload_keys();
+            let keys = self.store.read().workload_keys();
             debug!(workloads = keys.len(), "periodic resync");
             for key in keys {
                 self.queue.add(key, Duration::ZERO);
@@ -911,6 +1036,9 @@ impl Engine {
     }
 
     async fn worker(self: Arc<Self>) {
+        // Counts this worker as alive until it returns; one that ends while the queue is open
+        // turns `/live` to 503 (see `crate::containment`).
+        let _alive = self.workers.enlist();
         while let Some(key) = self.queue.next().await {
             if !self.is_leader() {
                 // A standby only keeps its caches warm; taking over queues everything again.
@@ -918,7 +1046,17 @@ impl Engine {
                 continue;
             }
             let started = std::time::Instant::now();
-            let retry = self.reconcile(&key).await;
+            // A panic is the bug of one reconcile: the key is retried with backoff, the worker
+            // goes on, and no lock is poisoned (parking_lot locks do not poison).
+            let outcome = AssertUnwindSafe(self.reconcile(&key)).catch_unwind().await;
+            let retry = match outcome {
+                Ok(retry) => retry,
+                Err(panic) => {
+                    let retry = self.next_retry(&key);
+                    crate::containment::report_panic(&self.metrics, "reconcile", &key, &*panic);
+                    Some(retry)
+                }
+            };
             let result = if retry.is_some() { "requeued" } else { "done" };
             self.metrics.reconcile_total.with_label_values(&[result]).inc();
             self.metrics
@@ -927,7 +1065,7 @@ impl Engine {
                 .observe(started.elapsed().as_secs_f64());
             self.metrics.workqueue_depth.set(self.queue.len() as i64);
             {
-                let store = self.store.read().unwrap();
+                let store = self.store.read();
                 self.metrics
                     .watched_objects
                     .with_label_values(&["source"])
@@ -948,12 +1086,20 @@ impl Engine {
         }
     }
 
+    /// Counts one more consecutive failure of `key` and returns the backoff before its retry.
+    fn next_retry(&self, key: &WorkloadKey) -> Duration {
+        let mut failures = self.failures.lock();
+        let n = failures.entry(key.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        retry_delay(*n)
+    }
+
     /// `None` while `--hash-mode hmac-sha256` waits for its key (a standby before the leader
     /// created it): nothing is planned then, and everything is looked at once it arrives.
     fn plan_options(&self, key: &WorkloadKey) -> Option<PlanOptions> {
         let hasher = self.hash_key.hasher(self.config.hash_mode).ok()?;
         // Removed once the workload's first pass really ran (see `worker`), not when deferred.
-        let first_pass = self.startup_pass.lock().unwrap().contains(key);
+        let first_pass = self.startup_pass.lock().contains(key);
         let now = k8s_openapi::jiff::Timestamp::now();
         Some(PlanOptions {
             strategy: self.config.strategy,
@@ -976,9 +1122,11 @@ impl Engine {
             return None;
         }
         let opts = self.plan_options(key)?;
-        let mut entry = self.store.read().unwrap().workload(key)?;
+        let mut entry = self.store.read().workload(key)?;
         for attempt in 0..5 {
-            let candidates = self.store.read().unwrap().candidates(&entry);
+            let Candidates { sources: candidates, named_left_out } =
+                self.store.read().candidates(&entry);
+            self.report_limits(&entry, named_left_out).await;
             let mut plan = plan(&entry.info, &entry.selection, &candidates, &opts);
             // A pause window that ends later needs this workload looked at again then.
             let revisit = match pause::apply(&mut plan, &entry.info, &self.config.keys, opts.now) {
@@ -1002,14 +1150,14 @@ impl Engine {
                 .await;
             }
             if plan.is_noop() {
-                self.startup_pass.lock().unwrap().remove(key);
+                self.startup_pass.lock().remove(key);
                 self.report_policies(parts, None).await;
                 self.count_triggers(&entry, &candidates, &plan, &opts);
                 return revisit;
             }
             if entry.info.suspended {
                 debug!(workload = %key, "suspended: left alone");
-                self.startup_pass.lock().unwrap().remove(key);
+                self.startup_pass.lock().remove(key);
                 return None;
             }
             let window = Self::debounce_window(self.config.debounce, &plan, &parts);
@@ -1026,7 +1174,7 @@ impl Engine {
             {
                 return Some(wait);
             }
-            self.startup_pass.lock().unwrap().remove(key);
+            self.startup_pass.lock().remove(key);
             let started = std::time::Instant::now();
             let executed = self.execute(&entry.info, &plan).await;
             self.metrics
@@ -1035,7 +1183,7 @@ impl Engine {
                 .observe(started.elapsed().as_secs_f64());
             match executed {
                 Ok(()) => {
-                    self.failures.lock().unwrap().remove(key);
+                    self.failures.lock().remove(key);
                     self.count_triggers(&entry, &candidates, &plan, &opts);
                     self.observe_reload_latency(key, &plan);
                     self.report_policies(parts, None).await;
@@ -1054,7 +1202,7 @@ impl Engine {
                     match self.get(key).await {
                         Ok(obj) => {
                             self.refresh(key, &obj);
-                            entry = self.store.read().unwrap().workload(key)?;
+                            entry = self.store.read().workload(key)?;
                         }
                         Err(e) => {
                             self.report_policies(parts, Some(&e.to_string())).await;
@@ -1063,7 +1211,7 @@ impl Engine {
                     }
                 }
                 Err(ExecError::Kube(kube::Error::Api(status))) if status.code == 404 => {
-                    self.store.write().unwrap().remove_workload(key);
+                    self.remove_workload(key);
                     return None;
                 }
                 Err(e) => {
@@ -1074,6 +1222,53 @@ impl Engine {
         }
         warn!(workload = %key, "gave up after repeated conflicts; will retry");
         Some(Duration::from_secs(1))
+    }
+
+    /// Reports the input limits `entry` breaks, once per change of what it breaks: a log line
+    /// and a Warning Event naming the workload and each limit, and the metric.
+    async fn report_limits(&self, entry: &WorkloadEntry, named_left_out: usize) {
+        let mut violations = entry.selection.violations.clone();
+        let info = &entry.info;
+        if info.references_left_out > 0 {
+            violations.push(LimitViolation::new(
+                "references",
+                format!(
+                    "the pod template references {} more ConfigMaps/Secrets than the {} followed",
+                    info.references_left_out,
+                    crate::limits::MAX_REFERENCES
+                ),
+            ));
+        }
+        if named_left_out > 0 {
+            violations.push(LimitViolation::new(
+                "named_matches",
+                format!(
+                    "named-reload patterns match {named_left_out} more sources than the {} \
+                     followed (the first by name)",
+                    crate::limits::MAX_NAMED_MATCHES
+                ),
+            ));
+        }
+        {
+            let mut reported = self.reported_limits.lock();
+            if reported.get(&info.key).map_or(violations.is_empty(), |r| *r == violations) {
+                return;
+            }
+            if violations.is_empty() {
+                reported.remove(&info.key);
+                return;
+            }
+            reported.insert(info.key.clone(), violations.clone());
+        }
+        let details: Vec<String> = violations.iter().map(ToString::to_string).collect();
+        for v in &violations {
+            self.metrics.input_rejected.with_label_values(&[v.limit]).inc();
+        }
+        let limits: Vec<&str> = violations.iter().map(|v| v.limit).collect();
+        warn!(workload = %info.key, limits = ?limits, details = ?details,
+              "workload annotations or pod template break input limits; the rest still works");
+        let note = format!("Input limits: {}", details.join("; "));
+        self.event(info, EventType::Warning, "InputLimit", note).await;
     }
 
     /// Applies the churn limits to a rollout about to be written. Held back, the workload is
@@ -1088,15 +1283,11 @@ impl Engine {
         let key = &info.key;
         let (min_interval, budgets) =
             Self::churn_limits(self.config.min_rollout_interval, plan, parts);
-        let admitted = self.rollouts.lock().unwrap().admit(
-            key,
-            min_interval,
-            &budgets,
-            tokio::time::Instant::now(),
-        );
+        let admitted =
+            self.rollouts.lock().admit(key, min_interval, &budgets, tokio::time::Instant::now());
         let held = match admitted {
             Ok(()) => {
-                self.throttled.lock().unwrap().remove(key);
+                self.throttled.lock().remove(key);
                 return Ok(());
             }
             Err(held) => held,
@@ -1114,7 +1305,7 @@ impl Engine {
                 held.group.as_deref().unwrap_or_default()
             ),
         };
-        let first = self.throttled.lock().unwrap().insert(key.clone());
+        let first = self.throttled.lock().insert(key.clone());
         self.report_throttled(parts, &why, first).await;
         if first {
             let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
@@ -1122,7 +1313,7 @@ impl Engine {
                   "rollout held back by a churn limit; the latest state is applied when it allows");
             let note = format!(
                 "Rollout of {key} for {} delayed by {:.1}s: {why}; the latest state is applied then",
-                sources.join(", "),
+                crate::limits::bounded_list(&sources, NOTE_LIST_BYTES),
                 held.wait.as_secs_f64()
             );
             self.event(info, EventType::Normal, "ReloadThrottled", note).await;
@@ -1140,7 +1331,7 @@ impl Engine {
         plan: &Plan,
         opts: &PlanOptions,
     ) {
-        let Some(triggers) = self.triggers.lock().unwrap().remove(&entry.info.key) else {
+        let Some(triggers) = self.triggers.lock().remove(&entry.info.key) else {
             return;
         };
         let kind = entry.info.key.kind.as_str();
@@ -1171,7 +1362,7 @@ impl Engine {
 
     /// Time from observing the newest of the changes to the write that carried them.
     fn observe_reload_latency(&self, key: &WorkloadKey, plan: &Plan) {
-        let store = self.store.read().unwrap();
+        let store = self.store.read();
         let newest = plan
             .changes
             .iter()
@@ -1187,10 +1378,10 @@ impl Engine {
     /// reconcile was triggered), so a burst is one rollout; never longer than the max wait.
     fn settle_time(&self, key: &WorkloadKey, plan: &Plan, window: Duration) -> Option<Duration> {
         if plan.template.is_none() || window.is_zero() {
-            self.deferred.lock().unwrap().remove(key);
+            self.deferred.lock().remove(key);
             return None;
         }
-        let store = self.store.read().unwrap();
+        let store = self.store.read();
         let newest = plan
             .changes
             .iter()
@@ -1199,7 +1390,7 @@ impl Engine {
         drop(store);
         let now = std::time::Instant::now();
         let settled_at = newest + window;
-        let mut deferred = self.deferred.lock().unwrap();
+        let mut deferred = self.deferred.lock();
         let since = *deferred.entry(key.clone()).or_insert(now);
         if settled_at > now && now.duration_since(since) < self.config.debounce_max_wait {
             return Some(settled_at - now);
@@ -1480,16 +1671,19 @@ impl Engine {
     /// Stores a summary the API server just returned (no queueing: it reflects our own write).
     fn store_workload(&self, info: WorkloadInfo) {
         let entry = self.entry(info);
-        self.store.write().unwrap().upsert_workload(entry);
+        self.store.write().upsert_workload(entry);
     }
 
     /// A summary with its selection annotations parsed.
     fn entry(&self, info: WorkloadInfo) -> WorkloadEntry {
-        let selection = Selection::parse(
-            &self.config.keys,
-            &info.metadata_annotations,
-            &info.template_annotations,
-        );
+        let stored = self.store.read().selection_if_unchanged(&info);
+        let selection = stored.unwrap_or_else(|| {
+            Arc::new(Selection::parse(
+                &self.config.keys,
+                &info.metadata_annotations,
+                &info.template_annotations,
+            ))
+        });
         WorkloadEntry { info, selection }
     }
 
@@ -1515,7 +1709,7 @@ impl Engine {
             .collect();
         let note = format!(
             "Changes detected in {} in namespace '{}'; updated '{}' of type '{}' in namespace '{}'",
-            described.join(", "),
+            crate::limits::bounded_list(&described, NOTE_LIST_BYTES),
             key.namespace,
             key.name,
             key.kind,
@@ -1532,12 +1726,7 @@ impl Engine {
 
     async fn failed(&self, info: &WorkloadInfo, plan: &Plan, error: ExecError) -> Option<Duration> {
         let key = &info.key;
-        let retry = {
-            let mut failures = self.failures.lock().unwrap();
-            let n = failures.entry(key.clone()).or_insert(0);
-            *n += 1;
-            retry_delay(*n)
-        };
+        let retry = self.next_retry(key);
         warn!(workload = %key, error = %error, ?retry, "update failed; will retry");
         self.metrics.errors_total.with_label_values(&["update"]).inc();
         self.metrics.retries_total.inc();
@@ -1551,7 +1740,7 @@ impl Engine {
                 "Update of '{}' of type '{}' for {} failed: {error}",
                 key.name,
                 key.kind,
-                sources.join(", ")
+                crate::limits::bounded_list(&sources, NOTE_LIST_BYTES)
             );
             self.event(info, EventType::Warning, "ReloadFail", note).await;
         }
@@ -1593,7 +1782,8 @@ impl Engine {
         let event = KubeEvent {
             type_,
             reason: reason.into(),
-            note: Some(note),
+            // The last word on size: events.k8s.io refuses longer notes outright.
+            note: Some(crate::limits::truncate(&note, crate::limits::MAX_EVENT_NOTE)),
             action: "Reload".into(),
             secondary: None,
         };
@@ -1621,8 +1811,20 @@ fn convert<K: DeserializeOwned>(obj: &DynamicObject) -> Option<K> {
     serde_json::to_value(obj).ok().and_then(|v| serde_json::from_value(v).ok())
 }
 
+/// Bytes a list of names may take in an Event note (the rest of the note is short).
+const NOTE_LIST_BYTES: usize = 600;
+
 /// LIST page size of the Secret and ConfigMap watchers (kube's default is 500).
 const SOURCE_PAGE_SIZE: u32 = 100;
+
+/// A source's input-limit violations, on their way to a Warning Event.
+struct SourceLimitReport {
+    kind: SourceKind,
+    namespace: String,
+    name: String,
+    uid: Option<String>,
+    violations: Vec<LimitViolation>,
+}
 
 /// What `consume` hands to a watcher's handler.
 enum WatchItem<K> {
@@ -1630,6 +1832,20 @@ enum WatchItem<K> {
     Delete(K),
     /// A (re)list finished: every object not seen is gone.
     RelistDone(HashSet<(String, String)>),
+}
+
+impl<K: Resource> WatchItem<K> {
+    /// The object an event is about, for a log line.
+    fn describe(&self) -> String {
+        match self {
+            WatchItem::Apply(o) | WatchItem::Delete(o) => format!(
+                "{}/{}",
+                o.meta().namespace.as_deref().unwrap_or_default(),
+                o.meta().name.as_deref().unwrap_or_default()
+            ),
+            WatchItem::RelistDone(_) => "relist".into(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -1640,11 +1856,17 @@ struct WatchState {
 
 /// A source kind the engine hashes.
 pub trait SourceObject {
+    /// Data keys (binary ones included), counted without hashing anything.
+    fn key_count(&self) -> usize;
     fn content_hash(&self) -> String;
     fn key_hashes(&self) -> BTreeMap<String, String>;
 }
 
 impl SourceObject for ConfigMap {
+    fn key_count(&self) -> usize {
+        self.data.as_ref().map_or(0, BTreeMap::len)
+            + self.binary_data.as_ref().map_or(0, BTreeMap::len)
+    }
     fn content_hash(&self) -> String {
         hash::configmap_hash(self.data.as_ref(), self.binary_data.as_ref())
     }
@@ -1654,6 +1876,9 @@ impl SourceObject for ConfigMap {
 }
 
 impl SourceObject for Secret {
+    fn key_count(&self) -> usize {
+        self.data.as_ref().map_or(0, BTreeMap::len)
+    }
     fn content_hash(&self) -> String {
         hash::secret_hash(self.data.as_ref())
     }

@@ -1,5 +1,6 @@
-//! The HTTP endpoint: `/metrics` (Prometheus text), `/live` and `/readyz` (ready once every
-//! watched kind is in memory). Nothing else is served here, profiling included.
+//! The HTTP endpoint: `/metrics` (Prometheus text), `/live` (503 once a reconcile worker is
+//! lost, see [`crate::containment`]) and `/readyz` (ready once every watched kind is in memory).
+//! Nothing else is served here, profiling included.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,12 +11,18 @@ use warp::http::StatusCode;
 
 use crate::metrics::Metrics;
 
+/// What `/live` and `/readyz` report.
+pub struct Health {
+    pub ready: watch::Receiver<bool>,
+    pub live: watch::Receiver<bool>,
+}
+
 /// Binds `addr` now (so a taken port is an error at start) and returns the bound address and
 /// the server future, which ends when `shutdown` resolves.
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
-    ready: watch::Receiver<bool>,
+    health: Health,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
@@ -23,7 +30,14 @@ pub async fn serve(
     let metrics_route = warp::path!("metrics").and(warp::get()).map(move || {
         warp::reply::with_header(metrics.render(), "content-type", "text/plain; version=0.0.4")
     });
-    let live = warp::path!("live").and(warp::get()).map(|| "ok");
+    let Health { ready, live } = health;
+    let live = warp::path!("live").and(warp::get()).map(move || {
+        if *live.borrow() {
+            warp::reply::with_status("ok", StatusCode::OK)
+        } else {
+            warp::reply::with_status("a reconcile worker was lost", StatusCode::SERVICE_UNAVAILABLE)
+        }
+    });
     let readyz = warp::path!("readyz").and(warp::get()).map(move || {
         if *ready.borrow() {
             warp::reply::with_status("ok", StatusCode::OK)

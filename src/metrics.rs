@@ -45,6 +45,10 @@ pub struct Metrics {
     pub alerts_total: IntCounterVec,
     /// Rollouts held back by a churn limit, by reason (`min_interval`, `budget`).
     pub rollouts_throttled: IntCounterVec,
+    /// Panics contained, by stage (`reconcile`, `watch_event`, `policy_status`).
+    pub panics: IntCounterVec,
+    /// Objects whose values broke an input limit, by limit (see `crate::limits`).
+    pub input_rejected: IntCounterVec,
 }
 
 /// Why a source change did not roll a workload (`reloader_skipped_total{reason}`).
@@ -203,6 +207,16 @@ impl Metrics {
                 "reloader_alerts_total",
                 "Reload alerts, by sink and result (sent, failed, dropped).",
                 &["sink", "result"],
+            ),
+            panics: counter(
+                "reloader_reconcile_panics_total",
+                "Panics contained to one object's work (which is retried), by stage.",
+                &["stage"],
+            ),
+            input_rejected: counter(
+                "reloader_input_rejected_total",
+                "Object values refused or cut to a limit, by limit.",
+                &["limit"],
             ),
             leader: gauge(
                 "reloader_leader",

@@ -89,7 +89,8 @@ pub async fn run(cli: Cli) -> Result<()> {
     let stop_http = Arc::new(tokio::sync::Notify::new());
     let (bound, http) = {
         let stop = stop_http.clone();
-        crate::http::serve(cli.metrics_addr, engine.metrics(), engine.ready(), async move {
+        let health = crate::http::Health { ready: engine.ready(), live: engine.live() };
+        crate::http::serve(cli.metrics_addr, engine.metrics(), health, async move {
             stop.notified().await
         })
         .await

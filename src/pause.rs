@@ -6,7 +6,7 @@
 use k8s_openapi::jiff::Timestamp;
 
 use crate::annotations::AnnotationKeys;
-use crate::cli::parse_duration;
+use crate::duration::{MAX_ANNOTATION_DURATION, parse_at_most};
 use crate::plan::Plan;
 use crate::workload::{WorkloadInfo, WorkloadKind};
 
@@ -41,8 +41,13 @@ pub fn apply(
         }
         return Ok(None);
     };
-    let period =
-        parse_duration(period).map_err(|e| format!("{}: {e}", keys.pause_period))?.as_secs() as i64;
+    // At most a year, so every sum below stays far inside i64 seconds.
+    let period = parse_at_most(period, MAX_ANNOTATION_DURATION)
+        .map_err(|e| format!("{}: {e}", keys.pause_period))?
+        .as_secs() as i64;
+    // A `paused-at` in the future (clock skew, or written by hand) counts from now: the
+    // resume is never further away than one period.
+    let paused_at = paused_at.map(|at| at.min(now));
     let rolling = plan.template.is_some();
     match paused_at {
         Some(at) if rolling => Ok(Some(at + period)), // already in a pause window: batch

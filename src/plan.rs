@@ -45,6 +45,9 @@ pub struct SourceFacts {
     pub labels: std::collections::BTreeMap<String, String>,
     /// SHA-1 of each data entry, by key (for ReloadPolicy key filters); never the data.
     pub key_hashes: std::collections::BTreeMap<String, String>,
+    /// The source has more keys than [`crate::limits::MAX_KEY_HASHES`]: `key_hashes` is
+    /// empty and key filters fall back to the whole source's hash (any change counts).
+    pub keys_untracked: bool,
 }
 
 /// Global switches that shape a plan.
@@ -83,7 +86,7 @@ pub fn effective_hash(
     hasher: &hash::Hasher,
 ) -> String {
     let sha1 = match info.used_keys.get(source) {
-        Some(keys) if key_precise => {
+        Some(keys) if key_precise && !facts.keys_untracked => {
             let keys: Vec<String> = keys.iter().cloned().collect();
             hash::keyed_hash(&facts.key_hashes, &keys)
         }
@@ -492,6 +495,7 @@ mod tests {
             changed_at: None,
             labels: BTreeMap::new(),
             key_hashes: BTreeMap::new(),
+            keys_untracked: false,
         })
     }
     fn opts(strategy: Strategy) -> PlanOptions {
@@ -534,6 +538,7 @@ mod tests {
             workload_ref: None,
             labels: BTreeMap::new(),
             used_keys: BTreeMap::new(),
+            references_left_out: 0,
         }
     }
     fn with_env(mut w: WorkloadInfo, container: usize, name: &str, value: &str) -> WorkloadInfo {

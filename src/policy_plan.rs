@@ -101,6 +101,8 @@ pub struct Resolved {
     pub keys: Option<Vec<String>>,
     /// SHA-1 per data key (for key-precise references); never the data, never written.
     pub key_hashes: BTreeMap<String, String>,
+    /// See [`SourceFacts::keys_untracked`]: key filters use the whole hash.
+    pub keys_untracked: bool,
     /// The policy's hash mode, applied to every hash that leaves this value.
     pub hasher: hash::Hasher,
 }
@@ -110,7 +112,7 @@ impl Resolved {
     /// consumes only key by key is hashed over those keys (within the entry's `keys` filter).
     pub fn hash_for(&self, info: &WorkloadInfo, key_precise: bool) -> String {
         match info.used_keys.get(&self.source) {
-            Some(used) if key_precise => {
+            Some(used) if key_precise && !self.keys_untracked => {
                 let keys: Vec<String> = used
                     .iter()
                     .filter(|k| self.keys.as_ref().is_none_or(|filter| filter.contains(k)))
@@ -141,8 +143,8 @@ pub fn resolve_sources<'a>(
             }
             found = true;
             let sha1 = match &entry.keys {
-                Some(keys) => hash::keyed_hash(&facts.key_hashes, keys),
-                None => facts.state.hash.clone(),
+                Some(keys) if !facts.keys_untracked => hash::keyed_hash(&facts.key_hashes, keys),
+                _ => facts.state.hash.clone(),
             };
             resolved.insert(
                 source.clone(),
@@ -152,6 +154,7 @@ pub fn resolve_sources<'a>(
                     changed_at: facts.changed_at,
                     keys: entry.keys.clone(),
                     key_hashes: facts.key_hashes.clone(),
+                    keys_untracked: facts.keys_untracked,
                     hasher: hasher.clone(),
                 },
             );
@@ -305,6 +308,7 @@ mod tests {
             changed_at: None,
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             key_hashes: keys.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            keys_untracked: false,
         }
     }
     fn cm(n: &str) -> SourceRef {
@@ -332,6 +336,7 @@ mod tests {
             workload_ref: None,
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             used_keys: BTreeMap::new(),
+            references_left_out: 0,
         }
     }
     fn active(spec: ReloadPolicySpec) -> ActivePolicy {
@@ -404,6 +409,7 @@ mod tests {
             changed_at,
             keys: None,
             key_hashes: BTreeMap::new(),
+            keys_untracked: false,
             hasher: hash::Hasher::Sha1,
         }]
     }
@@ -477,6 +483,7 @@ mod tests {
                 ("x".to_string(), other.to_string()),
             ]
             .into(),
+            keys_untracked: false,
             hasher: hash::Hasher::Sha1,
         };
         let url_only = |url: &str| {

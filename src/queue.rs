@@ -1,9 +1,9 @@
 //! A work queue keyed by workload: one entry per key (duplicates merge), trailing-edge debounce
 //! with a cap, and never two workers on the same key.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::Hash;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -77,7 +77,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
 
     fn insert(&self, key: K, delay: Duration, debounce: bool) {
         let now = Instant::now();
-        let mut inner = self.inner.lock().unwrap();
+        let mut inner = self.inner.lock();
         if inner.closed {
             return;
         }
@@ -111,7 +111,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         loop {
             let notified = self.notify.notified();
             let wait_until = {
-                let mut inner = self.inner.lock().unwrap();
+                let mut inner = self.inner.lock();
                 if inner.closed {
                     return None;
                 }
@@ -148,14 +148,14 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
 
     /// Releases `key`; if it was added again meanwhile it runs at its due time.
     pub fn done(&self, key: &K) {
-        self.inner.lock().unwrap().in_flight.remove(key);
+        self.inner.lock().in_flight.remove(key);
         self.notify.notify_waiters();
         self.notify.notify_one();
     }
 
     /// Keys waiting (not counting those in flight).
     pub fn len(&self) -> usize {
-        self.inner.lock().unwrap().pending.len()
+        self.inner.lock().pending.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -164,7 +164,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
 
     /// Stops handing out keys; waiting `next` calls return `None`.
     pub fn close(&self) {
-        self.inner.lock().unwrap().closed = true;
+        self.inner.lock().closed = true;
         self.notify.notify_waiters();
         self.notify.notify_one();
     }

@@ -40,11 +40,7 @@ impl TokenBucket {
     pub fn reserve(&mut self, now: Instant) -> Duration {
         self.refill(now);
         self.tokens -= 1.0;
-        if self.tokens >= 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::from_secs_f64(-self.tokens / self.qps)
-        }
+        if self.tokens >= 0.0 { Duration::ZERO } else { wait_for(-self.tokens / self.qps) }
     }
 }
 
@@ -59,17 +55,20 @@ impl TokenBucket {
     /// Whether a token is there now (taking none); otherwise when one will be.
     pub fn check(&mut self, now: Instant) -> Result<(), Duration> {
         self.refill(now);
-        if self.tokens >= 1.0 {
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64((1.0 - self.tokens) / self.qps))
-        }
+        if self.tokens >= 1.0 { Ok(()) } else { Err(wait_for((1.0 - self.tokens) / self.qps)) }
     }
 
     /// The rate and burst this bucket was made with.
     pub fn shape(&self) -> (f64, f64) {
         (self.qps, self.burst)
     }
+}
+
+/// The wait for `seconds`, which a tiny rate can make huge or infinite: capped at an hour rather
+/// than a panic in `Duration::from_secs_f64`.
+fn wait_for(seconds: f64) -> Duration {
+    const LONGEST: Duration = Duration::from_secs(3600);
+    Duration::try_from_secs_f64(seconds).map_or(LONGEST, |d| d.min(LONGEST))
 }
 
 /// Limits a client to `qps` requests a second with bursts of `burst`.
@@ -160,6 +159,15 @@ mod tests {
             assert_eq!(bucket.reserve(later), Duration::ZERO);
         }
         assert!(bucket.reserve(later) > Duration::ZERO);
+    }
+
+    #[test]
+    fn a_tiny_rate_waits_at_most_an_hour_instead_of_panicking() {
+        let start = Instant::now();
+        let mut bucket = TokenBucket::new(1e-300, 1, start);
+        assert_eq!(bucket.reserve(start), Duration::ZERO);
+        assert_eq!(bucket.reserve(start), Duration::from_secs(3600));
+        assert_eq!(bucket.check(start), Err(Duration::from_secs(3600)));
     }
 
     #[test]

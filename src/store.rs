@@ -6,15 +6,21 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::decision::Selection;
+use crate::limits::MAX_NAMED_MATCHES;
 use crate::plan::SourceFacts;
 use crate::source::{SourceKind, SourceRef, SourceState};
 use crate::workload::{WorkloadInfo, WorkloadKey};
 
-/// A workload summary with its parsed selection.
+/// How long the time of a source's removal is kept for debouncing: longer than any settle
+/// window (a ReloadPolicy's `debounce` is at most an hour).
+const REMOVAL_MEMORY: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
+
+/// A workload summary with its parsed selection (shared: it is parsed once per change of the
+/// annotations, not per watch event).
 #[derive(Debug)]
 pub struct WorkloadEntry {
     pub info: WorkloadInfo,
-    pub selection: Selection,
+    pub selection: Arc<Selection>,
 }
 
 #[derive(Default)]
@@ -57,10 +63,15 @@ enum StoredKeyHashes {
     /// One key, whose hash equals the source's hash (true of every single-entry source).
     Single(Box<str>),
     Map(BTreeMap<String, String>),
+    /// More keys than [`crate::limits::MAX_KEY_HASHES`]: none kept.
+    Untracked,
 }
 
 impl StoredKeyHashes {
-    fn new(key_hashes: BTreeMap<String, String>, hash: &str) -> Self {
+    fn new(key_hashes: BTreeMap<String, String>, hash: &str, untracked: bool) -> Self {
+        if untracked {
+            return StoredKeyHashes::Untracked;
+        }
         if key_hashes.len() == 1 && key_hashes.values().all(|h| h == hash) {
             let key = key_hashes.into_keys().next().unwrap_or_default();
             return StoredKeyHashes::Single(key.into_boxed_str());
@@ -72,13 +83,15 @@ impl StoredKeyHashes {
         match self {
             StoredKeyHashes::Single(key) => BTreeMap::from([(key.to_string(), hash.to_string())]),
             StoredKeyHashes::Map(m) => m.clone(),
+            StoredKeyHashes::Untracked => BTreeMap::new(),
         }
     }
 }
 
 impl StoredSource {
     fn new(facts: SourceFacts, now: Instant) -> Self {
-        let key_hashes = StoredKeyHashes::new(facts.key_hashes, &facts.state.hash);
+        let key_hashes =
+            StoredKeyHashes::new(facts.key_hashes, &facts.state.hash, facts.keys_untracked);
         StoredSource {
             hash: facts.state.hash.into_boxed_str(),
             matches_search: facts.state.matches_search,
@@ -110,6 +123,7 @@ impl StoredSource {
             changed_at: self.changed_at,
             labels: self.labels.clone(),
             key_hashes: self.key_hashes.to_map(&self.hash),
+            keys_untracked: matches!(self.key_hashes, StoredKeyHashes::Untracked),
         }
     }
 }
@@ -176,7 +190,12 @@ impl Store {
     pub fn remove_source(&mut self, namespace: &str, source: &SourceRef) -> bool {
         let removed = self.sources.get_mut(namespace).is_some_and(|ns| ns.remove(source).is_some());
         if removed {
-            self.removed_at.insert((namespace.to_string(), source.clone()), Instant::now());
+            let now = Instant::now();
+            self.removed_at.insert((namespace.to_string(), source.clone()), now);
+            // Amortised pruning: a removal older than any settle window matters no more.
+            if self.removed_at.len() >= 1024 && self.removed_at.len().is_power_of_two() {
+                self.removed_at.retain(|_, at| now.saturating_duration_since(*at) < REMOVAL_MEMORY);
+            }
         }
         removed
     }
@@ -286,6 +305,15 @@ impl Store {
         }
     }
 
+    /// The stored selection of `info`'s workload when its annotations are the same as
+    /// `info`'s, so an unchanged workload is not parsed again.
+    pub fn selection_if_unchanged(&self, info: &WorkloadInfo) -> Option<Arc<Selection>> {
+        let old = self.workloads.get(&info.key)?;
+        (old.info.metadata_annotations == info.metadata_annotations
+            && old.info.template_annotations == info.template_annotations)
+            .then(|| old.selection.clone())
+    }
+
     pub fn workload(&self, key: &WorkloadKey) -> Option<Arc<WorkloadEntry>> {
         self.workloads.get(key).cloned()
     }
@@ -299,24 +327,43 @@ impl Store {
     }
 
     /// The sources a plan for `entry` must consider: the ones it references, the ones its
-    /// named patterns may match, and the ones in its record; `None` for those that do not exist.
-    pub fn candidates(&self, entry: &WorkloadEntry) -> BTreeMap<SourceRef, Option<SourceFacts>> {
+    /// named patterns match (at most [`MAX_NAMED_MATCHES`], by name), and the ones in its
+    /// record; `None` for those that do not exist.
+    pub fn candidates(&self, entry: &WorkloadEntry) -> Candidates {
         let ns = self.sources.get(&entry.info.key.namespace);
         let facts = |s: &SourceRef| ns.and_then(|m| m.get(s)).map(StoredSource::facts);
-        let mut out = BTreeMap::new();
+        let mut out = Candidates::default();
         for source in entry.info.references.keys().cloned().chain(entry.info.record().into_keys()) {
             let f = facts(&source);
-            out.insert(source, f);
+            out.sources.insert(source, f);
         }
         if entry.selection.has_any_named() {
-            for (source, f) in ns.into_iter().flatten() {
-                if entry.selection.has_named(source.kind) {
-                    out.insert(source.clone(), Some(f.facts()));
-                }
+            let mut matched: Vec<&SourceRef> = ns
+                .into_iter()
+                .flatten()
+                .map(|(source, _)| source)
+                .filter(|s| !out.sources.contains_key(*s))
+                .filter(|s| entry.selection.named_matches(s.kind, &s.name))
+                .collect();
+            if matched.len() > MAX_NAMED_MATCHES {
+                matched.sort();
+                out.named_left_out = matched.len() - MAX_NAMED_MATCHES;
+                matched.truncate(MAX_NAMED_MATCHES);
+            }
+            for source in matched {
+                out.sources.insert(source.clone(), facts(source));
             }
         }
         out
     }
+}
+
+/// See [`Store::candidates`].
+#[derive(Debug, Default)]
+pub struct Candidates {
+    pub sources: BTreeMap<SourceRef, Option<SourceFacts>>,
+    /// Sources named patterns matched beyond [`MAX_NAMED_MATCHES`], left out.
+    pub named_left_out: usize,
 }
 
 #[cfg(test)]
@@ -334,12 +381,14 @@ mod tests {
             changed_at: None,
             labels: BTreeMap::new(),
             key_hashes: BTreeMap::new(),
+            keys_untracked: false,
         }
     }
     fn entry(name: &str, refs: &[&str], meta: &[(&str, &str)]) -> WorkloadEntry {
         let metadata: BTreeMap<String, String> =
             meta.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let selection = Selection::parse(&AnnotationKeys::default(), &metadata, &BTreeMap::new());
+        let selection =
+            Arc::new(Selection::parse(&AnnotationKeys::default(), &metadata, &BTreeMap::new()));
         WorkloadEntry {
             info: WorkloadInfo {
                 key: WorkloadKey {
@@ -362,6 +411,7 @@ mod tests {
                 workload_ref: None,
                 labels: BTreeMap::new(),
                 used_keys: BTreeMap::new(),
+                references_left_out: 0,
             },
             selection,
         }
@@ -408,7 +458,7 @@ mod tests {
             SourceFacts { created: 9, changed_at: Some(5), ..keyed("h4", &[("d", "h4")]) };
         assert_eq!(s.upsert_source("ns", cm("two"), changed.clone()), SourceUpdate::Changed);
         let e = entry("w", &["two"], &[]);
-        let got = s.candidates(&e)[&cm("two")].clone().unwrap();
+        let got = s.candidates(&e).sources[&cm("two")].clone().unwrap();
         assert_eq!(got, SourceFacts { created: 7, ..changed });
         assert!(s.last_change("ns", &cm("two")).is_some());
         assert!(s.remove_source("ns", &cm("two")));
@@ -454,9 +504,26 @@ mod tests {
             &["a", "missing"],
             &[("configmap.reloader.stakater.com/reload", "global-.*")],
         );
-        let c = s.candidates(&e);
+        let c = s.candidates(&e).sources;
         assert_eq!(c.len(), 3);
         assert!(c[&cm("missing")].is_none());
         assert_eq!(c[&cm("global-1")].as_ref().unwrap().state.hash, "2");
+    }
+
+    #[test]
+    fn named_patterns_select_a_bounded_set_of_sources_by_name() {
+        let mut s = Store::default();
+        for i in 0..(MAX_NAMED_MATCHES + 40) {
+            s.upsert_source("ns", cm(&format!("cm-{i:04}")), facts("h"));
+        }
+        s.upsert_source("ns", cm("unrelated"), facts("h"));
+        let e = entry("w", &["cm-9999"], &[("configmap.reloader.stakater.com/reload", "cm-.*")]);
+        let c = s.candidates(&e);
+        assert_eq!(c.named_left_out, 40);
+        // The referenced source, then the first matches by name; never the unmatched one.
+        assert_eq!(c.sources.len(), MAX_NAMED_MATCHES + 1);
+        assert!(c.sources.contains_key(&cm("cm-9999")) && c.sources.contains_key(&cm("cm-0000")));
+        assert!(!c.sources.contains_key(&cm("unrelated")));
+        assert!(!c.sources.contains_key(&cm(&format!("cm-{:04}", MAX_NAMED_MATCHES))));
     }
 }

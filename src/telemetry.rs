@@ -19,7 +19,9 @@ pub fn init(format: LogFormat, level: &str) -> Result<()> {
         LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).try_init(),
         LogFormat::Plain => builder.try_init(),
     };
-    installed.map_err(|e| Error::Telemetry(e.to_string()))
+    installed.map_err(|e| Error::Telemetry(e.to_string()))?;
+    crate::containment::install_panic_hook();
+    Ok(())
 }
 
 #[cfg(test)]

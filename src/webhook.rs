@@ -7,11 +7,12 @@
 //! writes it and the configuration's `caBundle`; every replica reads it), or from files in
 //! `--webhook-cert-dir` (cert-manager: it renews the files and its cainjector fills `caBundle`).
 
+use parking_lot::RwLock;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, Limited};
@@ -221,7 +222,7 @@ pub struct CertSlot {
 impl CertSlot {
     /// Installs `cert`/`key` (PEM) unless they are the ones already served; true when changed.
     pub fn install(&self, cert: &str, key: &str) -> Result<bool, WebhookError> {
-        if self.current.read().unwrap().as_ref().is_some_and(|(c, _)| c == cert) {
+        if self.current.read().as_ref().is_some_and(|(c, _)| c == cert) {
             return Ok(false);
         }
         let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
@@ -235,18 +236,18 @@ impl CertSlot {
         let signer = rustls::crypto::ring::sign::any_supported_type(&key)
             .map_err(|e| WebhookError::Certificate(format!("private key: {e}")))?;
         let certified = Arc::new(CertifiedKey::new(chain, signer));
-        *self.current.write().unwrap() = Some((cert.to_string(), certified));
+        *self.current.write() = Some((cert.to_string(), certified));
         Ok(true)
     }
 
     pub fn is_loaded(&self) -> bool {
-        self.current.read().unwrap().is_some()
+        self.current.read().is_some()
     }
 }
 
 impl ResolvesServerCert for CertSlot {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.current.read().unwrap().as_ref().map(|(_, k)| k.clone())
+        self.current.read().as_ref().map(|(_, k)| k.clone())
     }
 }
 

@@ -1,13 +1,14 @@
 //! What the operator keeps of a workload: a compact summary extracted from the object (pure, no
 //! I/O). Full objects are dropped after extraction, so memory does not grow with pod specs.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 
 use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::annotations::AnnotationKeys;
+use crate::limits::MAX_REFERENCES;
 use crate::naming::ENV_VAR_PREFIX;
 use crate::source::{SourceKind, SourceRef};
 
@@ -126,6 +127,8 @@ pub struct WorkloadInfo {
     /// Sources the pod template consumes only key by key, with those keys (see
     /// [`used_keys`]); a source consumed whole anywhere is absent.
     pub used_keys: BTreeMap<SourceRef, BTreeSet<String>>,
+    /// Referenced sources past [`MAX_REFERENCES`], not followed (reported as a limit).
+    pub references_left_out: usize,
 }
 
 impl WorkloadInfo {
@@ -153,6 +156,7 @@ impl WorkloadInfo {
         let containers = pod.map(|p| p.containers.as_slice()).unwrap_or_default();
         let init = pod.and_then(|p| p.init_containers.as_deref()).unwrap_or_default();
         let volumes = pod.and_then(|p| p.volumes.as_deref()).unwrap_or_default();
+        let (references, references_left_out) = references(containers, init, volumes);
         WorkloadInfo {
             key: WorkloadKey {
                 kind,
@@ -165,12 +169,13 @@ impl WorkloadInfo {
             metadata_annotations: filter(meta.annotations.as_ref()),
             template_annotations: filter(template_meta.and_then(|m| m.annotations.as_ref())),
             containers: containers.iter().map(container_info).collect(),
-            references: references(containers, init, volumes),
+            references,
             suspended: false,
             paused: false,
             workload_ref: None,
             labels: meta.labels.clone().unwrap_or_default(),
             used_keys: used_keys(containers, init, volumes),
+            references_left_out,
         }
     }
 
@@ -214,6 +219,7 @@ impl WorkloadInfo {
             workload_ref: None,
             labels: BTreeMap::new(),
             used_keys: BTreeMap::new(),
+            references_left_out: 0,
         }
     }
 }
@@ -280,59 +286,77 @@ fn env_sources(c: &Container) -> Vec<SourceRef> {
     out
 }
 
-fn mounts(c: &Container, volume: &str) -> bool {
-    c.volume_mounts.iter().flatten().any(|m| m.name == volume)
-}
-
 /// Every referenced source with the container the env-vars strategy writes to, chosen as the
 /// other program does: the first container that mounts the source's (first) volume, else the
 /// first that uses it through env/envFrom; when only an init container uses it, the first
 /// container. Ephemeral containers, image pull secrets and unmounted volumes do not count.
+///
+/// Linear in the size of the pod spec (lookups are indexed first), and at most
+/// [`MAX_REFERENCES`] sources, in the order they appear; the second value counts the sources
+/// left out.
 fn references(
     containers: &[Container],
     init: &[Container],
     volumes: &[Volume],
-) -> BTreeMap<SourceRef, usize> {
-    let mut candidates: Vec<SourceRef> = volumes.iter().flat_map(volume_sources).collect();
-    for c in containers.iter().chain(init) {
-        candidates.extend(env_sources(c));
-    }
+) -> (BTreeMap<SourceRef, usize>, usize) {
     let mut out = BTreeMap::new();
     if containers.is_empty() {
-        return out;
+        return (out, 0);
     }
+    // The first volume that provides each source.
+    let mut volume_of: HashMap<SourceRef, &str> = HashMap::new();
+    let mut candidates: Vec<SourceRef> = Vec::new();
+    for v in volumes {
+        for source in volume_sources(v) {
+            volume_of.entry(source.clone()).or_insert(v.name.as_str());
+            candidates.push(source);
+        }
+    }
+    // The first container mounting each volume; the volumes some init container mounts.
+    let mut first_mount: HashMap<&str, usize> = HashMap::new();
+    for (i, c) in containers.iter().enumerate() {
+        for m in c.volume_mounts.iter().flatten() {
+            first_mount.entry(m.name.as_str()).or_insert(i);
+        }
+    }
+    let init_mounts: HashSet<&str> = init
+        .iter()
+        .flat_map(|c| c.volume_mounts.iter().flatten().map(|m| m.name.as_str()))
+        .collect();
+    // The first container using each source through env; the sources init containers use.
+    let mut first_env: HashMap<SourceRef, usize> = HashMap::new();
+    for (i, c) in containers.iter().enumerate() {
+        for source in env_sources(c) {
+            first_env.entry(source.clone()).or_insert(i);
+            candidates.push(source);
+        }
+    }
+    let mut init_env: HashSet<SourceRef> = HashSet::new();
+    for c in init {
+        for source in env_sources(c) {
+            init_env.insert(source.clone());
+            candidates.push(source);
+        }
+    }
+    let mut left_out = 0;
     for source in candidates {
         if out.contains_key(&source) {
             continue;
         }
-        if let Some(target) = target_container(&source, containers, init, volumes) {
-            out.insert(source, target);
+        let by_volume = volume_of.get(&source).and_then(|volume| {
+            first_mount.get(volume).copied().or(init_mounts.contains(volume).then_some(0))
+        });
+        let target = by_volume
+            .or_else(|| first_env.get(&source).copied())
+            .or(init_env.contains(&source).then_some(0));
+        let Some(target) = target else { continue };
+        if out.len() >= MAX_REFERENCES {
+            left_out += 1;
+            continue;
         }
+        out.insert(source, target);
     }
-    out
-}
-
-fn target_container(
-    source: &SourceRef,
-    containers: &[Container],
-    init: &[Container],
-    volumes: &[Volume],
-) -> Option<usize> {
-    if let Some(volume) = volumes.iter().find(|v| volume_sources(v).contains(source)) {
-        if let Some(i) = containers.iter().position(|c| mounts(c, &volume.name)) {
-            return Some(i);
-        }
-        if init.iter().any(|c| mounts(c, &volume.name)) {
-            return Some(0);
-        }
-    }
-    if let Some(i) = containers.iter().position(|c| env_sources(c).contains(source)) {
-        return Some(i);
-    }
-    if init.iter().any(|c| env_sources(c).contains(source)) {
-        return Some(0);
-    }
-    None
+    (out, left_out)
 }
 
 /// Which keys the pod template consumes of each ConfigMap/Secret it uses key by key:
@@ -359,6 +383,8 @@ pub fn used_keys(
         items.filter(|i| !i.is_empty()).map(|i| i.iter().map(|k| k.key.clone()).collect())
     };
     let all = || containers.iter().chain(init);
+    let mounted: HashSet<&str> =
+        all().flat_map(|c| c.volume_mounts.iter().flatten().map(|m| m.name.as_str())).collect();
     for c in all() {
         for e in c.env.iter().flatten() {
             let Some(from) = &e.value_from else { continue };
@@ -381,7 +407,7 @@ pub fn used_keys(
             }
         }
     }
-    for v in volumes.iter().filter(|v| all().any(|c| mounts(c, &v.name))) {
+    for v in volumes.iter().filter(|v| mounted.contains(v.name.as_str())) {
         if let Some(cm) = &v.config_map {
             note(
                 SourceRef::new(SourceKind::ConfigMap, cm.name.clone()),

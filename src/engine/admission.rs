@@ -170,7 +170,7 @@ impl Engine {
         opts.stamp = true;
         opts.sync_after_restart = false;
         let entry = self.entry(info);
-        let candidates = self.store.read().unwrap().candidates(&entry);
+        let candidates = self.store.read().candidates(&entry).sources;
         let mut plan = plan(&entry.info, &entry.selection, &candidates, &opts);
         self.add_policies(&entry.info, &mut plan, opts.now, &opts.now_rfc3339, true);
         // A restart is a timestamp, not a hash: the pods start anew with this write anyway, so
@@ -450,10 +450,11 @@ mod tests {
             changed_at: None,
             labels: Default::default(),
             key_hashes: Default::default(),
+            keys_untracked: false,
         };
         let source =
             crate::source::SourceRef::new(crate::source::SourceKind::ConfigMap, "app-config");
-        engine.store.write().unwrap().upsert_source("shop", source, facts);
+        engine.store.write().upsert_source("shop", source, facts);
         engine
     }
 

@@ -3,8 +3,9 @@
 //! `secretproviderclass/<name>`, that workloads mounting the class through the CSI driver
 //! reload on.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::WatchStreamExt;
@@ -63,7 +64,6 @@ impl Engine {
                         .csi
                         .class_of
                         .lock()
-                        .unwrap()
                         .keys()
                         .filter(|(ns, _)| scope.as_ref().is_none_or(|sc| sc == ns))
                         .filter(|k| !seen.contains(k))
@@ -88,16 +88,11 @@ impl Engine {
         };
         let name = obj.name_any();
         let created = obj.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second());
-        self.csi
-            .class_of
-            .lock()
-            .unwrap()
-            .insert((ns.clone(), name.clone()), facts.class_name.clone());
+        self.csi.class_of.lock().insert((ns.clone(), name.clone()), facts.class_name.clone());
         let current = self
             .csi
             .classes
             .lock()
-            .unwrap()
             .entry((ns.clone(), facts.class_name.clone()))
             .or_default()
             .observe(&name, &facts.hash, created, !after_first_list);
@@ -112,6 +107,7 @@ impl Engine {
             changed_at: after_first_list.then(|| k8s_openapi::jiff::Timestamp::now().as_second()),
             labels: Default::default(),
             key_hashes: Default::default(),
+            keys_untracked: false,
         };
         let source = SourceRef::new(SourceKind::SecretProviderClass, facts.class_name);
         self.source_observed(&ns, source, source_facts);
@@ -120,12 +116,11 @@ impl Engine {
     /// A pod status went with its pod. When a class has no pods left it is forgotten, quietly:
     /// pods going away is not a change of the secret.
     fn forget_pod_status(&self, ns: &str, name: &str) {
-        let Some(class) =
-            self.csi.class_of.lock().unwrap().remove(&(ns.to_string(), name.to_string()))
+        let Some(class) = self.csi.class_of.lock().remove(&(ns.to_string(), name.to_string()))
         else {
             return;
         };
-        let mut classes = self.csi.classes.lock().unwrap();
+        let mut classes = self.csi.classes.lock();
         let key = (ns.to_string(), class);
         let emptied = classes.get_mut(&key).is_some_and(|c| {
             c.forget(name);
@@ -135,7 +130,7 @@ impl Engine {
             classes.remove(&key);
             drop(classes);
             let source = SourceRef::new(SourceKind::SecretProviderClass, key.1);
-            self.store.write().unwrap().remove_source(ns, &source);
+            self.store.write().remove_source(ns, &source);
         }
     }
 }

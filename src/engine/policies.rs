@@ -2,8 +2,9 @@
 //! sources and strategies to the same per-workload plan, so a workload selected several ways
 //! rolls once. Each policy's status is written by server-side apply from what the engine knows.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -63,11 +64,11 @@ pub(super) struct PolicyState {
 impl PolicyState {
     /// The policy's last outcome on `target`, as remembered since the operator started.
     fn outcome(&self, key: &PolicyKey, target: &(WorkloadKind, String)) -> Option<Outcome> {
-        self.outcomes.lock().unwrap().get(key).and_then(|m| m.get(target).cloned())
+        self.outcomes.lock().get(key).and_then(|m| m.get(target).cloned())
     }
 
     fn set_outcome(&self, key: &PolicyKey, target: (WorkloadKind, String), outcome: Outcome) {
-        self.outcomes.lock().unwrap().entry(key.clone()).or_default().insert(target, outcome);
+        self.outcomes.lock().entry(key.clone()).or_default().insert(target, outcome);
     }
 }
 
@@ -129,7 +130,6 @@ impl Engine {
                         .policy
                         .policies
                         .read()
-                        .unwrap()
                         .iter()
                         .flat_map(|(ns, m)| m.keys().map(move |n| (ns.clone(), n.clone())))
                         .filter(|(ns, _)| scope.as_ref().is_none_or(|s| s == ns))
@@ -162,13 +162,13 @@ impl Engine {
             (&self.policy.reload_counts, status.reload_count),
             (&self.policy.throttled_counts, status.throttled_count),
         ] {
-            let mut counts = counts.lock().unwrap();
+            let mut counts = counts.lock();
             let count = counts.entry(key.clone()).or_insert(stored);
             *count = (*count).max(stored);
         }
-        self.policy.observed.lock().unwrap().insert(key.clone(), status);
+        self.policy.observed.lock().insert(key.clone(), status);
         let changed = {
-            let mut policies = self.policy.policies.write().unwrap();
+            let mut policies = self.policy.policies.write();
             let slot = policies.entry(ns.clone()).or_default();
             let changed = slot
                 .get(&key.1)
@@ -183,20 +183,32 @@ impl Engine {
         self.policy_queue.add(key, Duration::ZERO);
     }
 
+    /// A workload that is gone is no policy's target any more: its last outcome (a failure,
+    /// say) must not hold a policy's conditions.
+    pub(super) fn forget_policy_target(&self, key: &WorkloadKey) {
+        let target = (key.kind, key.name.clone());
+        let mut touched = Vec::new();
+        for (policy, outcomes) in self.policy.outcomes.lock().iter_mut() {
+            if policy.0 == key.namespace && outcomes.remove(&target).is_some() {
+                touched.push(policy.clone());
+            }
+        }
+        self.policy.dry_run_seen.lock().retain(|(_, w), _| w != key);
+        for policy in touched {
+            self.policy_queue.add(policy, Duration::ZERO);
+        }
+    }
+
     fn delete_policy(&self, ns: &str, name: &str) {
-        let removed = self
-            .policy
-            .policies
-            .write()
-            .unwrap()
-            .get_mut(ns)
-            .and_then(|m| m.remove(name))
-            .is_some();
+        let removed =
+            self.policy.policies.write().get_mut(ns).and_then(|m| m.remove(name)).is_some();
         let key = (ns.to_string(), name.to_string());
-        self.policy.observed.lock().unwrap().remove(&key);
-        self.policy.outcomes.lock().unwrap().remove(&key);
-        self.policy.reload_counts.lock().unwrap().remove(&key);
-        self.policy.throttled_counts.lock().unwrap().remove(&key);
+        self.policy.observed.lock().remove(&key);
+        self.policy.outcomes.lock().remove(&key);
+        self.policy.reload_counts.lock().remove(&key);
+        self.policy.throttled_counts.lock().remove(&key);
+        self.policy.dry_run_seen.lock().retain(|(policy, _), _| *policy != key);
+        self.rollouts.lock().forget_group(&format!("{ns}/{name}"));
         // One series per existing policy: a deleted policy's series goes with it.
         let _ = self.metrics.policy_reloads.remove_label_values(&[ns, name]);
         if removed {
@@ -206,7 +218,7 @@ impl Engine {
     }
 
     pub(super) fn policy_count(&self) -> usize {
-        self.policy.policies.read().unwrap().values().map(BTreeMap::len).sum()
+        self.policy.policies.read().values().map(BTreeMap::len).sum()
     }
 
     /// Queues every policy's status for writing.
@@ -215,7 +227,6 @@ impl Engine {
             .policy
             .policies
             .read()
-            .unwrap()
             .iter()
             .flat_map(|(ns, m)| m.keys().map(move |name| (ns.clone(), name.clone())))
             .collect();
@@ -228,7 +239,7 @@ impl Engine {
         if !self.is_synced() {
             return;
         }
-        let keys = self.store.read().unwrap().workload_keys();
+        let keys = self.store.read().workload_keys();
         for key in keys.into_iter().filter(|k| k.namespace == ns) {
             self.queue.add(key, Duration::ZERO);
         }
@@ -238,7 +249,6 @@ impl Engine {
         self.policy
             .policies
             .read()
-            .unwrap()
             .get(ns)
             .map(|m| m.values().cloned().collect())
             .unwrap_or_default()
@@ -250,13 +260,13 @@ impl Engine {
         if policies.is_empty() {
             return;
         }
-        let labels = self.store.read().unwrap().source_labels(ns, source).unwrap_or_default();
+        let labels = self.store.read().source_labels(ns, source).unwrap_or_default();
         for p in policies {
             if !p.spec.sources.iter().any(|s| source_entry_selects(s, source, &labels)) {
                 continue;
             }
             let targets: Vec<WorkloadKey> = {
-                let store = self.store.read().unwrap();
+                let store = self.store.read();
                 store
                     .workload_keys()
                     .into_iter()
@@ -277,7 +287,9 @@ impl Engine {
         p.spec
             .debounce
             .as_deref()
-            .and_then(|d| crate::cli::parse_duration(d).ok())
+            .and_then(|d| {
+                crate::duration::parse_at_most(d, crate::duration::MAX_ANNOTATION_DURATION).ok()
+            })
             .unwrap_or(self.config.debounce)
     }
 
@@ -285,7 +297,9 @@ impl Engine {
         p.spec
             .min_rollout_interval
             .as_deref()
-            .and_then(|d| crate::cli::parse_duration(d).ok())
+            .and_then(|d| {
+                crate::duration::parse_at_most(d, crate::duration::MAX_ANNOTATION_DURATION).ok()
+            })
             .unwrap_or(self.config.min_rollout_interval)
     }
 
@@ -311,7 +325,7 @@ impl Engine {
         // Copying the namespace's sources is the cost of this call: only when a policy targets
         // the workload (most workloads have none, and a namespace may hold thousands of sources).
         let ns_sources = if policies.iter().any(|p| target_for(&p.spec, info).is_some()) {
-            self.store.read().unwrap().sources_in(&info.key.namespace)
+            self.store.read().sources_in(&info.key.namespace)
         } else {
             Default::default()
         };
@@ -443,13 +457,9 @@ impl Engine {
                 }
                 (PartMode::DryRun, _) if !part.changed.is_empty() => {
                     let seen_key = (part.key.clone(), part.target.clone());
-                    let first = self
-                        .policy
-                        .dry_run_seen
-                        .lock()
-                        .unwrap()
-                        .insert(seen_key, part.combined.clone())
-                        != Some(part.combined.clone());
+                    let first =
+                        self.policy.dry_run_seen.lock().insert(seen_key, part.combined.clone())
+                            != Some(part.combined.clone());
                     if first {
                         let note = format!(
                             "Dry run: would reload {} for {}",
@@ -496,7 +506,10 @@ impl Engine {
                     let note = format!(
                         "Reloaded {} for {}",
                         part.target,
-                        part.changed.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+                        crate::limits::bounded_list(
+                            &part.changed.iter().map(ToString::to_string).collect::<Vec<String>>(),
+                            600
+                        )
                     );
                     self.policy_event(&part.key, EventType::Normal, "Reloaded", note).await;
                     Outcome {
@@ -512,7 +525,7 @@ impl Engine {
                     // A target reloaded before keeps that result; "UpToDate" means never needed one.
                     // After a restart the memory is empty: fall back to the written status.
                     let previous = previous.or_else(|| {
-                        let observed = self.policy.observed.lock().unwrap();
+                        let observed = self.policy.observed.lock();
                         let t = observed.get(&part.key)?.targets.iter().find(|t| {
                             t.name == part.target.name && target_kind(t.kind) == part.target.kind
                         })?;
@@ -577,18 +590,18 @@ impl Engine {
 
     async fn write_policy_status(&self, key: &PolicyKey) -> kube::Result<()> {
         let Some(policy) =
-            self.policy.policies.read().unwrap().get(&key.0).and_then(|m| m.get(&key.1).cloned())
+            self.policy.policies.read().get(&key.0).and_then(|m| m.get(&key.1).cloned())
         else {
             return Ok(());
         };
-        let ns_sources = self.store.read().unwrap().sources_in(&key.0);
+        let ns_sources = self.store.read().sources_in(&key.0);
         let hasher = self.hash_key.hasher(policy.spec.hash_mode.mode());
         // Without its key the policy's sources are still resolved, but no hash is reported.
         let (resolved, missing_sources) =
             resolve_sources(&policy.spec, &ns_sources, hasher.as_ref().unwrap_or(&Hasher::Sha1));
         let (targets, missing_targets) = self.resolve_targets(&policy);
-        let observed = self.policy.observed.lock().unwrap().get(key).cloned().unwrap_or_default();
-        let outcomes = self.policy.outcomes.lock().unwrap().get(key).cloned().unwrap_or_default();
+        let observed = self.policy.observed.lock().get(key).cloned().unwrap_or_default();
+        let outcomes = self.policy.outcomes.lock().get(key).cloned().unwrap_or_default();
         let desired = desired_status(
             &policy,
             hasher.as_ref().err().map(String::as_str),
@@ -598,8 +611,8 @@ impl Engine {
             &missing_targets,
             &outcomes,
             &observed,
-            *self.policy.reload_counts.lock().unwrap().get(key).unwrap_or(&0),
-            *self.policy.throttled_counts.lock().unwrap().get(key).unwrap_or(&0),
+            *self.policy.reload_counts.lock().get(key).unwrap_or(&0),
+            *self.policy.throttled_counts.lock().get(key).unwrap_or(&0),
         );
         if desired == observed {
             return Ok(());
@@ -618,7 +631,7 @@ impl Engine {
             &Patch::Apply(&body),
         )
         .await?;
-        self.policy.observed.lock().unwrap().insert(key.clone(), desired.clone());
+        self.policy.observed.lock().insert(key.clone(), desired.clone());
         if became_invalid {
             let reason = desired
                 .conditions
@@ -635,7 +648,7 @@ impl Engine {
         &self,
         policy: &'a ActivePolicy,
     ) -> (Vec<WorkloadInfo>, Vec<&'a PolicyTarget>) {
-        let store = self.store.read().unwrap();
+        let store = self.store.read();
         let infos: Vec<WorkloadInfo> = store
             .workload_keys()
             .into_iter()
@@ -684,7 +697,7 @@ fn longest_setting(
 
 /// Adds one to a policy's count.
 fn count_one(counts: &Mutex<HashMap<PolicyKey, i64>>, key: &PolicyKey) {
-    *counts.lock().unwrap().entry(key.clone()).or_insert(0) += 1;
+    *counts.lock().entry(key.clone()).or_insert(0) += 1;
 }
 
 fn condition_status<'a>(status: &'a ReloadPolicyStatus, type_: &str) -> Option<&'a str> {
@@ -756,7 +769,10 @@ fn desired_status(
     } else {
         format!(
             "not found: {}",
-            missing_sources.iter().map(|s| describe_source(s)).collect::<Vec<_>>().join(", ")
+            crate::limits::bounded_list(
+                &missing_sources.iter().map(|s| describe_source(s)).collect::<Vec<String>>(),
+                600
+            )
         )
     };
     let targets_msg = if targets_ok {
@@ -764,7 +780,10 @@ fn desired_status(
     } else {
         format!(
             "not found: {}",
-            missing_targets.iter().map(|t| describe_target(t)).collect::<Vec<_>>().join(", ")
+            crate::limits::bounded_list(
+                &missing_targets.iter().map(|t| describe_target(t)).collect::<Vec<String>>(),
+                600
+            )
         )
     };
     let (ready, ready_reason, ready_msg) = if let Some(problem) = key_problem {
@@ -785,7 +804,10 @@ fn desired_status(
             "ReloadFailed",
             format!(
                 "reload failed for: {}",
-                failed.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                crate::limits::bounded_list(
+                    &failed.iter().map(|s| s.to_string()).collect::<Vec<String>>(),
+                    600
+                )
             ),
         )
     } else if policy.spec.suspend {
@@ -828,7 +850,7 @@ fn desired_status(
             } else {
                 format!(
                     "a churn limit holds back the rollout of {}; the latest state is applied when it allows",
-                    throttled.join(", ")
+                    crate::limits::bounded_list(&throttled, 600)
                 )
             },
         ),
@@ -856,8 +878,12 @@ fn desired_status(
                 last_change_time,
             })
         })
+        // `resolvedSources` counts them all; the list shows the first ones.
+        .take(crate::limits::MAX_STATUS_ITEMS)
         .collect();
-    let target_status: Vec<TargetStatus> = targets
+    let previous_targets: HashMap<(crate::policy::PolicyTargetKind, &str), &TargetStatus> =
+        observed.targets.iter().map(|p| ((p.kind, p.name.as_str()), p)).collect();
+    let mut target_status: Vec<TargetStatus> = targets
         .iter()
         .filter_map(|t| {
             let kind = match t.key.kind {
@@ -869,7 +895,7 @@ fn desired_status(
                 _ => return None,
             };
             let outcome = outcomes.get(&(t.key.kind, t.key.name.clone()));
-            let previous = observed.targets.iter().find(|p| p.kind == kind && p.name == t.key.name);
+            let previous = previous_targets.get(&(kind, t.key.name.as_str())).copied();
             Some(TargetStatus {
                 kind,
                 name: t.key.name.clone(),
@@ -882,10 +908,28 @@ fn desired_status(
                 result: outcome
                     .map(|o| o.result.to_string())
                     .or_else(|| previous.and_then(|p| p.result.clone())),
-                message: outcome.and_then(|o| o.message.clone()),
+                message: outcome
+                    .and_then(|o| o.message.as_deref())
+                    .map(|m| crate::limits::truncate(m, crate::limits::MAX_EVENT_NOTE)),
             })
         })
         .collect();
+    // `resolvedTargets` counts them all; the list shows the ones needing attention first.
+    if target_status.len() > crate::limits::MAX_STATUS_ITEMS {
+        let attention =
+            |t: &TargetStatus| matches!(t.result.as_deref(), Some("Failed") | Some("Throttled"));
+        let needing = target_status.iter().filter(|t| attention(t)).count();
+        let mut room = crate::limits::MAX_STATUS_ITEMS.saturating_sub(needing);
+        target_status.retain(|t| {
+            if attention(t) {
+                return true;
+            }
+            let keep = room > 0;
+            room = room.saturating_sub(1);
+            keep
+        });
+        target_status.truncate(crate::limits::MAX_STATUS_ITEMS);
+    }
     let last_reload_time = target_status
         .iter()
         .filter_map(|t| t.last_reload_time.clone())
