@@ -349,6 +349,13 @@ pub struct WebhookArgs {
         default_value = "reloader.rs/webhook=enabled"
     )]
     pub webhook_object_selector: String,
+
+    /// Accept webhook connections only from clients with a certificate signed by this CA
+    /// (PEM): the API server's webhook client certificate (its admission configuration's
+    /// kubeconfig). Without it, anyone who reaches the port can ask, and gets answers about the
+    /// sources of the objects they send: restrict the port with a NetworkPolicy then.
+    #[arg(long, env = "RELOADER_WEBHOOK_CLIENT_CA", value_name = "PATH")]
+    pub webhook_client_ca: Option<std::path::PathBuf>,
 }
 
 /// Alerts on reload: a chat message per reloaded source (stakater/Reloader's `ALERT_*`

@@ -105,10 +105,15 @@ pub async fn run(cli: Cli) -> Result<()> {
         Some((source, scope)) => {
             let slot = Arc::new(crate::webhook::CertSlot::default());
             let stop = stop_webhook.clone();
+            let guard = crate::webhook::Guard {
+                excluded_namespaces: scope.excluded_namespaces.clone(),
+                client_ca: cli.webhook.webhook_client_ca.clone(),
+            };
             let (bound, server) = crate::webhook::serve(
                 cli.webhook.webhook_addr,
                 engine.clone(),
                 slot.clone(),
+                guard,
                 async move { stop.notified().await },
             )
             .await

@@ -42,8 +42,20 @@ pub const CONFIGURATION_FIELD_MANAGER: &str = "reloader.rs/webhook";
 pub const WEBHOOK_NAME: &str = "source-hashes.webhook.reloader.rs";
 /// The API server gives up on the webhook after this long and admits the write unchanged.
 pub const TIMEOUT_SECONDS: i32 = 5;
-/// The largest AdmissionReview read (objects are at most ~1.5 MiB in etcd).
-const MAX_BODY: usize = 8 << 20;
+/// The largest AdmissionReview read: an object is at most ~1.5 MiB in etcd, and a review of an
+/// UPDATE carries it twice.
+pub const MAX_BODY: usize = 3584 << 10;
+/// Connections served at once; more are closed at accept (the API server retries, and with
+/// `failurePolicy: Ignore` a refused call admits the write unchanged).
+pub const MAX_CONNECTIONS: usize = 64;
+/// Reviews worked on at once (each on a blocking thread, off the async runtime).
+pub const MAX_REVIEWS: usize = 4;
+/// Deadlines, all below the API server's `timeoutSeconds`: a TLS handshake, the request
+/// headers, the body, and the whole answer.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(2);
+pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(4);
 /// How often certificates are checked (and re-read by every replica).
 const CHECK_EVERY: Duration = Duration::from_secs(30);
 
@@ -251,23 +263,52 @@ impl ResolvesServerCert for CertSlot {
     }
 }
 
+/// What the server checks itself, whatever the `MutatingWebhookConfiguration` says.
+#[derive(Debug, Clone, Default)]
+pub struct Guard {
+    /// Requests about these namespaces are admitted unchanged (see [`Scope`]).
+    pub excluded_namespaces: Vec<String>,
+    /// Client certificates must chain to this CA (`--webhook-client-ca`).
+    pub client_ca: Option<PathBuf>,
+}
+
 /// Binds `addr` now and returns the bound address and the server future (until `shutdown`).
 /// Handshakes fail until `certs` holds a certificate; the API server then admits unchanged.
 pub async fn serve(
     addr: SocketAddr,
     engine: Arc<Engine>,
     certs: Arc<CertSlot>,
+    guard: Guard,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let listener = crate::http::bind(addr).await?;
     let bound = listener.local_addr()?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .map_err(std::io::Error::other)?
-        .with_no_client_auth()
-        .with_cert_resolver(certs);
+        .map_err(std::io::Error::other)?;
+    let builder = match &guard.client_ca {
+        Some(path) => {
+            let pem = std::fs::read(path)?;
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                roots.add(cert.map_err(std::io::Error::other)?).map_err(std::io::Error::other)?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .map_err(std::io::Error::other)?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let tls = builder.with_cert_resolver(certs);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let connections_allowed = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let reviews = Arc::new(tokio::sync::Semaphore::new(MAX_REVIEWS));
+    let excluded: Arc<[String]> = guard.excluded_namespaces.into();
     let server = async move {
         let mut connections = tokio::task::JoinSet::new();
         let mut shutdown = std::pin::pin!(shutdown);
@@ -284,12 +325,16 @@ pub async fn serve(
             };
             // Finished connections are reaped as new ones come.
             while connections.try_join_next().is_some() {}
+            let Ok(permit) = connections_allowed.clone().try_acquire_owned() else {
+                debug!(peer = %peer, "webhook: too many connections; closing this one");
+                continue;
+            };
             let (acceptor, engine) = (acceptor.clone(), engine.clone());
+            let (reviews, excluded) = (reviews.clone(), excluded.clone());
             connections.spawn(async move {
+                let _permit = permit;
                 let tls =
-                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream))
-                        .await
-                    {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                         Ok(Ok(tls)) => tls,
                         Ok(Err(e)) => {
                             debug!(peer = %peer, error = %e, "webhook: TLS handshake failed");
@@ -297,11 +342,15 @@ pub async fn serve(
                         }
                         Err(_) => return,
                     };
-                let service = hyper::service::service_fn(move |req| handle(engine.clone(), req));
-                if let Err(e) = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                    .await
-                {
+                let service = hyper::service::service_fn(move |req| {
+                    handle(engine.clone(), reviews.clone(), excluded.clone(), req)
+                });
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HEADER_TIMEOUT)
+                    .max_buf_size(64 << 10)
+                    .serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+                if let Err(e) = connection.await {
                     debug!(peer = %peer, error = %e, "webhook: connection ended with an error");
                 }
             });
@@ -313,6 +362,8 @@ pub async fn serve(
 
 async fn handle(
     engine: Arc<Engine>,
+    reviews: Arc<tokio::sync::Semaphore>,
+    excluded: Arc<[String]>,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
@@ -329,19 +380,54 @@ async fn handle(
     if req.method() != Method::POST {
         return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", b"POST only".to_vec());
     }
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
-            warn!(error = %e, "webhook: cannot read the request body");
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY) {
+        warn!(bytes = declared, limit = MAX_BODY, "webhook: request body over the limit; refused");
+        return reply(StatusCode::PAYLOAD_TOO_LARGE, "text/plain", b"body too large".to_vec());
+    }
+    let started = tokio::time::Instant::now();
+    let read =
+        tokio::time::timeout(BODY_TIMEOUT, Limited::new(req.into_body(), MAX_BODY).collect());
+    let body = match read.await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) => {
+            warn!(error = %e, limit = MAX_BODY, "webhook: cannot read the request body");
             return reply(StatusCode::BAD_REQUEST, "text/plain", b"unreadable body".to_vec());
         }
+        Err(_) => {
+            debug!("webhook: request body too slow; refused");
+            return reply(StatusCode::REQUEST_TIMEOUT, "text/plain", b"body too slow".to_vec());
+        }
     };
-    match engine.review(&body) {
-        Ok(review) => reply(StatusCode::OK, "application/json", review.to_string().into_bytes()),
-        Err(e) => {
+    // Decoding and planning are CPU work on up to MAX_BODY bytes: a few at a time, on blocking
+    // threads, so the runtime keeps serving watches, metrics and probes meanwhile.
+    let remaining = REVIEW_TIMEOUT.saturating_sub(started.elapsed());
+    let Ok(Ok(permit)) = tokio::time::timeout(remaining, reviews.acquire_owned()).await else {
+        return reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", b"busy".to_vec());
+    };
+    let work = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        engine.review(&body, &excluded)
+    });
+    let remaining = REVIEW_TIMEOUT.saturating_sub(started.elapsed());
+    match tokio::time::timeout(remaining, work).await {
+        Ok(Ok(Ok(review))) => {
+            reply(StatusCode::OK, "application/json", review.to_string().into_bytes())
+        }
+        Ok(Ok(Err(e))) => {
             // An error, not a denial: with failurePolicy Ignore the write goes through.
             warn!(error = %e, "webhook: not an AdmissionReview");
             reply(StatusCode::BAD_REQUEST, "text/plain", b"expected an AdmissionReview".to_vec())
+        }
+        Ok(Err(_)) | Err(_) => {
+            warn!(
+                "webhook: the review failed or took too long; admitted unchanged by the API server"
+            );
+            reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", b"review failed".to_vec())
         }
     }
 }

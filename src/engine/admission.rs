@@ -56,12 +56,23 @@ pub fn admitted_kind_of(kind: WorkloadKind) -> bool {
 impl Engine {
     /// Answers one serialized AdmissionReview. `Err` only when the body is not an
     /// AdmissionReview with a request (the caller answers 400; with `failurePolicy: Ignore` the
-    /// API server then admits the write unchanged).
-    pub fn review(&self, body: &[u8]) -> Result<Value, AdmissionError> {
+    /// API server then admits the write unchanged). Requests about a namespace in `excluded`
+    /// are admitted unchanged: the server applies the configuration's exclusions itself, since
+    /// anyone who reaches the endpoint can write any namespace into a request.
+    pub fn review(&self, body: &[u8], excluded: &[String]) -> Result<Value, AdmissionError> {
         let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
         let request: AdmissionRequest<DynamicObject> =
             review.try_into().map_err(|_| AdmissionError::NoRequest)?;
-        Ok(serde_json::to_value(self.admit(&request).into_review())?)
+        let namespace = request.namespace.as_deref().unwrap_or_default();
+        let object_namespace =
+            request.object.as_ref().and_then(|o| o.metadata.namespace.as_deref());
+        let consistent = object_namespace.is_none_or(|ns| ns == namespace);
+        let response = if excluded.iter().any(|n| n == namespace) || !consistent {
+            AdmissionResponse::from(&request)
+        } else {
+            self.admit(&request)
+        };
+        Ok(serde_json::to_value(response.into_review())?)
     }
 
     /// Always allowed; with a JSON patch when a selected workload's reload field or record is
@@ -170,7 +181,11 @@ impl Engine {
         opts.stamp = true;
         opts.sync_after_restart = false;
         let entry = self.entry(info);
-        let candidates = self.store.read().candidates(&entry).sources;
+        let mut candidates = self.store.read().candidates(&entry).sources;
+        // Admission answers go to whoever can reach the webhook: they name and hash only
+        // sources the object itself references (named patterns may match any source of the
+        // namespace; the reconciler records those without a rollout after the write).
+        candidates.retain(|source, _| entry.info.references.contains_key(source));
         let mut plan = plan(&entry.info, &entry.selection, &candidates, &opts);
         self.add_policies(&entry.info, &mut plan, opts.now, &opts.now_rfc3339, true);
         // A restart is a timestamp, not a hash: the pods start anew with this write anyway, so
@@ -518,7 +533,42 @@ mod tests {
             super::super::Engine::admit(&engine_scoped(), &request("CREATE", &selected, None));
         assert!(scoped.allowed && scoped.patch.is_none());
         // Garbage is an error for the HTTP layer (400), never a denial.
-        assert!(engine.review(b"{}").is_err());
+        assert!(engine.review(b"{}", &[]).is_err());
+    }
+
+    #[tokio::test]
+    async fn answers_name_only_referenced_sources_and_honour_exclusions_in_the_server() {
+        let engine = engine(&[]);
+        // A named pattern over the whole namespace: the unreferenced match is not stamped.
+        let named = deployment(json!({"configmap.reloader.stakater.com/reload": ".*"}), json!([]));
+        let r = engine.admit(&request("CREATE", &named, None));
+        assert!(r.allowed && r.patch.is_none(), "app-config is not referenced: {r:?}");
+
+        let selected =
+            with_env_from(deployment(json!({"reloader.stakater.com/auto": "true"}), json!([])));
+        let review = |namespace: &str, object: &Value| {
+            serde_json::to_vec(&json!({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {
+                    "uid": "u1", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+                    "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+                    "name": "web", "namespace": namespace, "operation": "CREATE",
+                    "userInfo": {"username": "someone"}, "object": object,
+                }
+            }))
+            .unwrap()
+        };
+        let answer = engine.review(&review("shop", &selected), &[]).unwrap();
+        assert!(!answer["response"]["patch"].is_null(), "served: {answer}");
+        // The same request about an excluded namespace gets nothing.
+        let answer = engine.review(&review("shop", &selected), &["shop".into()]).unwrap();
+        assert!(answer["response"]["patch"].is_null(), "{answer}");
+        assert_eq!(answer["response"]["allowed"], json!(true));
+        // An object claiming another namespace than its request gets nothing.
+        let mut elsewhere = selected.clone();
+        elsewhere["metadata"]["namespace"] = json!("kube-system");
+        let answer = engine.review(&review("shop", &elsewhere), &[]).unwrap();
+        assert!(answer["response"]["patch"].is_null(), "{answer}");
     }
 
     fn engine_scoped() -> std::sync::Arc<Engine> {

@@ -343,7 +343,12 @@ impl Engine {
             // A keyed policy without its key is not acted on (its status says why); its
             // record entries stay as they are.
             let Ok(hasher) = self.hash_key.hasher(p.spec.hash_mode.mode()) else { continue };
-            let (resolved, _) = resolve_sources(&p.spec, &ns_sources, &hasher);
+            let (mut resolved, _) = resolve_sources(&p.spec, &ns_sources, &hasher);
+            if stamp {
+                // Admission answers go to whoever can reach the webhook: they name and hash
+                // only sources the object itself references.
+                resolved.retain(|r| info.references.contains_key(&r.source));
+            }
             let pp = plan_policy(
                 info,
                 &p,
