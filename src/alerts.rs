@@ -141,6 +141,11 @@ pub enum AlertConfigError {
     EmptyUrlFile { path: PathBuf },
     #[error("the alert webhook URL is not an http:// or https:// URL")]
     InvalidUrl,
+    #[error(
+        "the alert webhook URL is http://: its token would cross the network in clear; use \
+         https:// or allow it with --allow-plain-http (RELOADER_ALLOW_PLAIN_HTTP)"
+    )]
+    PlainHttp,
     #[error("--alert-webhook-proxy (ALERT_WEBHOOK_PROXY) is not a valid proxy URL")]
     InvalidProxy,
     #[error("cannot build the HTTP client for alerts: {0}")]
@@ -179,6 +184,9 @@ impl AlertConfig {
             .ok()
             .filter(|u| matches!(u.scheme(), "http" | "https") && u.host_str().is_some())
             .ok_or(AlertConfigError::InvalidUrl)?;
+        if url.scheme() == "http" && !args.allow_plain_http {
+            return Err(AlertConfigError::PlainHttp);
+        }
         let proxy = match args.alert_webhook_proxy.as_deref().map(str::trim) {
             Some(p) if !p.is_empty() => {
                 Some(reqwest::Proxy::all(p).map_err(|_| AlertConfigError::InvalidProxy)?)
@@ -283,7 +291,10 @@ pub fn start(
     limits: DeliveryLimits,
     metrics: Arc<Metrics>,
 ) -> Result<(Alerter, AlertDelivery), AlertConfigError> {
-    let mut client = reqwest::Client::builder().timeout(limits.timeout);
+    // No redirects: a receiver must not send the token-bearing request elsewhere.
+    let mut client = reqwest::Client::builder()
+        .timeout(limits.timeout)
+        .redirect(reqwest::redirect::Policy::none());
     if let Some(proxy) = config.proxy.clone() {
         client = client.proxy(proxy);
     }
@@ -511,6 +522,7 @@ mod tests {
             alert_sink: "slack".into(),
             alert_webhook_proxy: None,
             alert_additional_info: None,
+            allow_plain_http: false,
         }
     }
 
@@ -530,9 +542,16 @@ mod tests {
             AlertConfig::from_args(&args(Some("hooks.example/secret-token"))),
             Err(AlertConfigError::InvalidUrl)
         ));
+        assert!(matches!(
+            AlertConfig::from_args(&args(Some("http://hooks.example/secret-token"))),
+            Err(AlertConfigError::PlainHttp)
+        ));
+        let plain_allowed =
+            AlertArgs { allow_plain_http: true, ..args(Some("http://hooks.example/t")) };
+        assert!(AlertConfig::from_args(&plain_allowed).unwrap().is_some());
         let bad_proxy = AlertArgs {
             alert_webhook_proxy: Some("http://[nope".into()),
-            ..args(Some("http://a/"))
+            ..args(Some("https://a/"))
         };
         assert!(matches!(AlertConfig::from_args(&bad_proxy), Err(AlertConfigError::InvalidProxy)));
         let config =
@@ -645,6 +664,7 @@ mod tests {
         let config = AlertConfig::from_args(&AlertArgs {
             alert_sink: sink.into(),
             alert_additional_info: Some("prod".into()),
+            allow_plain_http: true,
             ..args(Some(url))
         })
         .unwrap()
@@ -749,7 +769,8 @@ mod tests {
     async fn attempt_errors_say_why_without_the_url() {
         let (url, _accepted) = hanging_server().await;
         let url = format!("{url}/secret-token");
-        let config = AlertConfig::from_args(&args(Some(&url))).unwrap().unwrap();
+        let plain = AlertArgs { allow_plain_http: true, ..args(Some(&url)) };
+        let config = AlertConfig::from_args(&plain).unwrap().unwrap();
         let limits = DeliveryLimits { timeout: Duration::from_millis(100), ..quick() };
         let client = reqwest::Client::builder().timeout(limits.timeout).build().unwrap();
         let metrics = Arc::new(Metrics::new(false));
@@ -759,6 +780,42 @@ mod tests {
         assert!(error.worth_retrying(), "{text}");
         assert!(text.contains("timed out"), "{text}");
         assert!(!text.contains("secret-token") && !text.contains("127.0.0.1"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_redirect_is_not_followed() {
+        let elsewhere = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = format!("http://{}/stolen", elsewhere.local_addr().unwrap());
+        let followed = Arc::new(AtomicUsize::new(0));
+        let count = followed.clone();
+        tokio::spawn(async move {
+            while elsewhere.accept().await.is_ok() {
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let redirector = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", redirector.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = redirector.accept().await {
+                let reply = format!(
+                    "HTTP/1.1 307 Temporary Redirect\r\nLocation: {target}\r\n\
+                     Content-Length: 0\r\nConnection: close\r\n\r\n"
+                );
+                let mut buf = [0u8; 4096];
+                let _ = tokio::io::AsyncReadExt::read(&mut socket, &mut buf).await;
+                let _ = tokio::io::AsyncWriteExt::write_all(&mut socket, reply.as_bytes()).await;
+            }
+        });
+        let (alerter, _delivery, metrics) = started(&url, "raw", quick());
+        let source = SourceRef::new(SourceKind::ConfigMap, "c");
+        let workload = WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: "ns".into(),
+            name: "w".into(),
+        };
+        alerter.reloaded(&source, &workload);
+        wait_for_count(&metrics, "raw", "failed", 1).await;
+        assert_eq!(followed.load(Ordering::SeqCst), 0, "the redirect target was contacted");
     }
 
     #[tokio::test]

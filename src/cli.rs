@@ -372,6 +372,13 @@ pub struct AlertArgs {
     #[arg(long, env = "ALERT_WEBHOOK_URL", conflicts_with = "alert_webhook_url_file")]
     pub alert_webhook_url: Option<String>,
 
+    /// Allow `http://` for `--alert-webhook-url` and `--webhook-url`. Refused by default: alert
+    /// URLs carry tokens and `--webhook-url` payloads carry hashes, neither meant for the wire
+    /// in clear. Redirects are never followed either way.
+    #[arg(long, env = "RELOADER_ALLOW_PLAIN_HTTP", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
+    pub allow_plain_http: bool,
+
     /// Read the alert webhook URL from this file (a mounted Secret key), trimmed.
     #[arg(long, env = "ALERT_WEBHOOK_URL_FILE", value_name = "PATH")]
     pub alert_webhook_url_file: Option<std::path::PathBuf>,

@@ -211,6 +211,8 @@ pub struct Engine {
     /// Source limit reports waiting for their Event (see `publish_source_reports`).
     source_reports: tokio::sync::mpsc::Sender<SourceLimitReport>,
     source_reports_rx: Mutex<Option<tokio::sync::mpsc::Receiver<SourceLimitReport>>>,
+    /// Jobs deleted for a reload and not yet created again (see `create_pending_job`).
+    pending_jobs: Mutex<std::collections::HashMap<WorkloadKey, PendingJob>>,
     /// Per workload, the input-limit violations last reported (one report per change).
     reported_limits: Mutex<std::collections::HashMap<WorkloadKey, Vec<LimitViolation>>>,
 }
@@ -242,6 +244,7 @@ impl Engine {
             recorder,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
+                .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .expect("an HTTP client with a timeout"),
             synced: AtomicBool::new(false),
@@ -266,6 +269,7 @@ impl Engine {
             )),
             workers: crate::containment::Workers::default(),
             reported_limits: Mutex::new(std::collections::HashMap::new()),
+            pending_jobs: Mutex::new(std::collections::HashMap::new()),
             source_reports,
             source_reports_rx: Mutex::new(Some(source_reports_rx)),
             config,
@@ -1121,6 +1125,13 @@ impl Engine {
         if !self.namespace_selected(&key.namespace) {
             return None;
         }
+        if self.pending_jobs.lock().contains_key(key) {
+            // A Job deleted for a reload and not yet created again comes first.
+            return match self.create_pending_job(key, None).await {
+                Ok(()) => None,
+                Err(_) => Some(self.next_retry(key)),
+            };
+        }
         let opts = self.plan_options(key)?;
         let mut entry = self.store.read().workload(key)?;
         for attempt in 0..5 {
@@ -1599,11 +1610,31 @@ impl Engine {
             ..Default::default()
         };
         api.delete(&key.name, &params).await?;
+        // From here the Job exists only in memory until it is created again: kept apart from
+        // the store (the watch's delete event forgets the workload, not this), and retried
+        // until the API server takes it.
+        self.pending_jobs.lock().insert(key.clone(), PendingJob { job: new, failures: 0 });
+        self.create_pending_job(key, info.uid.clone()).await
+    }
+
+    /// Creates a Job whose old self was deleted for a reload. On an error other than the old
+    /// Job still going away, the Job stays pending (retried with backoff by `reconcile`); the
+    /// first failure of an episode is a Warning Event.
+    async fn create_pending_job(
+        &self,
+        key: &WorkloadKey,
+        uid: Option<String>,
+    ) -> Result<(), ExecError> {
+        let Some(job) = self.pending_jobs.lock().get(key).map(|p| p.job.clone()) else {
+            return Ok(());
+        };
+        let api: Api<Job> = Api::namespaced(self.client.clone(), &key.namespace);
         // The name is free once the old object is gone; that takes a moment.
         let mut attempts = 0;
         loop {
-            match api.create(&self.post_params(), &new).await {
+            match api.create(&self.post_params(), &job).await {
                 Ok(created) => {
+                    self.pending_jobs.lock().remove(key);
                     if let Some(info) = created.info(key.kind, &self.config.keys) {
                         self.store_workload(info);
                     }
@@ -1613,8 +1644,42 @@ impl Engine {
                     attempts += 1;
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    // The namespace is gone: there is nothing to create the Job in.
+                    self.pending_jobs.lock().remove(key);
+                    warn!(workload = %key, "the Job's namespace is gone; not creating it again");
+                    return Ok(());
+                }
                 Err(e) => {
-                    warn!(workload = %key, error = %e, "deleted the Job but could not create it again");
+                    let first = {
+                        let mut pending = self.pending_jobs.lock();
+                        let p = pending.get_mut(key);
+                        p.map(|p| {
+                            p.failures = p.failures.saturating_add(1);
+                            p.failures == 1
+                        })
+                    };
+                    self.metrics.errors_total.with_label_values(&["job_recreate"]).inc();
+                    warn!(workload = %key, error = %e, "deleted the Job for a reload but cannot create it again yet; retrying with backoff");
+                    if first == Some(true) {
+                        let note = format!(
+                            "Job {} was deleted to be re-created for a reload, and creating it \
+                             again failed: {e}. The operator keeps retrying.",
+                            key.name
+                        );
+                        let (ns, name) = (&key.namespace, &key.name);
+                        self.publish(
+                            "batch/v1",
+                            "Job",
+                            ns,
+                            name,
+                            uid,
+                            EventType::Warning,
+                            "ReloadFail",
+                            note,
+                        )
+                        .await;
+                    }
                     return Err(e.into());
                 }
             }
@@ -1816,6 +1881,12 @@ const NOTE_LIST_BYTES: usize = 600;
 
 /// LIST page size of the Secret and ConfigMap watchers (kube's default is 500).
 const SOURCE_PAGE_SIZE: u32 = 100;
+
+/// A Job to create again, and how often that failed.
+struct PendingJob {
+    job: Job,
+    failures: u32,
+}
 
 /// A source's input-limit violations, on their way to a Warning Event.
 struct SourceLimitReport {

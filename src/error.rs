@@ -35,6 +35,10 @@ pub enum Error {
         source: std::io::Error,
     },
 
+    /// A setting that cannot be honoured safely (named in the message).
+    #[error("{0}")]
+    Settings(String),
+
     /// Leader election is misconfigured or its Lease cannot be set up.
     #[error("leader election: {0}")]
     Leader(String),

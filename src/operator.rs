@@ -15,6 +15,14 @@ use tracing::info;
 pub async fn run(cli: Cli) -> Result<()> {
     // Handlers first: a signal that arrives while connecting must stop us cleanly, not kill us.
     let shutdown = shutdown_signal()?;
+    let plain_http = cli.reload.webhook_url.as_deref().is_some_and(|u| u.starts_with("http://"));
+    if plain_http && !cli.alerts.allow_plain_http {
+        return Err(Error::Settings(
+            "--webhook-url is http://: reload payloads would cross the network in clear; use \
+             https:// or allow it with --allow-plain-http (RELOADER_ALLOW_PLAIN_HTTP)"
+                .into(),
+        ));
+    }
     let config = kube::Config::infer().await.map_err(|e| Error::Config(Box::new(e)))?;
     let cluster_url = config.cluster_url.to_string();
     let election = match cli.ha.leader_config()? {

@@ -44,7 +44,15 @@ async fn alerts_about_web(f: &Fixture, hook: &Receiver) -> Vec<Request> {
 }
 
 fn alert_flags<'a>(sink: &'a str, hook: &'a Receiver) -> Vec<&'a str> {
-    vec!["--alert-on-reload", "--alert-sink", sink, "--alert-webhook-url", &hook.url]
+    // The receivers here are plain HTTP on loopback.
+    vec![
+        "--allow-plain-http",
+        "--alert-on-reload",
+        "--alert-sink",
+        sink,
+        "--alert-webhook-url",
+        &hook.url,
+    ]
 }
 
 #[tokio::test]
@@ -139,6 +147,7 @@ async fn alerts_stay_off_without_a_url_and_in_webhook_mode() {
     let webhook = Receiver::answering("200 OK").await;
     let alerts = Receiver::answering("200 OK").await;
     let op = f.operator(&[
+        "--allow-plain-http",
         "--webhook-url",
         &webhook.url,
         "--alert-on-reload",

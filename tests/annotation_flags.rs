@@ -211,7 +211,7 @@ async fn sync_after_restart_rolls_never_reloaded_workloads_but_not_current_ones(
 async fn webhook_url_posts_instead_of_reloading() {
     let f = Fixture::new("af-webhook").await;
     let hook = Receiver::answering("200 OK").await;
-    let _op = f.operator(&["--webhook-url", &hook.url]);
+    let _op = f.operator(&["--allow-plain-http", "--webhook-url", &hook.url]);
     f.configmap("app-config", json!({"a": "1"})).await;
     f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
         .await;
@@ -250,7 +250,7 @@ async fn webhook_url_posts_instead_of_reloading() {
 async fn a_failing_reload_is_a_reload_fail_event_and_is_retried() {
     let f = Fixture::new("af-fail").await;
     let hook = Receiver::answering("500 Internal Server Error").await;
-    let _op = f.operator(&["--webhook-url", &hook.url]);
+    let _op = f.operator(&["--allow-plain-http", "--webhook-url", &hook.url]);
     f.configmap("app-config", json!({"a": "1"})).await;
     f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
         .await;

@@ -216,7 +216,13 @@ fn hex(bytes: &[u8]) -> String {
 async fn the_reload_webhook_carries_the_keyed_hash() {
     let f = Fixture::new("keyed-webhook").await;
     let hook = support::receiver::Receiver::answering("200 OK").await;
-    let _op = f.operator(&["--hash-mode", "hmac-sha256", "--webhook-url", &hook.url]);
+    let _op = f.operator(&[
+        "--hash-mode",
+        "hmac-sha256",
+        "--allow-plain-http",
+        "--webhook-url",
+        &hook.url,
+    ]);
     f.secret("db", json!({"password": "s3cr3t"})).await;
     f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_secret("db")).await;
     f.wait_baseline("web").await;

@@ -55,6 +55,7 @@ async fn no_secret_value_reaches_logs_events_status_metrics_or_requests() {
         "--log-level",
         "trace",
         "--reload-on-delete",
+        "--allow-plain-http",
         "--alert-on-reload",
         "--alert-sink",
         "slack",
@@ -135,7 +136,8 @@ async fn no_secret_value_reaches_logs_events_status_metrics_or_requests() {
     // Events and retries.
     let g = Fixture::new("hygiene-hook").await;
     let hook = Receiver::answering("500 Internal Server Error").await;
-    let webhook_op = g.operator(&["--webhook-url", &hook.url, "--log-level", "trace"]);
+    let webhook_op =
+        g.operator(&["--allow-plain-http", "--webhook-url", &hook.url, "--log-level", "trace"]);
     let j = next();
     markers.push(j.clone());
     g.secret("hooked", json!({"key": j})).await;

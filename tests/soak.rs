@@ -1383,6 +1383,7 @@ async fn soak_under_faults_keeps_every_invariant() {
         "4s",
         "--ha-renew-deadline",
         "2s",
+        "--allow-plain-http",
         "--alert-on-reload",
         "--alert-webhook-url",
         &receiver.url,
