@@ -26,7 +26,7 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION
 	-X helm.sh/helm/v3/pkg/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))
 
 .PHONY: help build release test lint fmt-check clippy unit integration testenv cluster-up \
-	cluster-down cluster-status demo bench crd clean kubectl helm chart-lint
+	cluster-down cluster-status demo bench crd clean kubectl helm chart-lint deny
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -39,7 +39,7 @@ build: ## debug build of the operator
 release: ## release build of the operator (the binary the Dockerfile ships); TARGET=triple to cross-build
 	$(CARGO) build --locked --release --bin reloader $(if $(TARGET),--target $(TARGET))
 
-test: lint chart-lint unit integration ## every test: fmt, clippy, unit tests, integration tests on a real control plane
+test: lint deny chart-lint unit integration ## every test: fmt, clippy, cargo deny, unit tests, integration tests on a real control plane
 	@echo "make test: all checks passed"
 
 lint: fmt-check clippy
@@ -59,6 +59,22 @@ unit: ## fast tests of pure logic, no cluster
 integration: testenv $(HELM) ## integration tests against a real kube-apiserver, etcd and kube-controller-manager
 	@echo "integration tests: Kubernetes $(K8S_VERSION) control plane ($$($(TESTENV) version)) unless RELOADER_TEST_KUBECONFIG is set"
 	$(CARGO) test --locked --test '*'
+
+# cargo-deny, built from crates.io at a pinned version into target/tools (like helm).
+CARGO_DENY         := $(CURDIR)/target/tools/bin/cargo-deny
+CARGO_DENY_VERSION := 0.20.2
+
+$(CARGO_DENY):
+	$(CARGO) install --locked --quiet --root $(CURDIR)/target/tools cargo-deny --version $(CARGO_DENY_VERSION)
+
+# Advisories need RustSec's database from GitHub; where that cannot be fetched (this project's
+# build machines reach only package registries) the run says so loudly and checks the rest.
+deny: $(CARGO_DENY) ## supply chain (deny.toml): licences, bans, sources, and advisories when the RustSec database can be fetched
+	$(CARGO_DENY) --log-level error check --hide-inclusion-graph bans licenses sources
+	@if out=$$($(CARGO_DENY) check --hide-inclusion-graph advisories 2>&1); then echo "cargo deny: advisories ok"; \
+	elif echo "$$out" | grep -q "failed to fetch advisory database"; then \
+		echo "cargo deny: ADVISORIES NOT CHECKED: the RustSec database (github.com/rustsec/advisory-db) cannot be fetched from this machine"; \
+	else echo "$$out"; exit 1; fi
 
 crd: ## regenerate crd/reloadpolicy.yaml from the Rust types
 	$(CARGO) run --locked --quiet -- crd > crd/reloadpolicy.yaml

@@ -1137,16 +1137,19 @@ impl Engine {
         for attempt in 0..5 {
             let Candidates { sources: candidates, named_left_out } =
                 self.store.read().candidates(&entry);
-            self.report_limits(&entry, named_left_out).await;
             let mut plan = plan(&entry.info, &entry.selection, &candidates, &opts);
             // A pause window that ends later needs this workload looked at again then.
-            let revisit = match pause::apply(&mut plan, &entry.info, &self.config.keys, opts.now) {
-                Ok(at) => at.map(|at| Duration::from_secs((at - opts.now).max(0) as u64 + 1)),
-                Err(e) => {
-                    warn!(workload = %key, error = %e, "ignoring an invalid pause period");
-                    None
-                }
-            };
+            let (revisit, pause_problem) =
+                match pause::apply(&mut plan, &entry.info, &self.config.keys, opts.now) {
+                    Ok(at) => {
+                        (at.map(|at| Duration::from_secs((at - opts.now).max(0) as u64 + 1)), None)
+                    }
+                    Err(e) => (
+                        None,
+                        Some(LimitViolation::new("duration", format!("invalid pause period: {e}"))),
+                    ),
+                };
+            self.report_limits(&entry, named_left_out, pause_problem).await;
             let parts =
                 self.add_policies(&entry.info, &mut plan, opts.now, &opts.now_rfc3339, false);
             if !plan.unwritable.is_empty() {
@@ -1237,8 +1240,14 @@ impl Engine {
 
     /// Reports the input limits `entry` breaks, once per change of what it breaks: a log line
     /// and a Warning Event naming the workload and each limit, and the metric.
-    async fn report_limits(&self, entry: &WorkloadEntry, named_left_out: usize) {
+    async fn report_limits(
+        &self,
+        entry: &WorkloadEntry,
+        named_left_out: usize,
+        pause_problem: Option<LimitViolation>,
+    ) {
         let mut violations = entry.selection.violations.clone();
+        violations.extend(pause_problem);
         let info = &entry.info;
         if info.references_left_out > 0 {
             violations.push(LimitViolation::new(

@@ -113,8 +113,15 @@ pub async fn run(cli: Cli) -> Result<()> {
         Some((source, scope)) => {
             let slot = Arc::new(crate::webhook::CertSlot::default());
             let stop = stop_webhook.clone();
+            // The configuration's own rule: exclusions apply when no namespaces are listed
+            // (listed ones are checked by the engine either way).
+            let excluded = if scope.namespaces.is_empty() {
+                scope.excluded_namespaces.clone()
+            } else {
+                Vec::new()
+            };
             let guard = crate::webhook::Guard {
-                excluded_namespaces: scope.excluded_namespaces.clone(),
+                excluded_namespaces: excluded,
                 client_ca: cli.webhook.webhook_client_ca.clone(),
             };
             let (bound, server) = crate::webhook::serve(

@@ -624,11 +624,13 @@ async fn write_secret(
     let mut secret = stored.unwrap_or_default();
     secret.metadata.name = Some(name.to_string());
     secret.metadata.annotations.get_or_insert_with(BTreeMap::new).extend(annotations);
+    // The chart's placeholder keeps Helm as its manager; a Secret of our own says so.
     secret
         .metadata
         .labels
         .get_or_insert_with(BTreeMap::new)
-        .insert("app.kubernetes.io/managed-by".into(), "reloader".into());
+        .entry("app.kubernetes.io/managed-by".into())
+        .or_insert_with(|| "reloader".into());
     secret.type_ = Some("Opaque".into());
     secret.data = Some(data);
     let params = PostParams {

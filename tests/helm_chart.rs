@@ -509,11 +509,12 @@ async fn cluster_scope_chart_is_accepted_and_its_rbac_runs_the_operator() {
     ] {
         assert_denied(&client, &user, verb, resource, Some(&ns.name)).await;
     }
-    // Secrets are created only in the release namespace (the hash key), and only that one
-    // is read by name.
+    // No Secret is created by the operator: the chart creates the hash key's, and the
+    // operator reads and fills in that one by name.
     let key = format!("{release}-hash-key");
     wait_allowed(&client, &user, "get", "secrets", Some(&ns.name), Some(&key)).await;
-    assert!(can(&client, &user, "create", "secrets", Some(&ns.name), None).await);
+    assert!(can(&client, &user, "update", "secrets", Some(&ns.name), Some(&key)).await);
+    assert!(!can(&client, &user, "create", "secrets", Some(&ns.name), None).await);
     assert_denied(&client, &user, "create", "secrets", Some("default")).await;
 
     run_operator_as_chart(&client, &objects, &ns.name, &user, &release).await;
@@ -599,17 +600,17 @@ async fn namespace_scope_chart_is_accepted_and_needs_no_cluster_wide_access() {
         "the Lease rule is limited to the chart's Lease"
     );
 
-    // The key Secret: created, then only read, by name.
+    // The key Secret: created empty by the chart, read and filled in by name; no `create`.
     let key = format!("{release}-hash-key");
-    wait_allowed(&client, &user, "create", "secrets", Some(&ns.name), None).await;
-    assert!(can(&client, &user, "get", "secrets", Some(&ns.name), Some(&key)).await);
-    assert!(!can(&client, &user, "update", "secrets", Some(&ns.name), Some(&key)).await);
+    wait_allowed(&client, &user, "get", "secrets", Some(&ns.name), Some(&key)).await;
+    assert!(can(&client, &user, "update", "secrets", Some(&ns.name), Some(&key)).await);
+    assert!(!can(&client, &user, "create", "secrets", Some(&ns.name), None).await);
     assert!(!can(&client, &user, "get", "secrets", Some(&ns.name), Some("other")).await);
     assert_denied(&client, &user, "create", "secrets", Some("default")).await;
 
     run_operator_as_chart(&client, &objects, &ns.name, &user, &release).await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns.name);
-    let stored = secrets.get(&key).await.expect("the operator created its hash key Secret");
+    let stored = secrets.get(&key).await.expect("the chart created the hash key Secret");
     assert_eq!(stored.data.unwrap()["key"].0.len(), 32);
 }
 
@@ -646,9 +647,9 @@ async fn webhook_chart_objects_are_accepted_and_the_operator_registers_itself() 
     let user = format!("system:serviceaccount:{}:{release}", ns.name);
     let mwc = "mutatingwebhookconfigurations.admissionregistration.k8s.io";
     wait_allowed(&client, &user, "patch", mwc, None, Some(&release)).await;
-    wait_allowed(&client, &user, "create", "secrets", Some(&ns.name), None).await;
     let tls = format!("{release}-webhook-tls");
-    assert!(can(&client, &user, "update", "secrets", Some(&ns.name), Some(&tls)).await);
+    wait_allowed(&client, &user, "update", "secrets", Some(&ns.name), Some(&tls)).await;
+    assert!(!can(&client, &user, "create", "secrets", Some(&ns.name), None).await);
     assert!(!can(&client, &user, "patch", mwc, None, Some("another")).await);
     assert!(!can(&client, &user, "get", "secrets", Some(&ns.name), Some("other")).await);
     assert_denied(&client, &user, "create", "secrets", Some("default")).await;

@@ -44,7 +44,7 @@ pub fn repo_root() -> PathBuf {
 
 /// Writes straight to stderr, bypassing libtest's output capture, so the log of `make test`
 /// shows which cluster was used.
-fn announce(msg: &str) {
+pub fn announce(msg: &str) {
     let _ = writeln!(std::io::stderr(), "{msg}");
 }
 
@@ -339,6 +339,22 @@ impl Operator {
     pub fn http_addr(&self) -> String {
         let line = self.lines_with("serving /metrics, /live and /readyz");
         line.first().and_then(|l| l["address"].as_str()).expect("the serving line").to_string()
+    }
+
+    /// The process id (for reading its memory from /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Resident memory now, in KiB (Linux).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("read /proc/<pid>/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/<pid>/status")
     }
 
     /// True while the process has not exited.

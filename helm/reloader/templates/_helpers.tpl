@@ -118,9 +118,10 @@ by creating a Job and Jobs by deleting and creating them again.
   resources: [jobs]
   verbs: [get, list, watch, patch, create, delete]
 {{- else if not (has "cronjobs" $ignored) }}
+{{- /* CronJob reloads create a Job, and read it back when a retry finds it already there. */}}
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [create]
+  verbs: [get, create]
 {{- end }}
 {{- if and $r.argoRollouts (not (has "rollouts" $ignored)) }}
 - apiGroups: [argoproj.io]
