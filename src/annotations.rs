@@ -148,4 +148,12 @@ mod tests {
             "secretproviderclasses.exclude.reloader.stakater.com/reload"
         );
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_boolean_or_list_text_parses(text in ".{0,100}") {
+            let _ = parse_bool(&text);
+            proptest::prop_assert!(comma_list(&text).all(|i| !i.is_empty() && !i.contains(',')));
+        }
+    }
 }

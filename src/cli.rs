@@ -716,4 +716,17 @@ mod tests {
         let err = Cli::try_parse_from(["reloader", "--log-format", "xml"]).unwrap_err();
         assert!(err.to_string().contains("xml"), "{err}");
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_flag_text_parses_or_is_refused(text in ".{0,40}") {
+            let _ = parse_duration(&text);
+            let _ = parse_period(&text);
+            if let Ok(rate) = parse_rate(&text) {
+                proptest::prop_assert!(rate == 0.0 || (rate.is_finite() && rate >= MIN_RATE));
+            }
+            let _ = namespace_label_selector(&text);
+            let _ = parse_listen_addr(&text);
+        }
+    }
 }

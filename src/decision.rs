@@ -747,4 +747,29 @@ mod tests {
             Err(NotSelected::NotAnnotated)
         );
     }
+
+    proptest::proptest! {
+        /// Any annotation values parse, within the limits: kept items never exceed the item
+        /// limit, and a name matches or not without a panic.
+        #[test]
+        fn any_selection_annotations_parse_within_limits(
+            reload in ".{0,300}",
+            exclude in "[a-z,.*|()\\[\\]-]{0,300}",
+            auto in ".{0,10}",
+            name in "[a-z0-9.-]{1,30}",
+        ) {
+            let keys = AnnotationKeys::default();
+            let meta = map(&[
+                ("configmap.reloader.stakater.com/reload", &reload),
+                ("configmaps.exclude.reloader.stakater.com/reload", &exclude),
+                ("reloader.stakater.com/auto", &auto),
+            ]);
+            let sel = Selection::parse(&keys, &meta, &BTreeMap::new());
+            let _ = sel.named_matches(CM, &name);
+            let _ = sel.selects(CM, &name, &src(false, false), true, false);
+            for v in &sel.violations {
+                proptest::prop_assert!(!v.detail.is_empty());
+            }
+        }
+    }
 }

@@ -221,4 +221,33 @@ mod tests {
         let err = parse_at_most("8761h", MAX_ANNOTATION_DURATION).unwrap_err();
         assert_eq!(err.to_string(), "duration \"8761h\" is longer than the limit of 8760h");
     }
+
+    proptest::proptest! {
+        /// Any text parses or is refused: never a panic, never more than Go's range.
+        #[test]
+        fn any_text_parses_or_is_refused(text in ".{0,40}") {
+            if let Ok(d) = parse(&text) {
+                proptest::prop_assert!(d.as_nanos() <= i64::MAX as u128);
+            }
+        }
+
+        /// Digits and units in any mix, huge numbers included.
+        #[test]
+        fn number_and_unit_soup_never_panics(
+            parts in proptest::collection::vec(("[0-9]{1,25}(\\.[0-9]{0,25})?", "ns|us|µs|ms|s|m|h|d"), 1..6)
+        ) {
+            let text: String = parts.iter().map(|(n, u)| format!("{n}{u}")).collect();
+            let _ = parse(&text);
+            if let Ok(d) = parse_at_most(&text, MAX_ANNOTATION_DURATION) {
+                proptest::prop_assert!(d <= MAX_ANNOTATION_DURATION);
+            }
+        }
+
+        /// Whole seconds, minutes and hours add up exactly.
+        #[test]
+        fn whole_units_add_up(h in 0u64..1000, m in 0u64..1000, s in 0u64..100_000) {
+            let text = format!("{h}h{m}m{s}s");
+            proptest::prop_assert_eq!(parse(&text), Ok(Duration::from_secs(h * 3600 + m * 60 + s)));
+        }
+    }
 }

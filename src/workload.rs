@@ -644,4 +644,13 @@ mod tests {
         assert_eq!(WorkloadKind::from_plural("deployment"), Some(WorkloadKind::Deployment));
         assert_eq!(WorkloadKind::from_plural("pods"), None);
     }
+
+    proptest::proptest! {
+        /// The record annotation is written by anyone who can edit a workload: any text parses
+        /// to some record, never a panic.
+        #[test]
+        fn any_record_text_parses(text in ".{0,200}") {
+            let _ = parse_record(&text);
+        }
+    }
 }
