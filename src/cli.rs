@@ -27,7 +27,18 @@ pub struct Cli {
     #[arg(long, env = "RELOADER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
     pub log_format: LogFormat,
 
+    /// Accepted for compatibility with the other program and ignored: profiling is never
+    /// served (a warning says so at start).
+    #[arg(long, env = "RELOADER_ENABLE_PPROF", num_args = 0..=1, value_parser = parse_go_bool,
+          default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
+    pub enable_pprof: bool,
+
+    /// Accepted for compatibility with the other program and ignored (see `--enable-pprof`).
+    #[arg(long, env = "RELOADER_PPROF_ADDR")]
+    pub pprof_addr: Option<String>,
+
     /// Log level or `tracing` filter directive (e.g. `info`, `debug`, `reloader=debug,kube=info`).
+    /// The other program's level names work too (`warning`, `fatal`, `panic`).
     #[arg(long, env = "RELOADER_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
 
@@ -73,7 +84,7 @@ pub enum Command {
 pub struct ReloadArgs {
     /// Reload every workload that references a changed ConfigMap/Secret, annotated or not
     /// (`reloader.stakater.com/auto: "false"` still opts out).
-    #[arg(long, env = "RELOADER_AUTO_RELOAD_ALL", num_args = 0..=1, require_equals = true,
+    #[arg(long, env = "RELOADER_AUTO_RELOAD_ALL", num_args = 0..=1, value_parser = parse_go_bool,
           default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
     pub auto_reload_all: bool,
 
@@ -83,30 +94,30 @@ pub struct ReloadArgs {
     pub reload_strategy: Strategy,
 
     /// Also reload when a referenced ConfigMap/Secret is created.
-    #[arg(long, env = "RELOADER_RELOAD_ON_CREATE", num_args = 0..=1, require_equals = true,
+    #[arg(long, env = "RELOADER_RELOAD_ON_CREATE", num_args = 0..=1, value_parser = parse_go_bool,
           default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
     pub reload_on_create: bool,
 
     /// Also reload when a referenced ConfigMap/Secret is deleted.
-    #[arg(long, env = "RELOADER_RELOAD_ON_DELETE", num_args = 0..=1, require_equals = true,
+    #[arg(long, env = "RELOADER_RELOAD_ON_DELETE", num_args = 0..=1, value_parser = parse_go_bool,
           default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
     pub reload_on_delete: bool,
 
     /// With `--reload-on-create`: at start, treat existing sources as created, so workloads
     /// with no stored hash for them are reloaded (workloads already current never are).
-    #[arg(long, env = "RELOADER_SYNC_AFTER_RESTART", num_args = 0..=1, require_equals = true,
+    #[arg(long, env = "RELOADER_SYNC_AFTER_RESTART", num_args = 0..=1, value_parser = parse_go_bool,
           default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
     pub sync_after_restart: bool,
 
     /// Also reload Argo Rollouts (`argoproj.io/v1alpha1`); their API is looked up at start and
     /// then every `--api-discovery-interval` until it exists.
-    #[arg(long = "is-Argo-Rollouts", env = "RELOADER_IS_ARGO_ROLLOUTS", num_args = 0..=1, require_equals = true,
+    #[arg(long = "is-Argo-Rollouts", env = "RELOADER_IS_ARGO_ROLLOUTS", num_args = 0..=1, value_parser = parse_go_bool,
           default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
     pub is_argo_rollouts: bool,
 
     /// Also reload on SecretProviderClass rotations reported by the Secrets Store CSI driver
     /// (`secrets-store.csi.x-k8s.io/v1` SecretProviderClassPodStatuses; looked up like Rollouts).
-    #[arg(long, env = "RELOADER_ENABLE_CSI_INTEGRATION", num_args = 0..=1, require_equals = true,
+    #[arg(long, env = "RELOADER_ENABLE_CSI_INTEGRATION", num_args = 0..=1, value_parser = parse_go_bool,
           default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
     pub enable_csi_integration: bool,
 
@@ -136,9 +147,11 @@ pub struct ReloadArgs {
     pub namespaces_to_ignore: Vec<String>,
 
     /// Only namespaces whose labels match are served: a label selector (comma = AND), where the
-    /// legacy forms `key:value` and `key:*` (key exists) are accepted too.
-    #[arg(long, env = "RELOADER_NAMESPACE_SELECTOR")]
-    pub namespace_selector: Option<String>,
+    /// legacy forms `key:value` and `key:*` (key exists) are accepted too. Repeatable, and
+    /// quotes around terms are dropped, as the other program reads it (a CSV string list). An
+    /// invalid selector stops the operator at start.
+    #[arg(long, env = "RELOADER_NAMESPACE_SELECTOR", action = ArgAction::Append)]
+    pub namespace_selector: Vec<String>,
 
     /// Only ConfigMaps/Secrets matching this label selector are watched (server-side).
     #[arg(long, env = "RELOADER_RESOURCE_LABEL_SELECTOR")]
@@ -188,7 +201,7 @@ pub struct ReloadArgs {
     /// (`valueFrom.configMapKeyRef`/`secretKeyRef`, volume or projected `items`) and never the
     /// whole object, changes to its other keys roll nothing. Off by default: the variable then
     /// holds the full hash, exactly as stakater/Reloader writes it.
-    #[arg(long, env = "RELOADER_KEY_PRECISE_REFERENCES", num_args = 0..=1, require_equals = true,
+    #[arg(long, env = "RELOADER_KEY_PRECISE_REFERENCES", num_args = 0..=1, value_parser = parse_go_bool,
           default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
     pub key_precise_references: bool,
 
@@ -249,7 +262,7 @@ pub struct HaArgs {
     /// Run as one of several replicas: only the holder of the Lease changes anything; the
     /// others keep their caches warm and take over when it goes. Needs `POD_NAME` and
     /// `POD_NAMESPACE`.
-    #[arg(long, env = "RELOADER_ENABLE_HA", num_args = 0..=1, require_equals = true,
+    #[arg(long, env = "RELOADER_ENABLE_HA", num_args = 0..=1, value_parser = parse_go_bool,
           default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
     pub enable_ha: bool,
 
@@ -307,7 +320,7 @@ impl HaArgs {
 pub struct WebhookArgs {
     /// Serve the admission webhook: Deployments, StatefulSets, DaemonSets (and Rollouts) are
     /// created and updated with the current hashes of their sources, so nothing rolls after.
-    #[arg(long, env = "RELOADER_ENABLE_WEBHOOK", num_args = 0..=1, require_equals = true,
+    #[arg(long, env = "RELOADER_ENABLE_WEBHOOK", num_args = 0..=1, value_parser = parse_go_bool,
           default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
     pub enable_webhook: bool,
 
@@ -363,7 +376,7 @@ pub struct WebhookArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct AlertArgs {
     /// Send an alert to `--alert-webhook-url` for every reload.
-    #[arg(long, env = "ALERT_ON_RELOAD", num_args = 0..=1, require_equals = true,
+    #[arg(long, env = "ALERT_ON_RELOAD", num_args = 0..=1, value_parser = parse_go_bool,
           default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
     pub alert_on_reload: bool,
 
@@ -375,7 +388,7 @@ pub struct AlertArgs {
     /// Allow `http://` for `--alert-webhook-url` and `--webhook-url`. Refused by default: alert
     /// URLs carry tokens and `--webhook-url` payloads carry hashes, neither meant for the wire
     /// in clear. Redirects are never followed either way.
-    #[arg(long, env = "RELOADER_ALLOW_PLAIN_HTTP", num_args = 0..=1, require_equals = true,
+    #[arg(long, env = "RELOADER_ALLOW_PLAIN_HTTP", num_args = 0..=1, value_parser = parse_go_bool,
           default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
     pub allow_plain_http: bool,
 
@@ -415,6 +428,25 @@ impl ReloadArgs {
     }
 }
 
+/// A boolean as Go's `strconv.ParseBool` reads it (`1`, `t`, `T`, `TRUE`, `true`, `True`, and
+/// the same for false), since the other program's flags and env vars take those.
+pub fn parse_go_bool(text: &str) -> Result<bool, String> {
+    crate::annotations::parse_bool(text.trim())
+        .ok_or_else(|| format!("expected a boolean (true, false, 1, 0, t, f, ...), got {text:?}"))
+}
+
+/// The namespace selector from every `--namespace-selector` given: quotes around terms dropped,
+/// terms joined with commas (AND), legacy forms translated; `None` when empty.
+pub fn namespace_selector(values: &[String]) -> Option<String> {
+    let joined = values
+        .iter()
+        .map(|v| namespace_label_selector(v))
+        .filter(|v| !v.is_empty())
+        .collect::<Vec<_>>()
+        .join(",");
+    (!joined.is_empty()).then_some(joined)
+}
+
 /// `enabled`/`true` or `disabled`/`false` (the other program's `METRICS_COUNT_BY_NAMESPACE`).
 pub fn parse_enabled(text: &str) -> Result<bool, String> {
     match text.trim() {
@@ -444,7 +476,7 @@ pub fn namespace_label_selector(text: &str) -> String {
     terms.push(&text[start..]);
     terms
         .into_iter()
-        .map(str::trim)
+        .map(|t| t.trim().trim_matches(['"', '\'']).trim())
         .filter(|t| !t.is_empty())
         .map(|t| match t.split_once(':') {
             Some((k, "*")) => k.trim().to_string(),
@@ -606,6 +638,43 @@ mod tests {
         assert_eq!(namespace_label_selector("env=prod, team:*,tier!=db"), "env=prod,team,tier!=db");
         assert_eq!(namespace_label_selector("env in (a,b),x:y"), "env in (a,b),x=y");
         assert_eq!(namespace_label_selector(""), "");
+        // The other program's chart renders `--namespace-selector="env=test"`.
+        assert_eq!(namespace_label_selector("\"env=test\""), "env=test");
+        assert_eq!(namespace_label_selector("\"env=test\",'team:*'"), "env=test,team");
+    }
+
+    #[test]
+    fn namespace_selectors_repeat_and_join() {
+        let cli = Cli::try_parse_from([
+            "reloader",
+            "--namespace-selector=\"env=test\"",
+            "--namespace-selector",
+            "team:a",
+        ])
+        .unwrap();
+        assert_eq!(
+            namespace_selector(&cli.reload.namespace_selector).as_deref(),
+            Some("env=test,team=a")
+        );
+        assert_eq!(namespace_selector(&[]), None);
+    }
+
+    #[test]
+    fn booleans_take_go_forms_with_or_without_equals() {
+        for (args, want) in [
+            (&["--reload-on-create"][..], true),
+            (&["--reload-on-create=true"][..], true),
+            (&["--reload-on-create", "true"][..], true),
+            (&["--reload-on-create", "False"][..], false),
+            (&["--reload-on-create=T"][..], true),
+            (&["--reload-on-create", "0"][..], false),
+            (&["--reload-on-create", "--auto-reload-all"][..], true),
+        ] {
+            let cli = Cli::try_parse_from(std::iter::once("reloader").chain(args.iter().copied()))
+                .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            assert_eq!(cli.reload.reload_on_create, want, "{args:?}");
+        }
+        assert!(Cli::try_parse_from(["reloader", "--reload-on-create=maybe"]).is_err());
     }
 
     #[test]

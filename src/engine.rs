@@ -137,11 +137,7 @@ impl EngineConfig {
             namespaces,
             namespaces_to_ignore: args.namespaces_to_ignore.iter().cloned().collect(),
             resource_label_selector: args.resource_label_selector.clone().filter(|s| !s.is_empty()),
-            namespace_selector: args
-                .namespace_selector
-                .as_deref()
-                .map(crate::cli::namespace_label_selector)
-                .filter(|s| !s.is_empty()),
+            namespace_selector: crate::cli::namespace_selector(&args.namespace_selector),
             webhook_url: args.webhook_url.clone().filter(|s| !s.is_empty()),
             debounce: args.debounce,
             debounce_max_wait: args.debounce_max_wait,
@@ -1122,6 +1118,11 @@ impl Engine {
 
     /// Brings one workload up to date; returns a delay after which to try again on failure.
     async fn reconcile(&self, key: &WorkloadKey) -> Option<Duration> {
+        // Fault injection for the containment test (debug builds only): a reconcile that panics.
+        #[cfg(debug_assertions)]
+        if std::env::var("RELOADER_FAULT_PANIC_WORKLOAD").is_ok_and(|name| name == key.name) {
+            panic!("fault injection: the reconcile of {key} panics");
+        }
         if !self.namespace_selected(&key.namespace) {
             return None;
         }

@@ -6,10 +6,12 @@ use crate::hash::HashMode;
 use crate::leader::{Election, sole_leader};
 use crate::ratelimit::RateLimitLayer;
 use crate::{Error, Result};
-use kube::Client;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::ListParams;
+use kube::{Api, Client};
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::info;
+use tracing::{info, warn};
 
 /// Connects to the API server and runs the engine until SIGTERM or SIGINT.
 pub async fn run(cli: Cli) -> Result<()> {
@@ -50,6 +52,25 @@ pub async fn run(cli: Cli) -> Result<()> {
         server_version = %version.git_version,
         "connected to the Kubernetes API server"
     );
+    if cli.enable_pprof || cli.pprof_addr.is_some() {
+        warn!(
+            "--enable-pprof and --pprof-addr are accepted for compatibility and ignored: profiling is never served"
+        );
+    }
+    // An invalid namespace selector would fail every Namespace watch forever: ask the API
+    // server's own parser now, and stop with its message.
+    if let Some(selector) = crate::cli::namespace_selector(&cli.reload.namespace_selector) {
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let probe = ListParams::default().labels(&selector).limit(1);
+        if let Err(kube::Error::Api(status)) = namespaces.list_metadata(&probe).await
+            && status.code == 400
+        {
+            return Err(Error::Settings(format!(
+                "--namespace-selector {selector:?} is not a valid label selector: {}",
+                status.message
+            )));
+        }
+    }
 
     let (leadership, election) = match election {
         Some((leader, lease_config)) => {

@@ -4,10 +4,19 @@ use crate::cli::LogFormat;
 use crate::{Error, Result};
 use tracing_subscriber::EnvFilter;
 
-/// Parses a level or filter directive such as `info` or `reloader=debug,kube=warn`.
+/// Parses a level or filter directive such as `info` or `reloader=debug,kube=warn`. A bare
+/// level name of logrus (the other program's logger) means that level: `warning` is `warn`,
+/// `fatal` and `panic` are `error`; any other bare word would be read as a target and silence
+/// everything else.
 pub fn filter(level: &str) -> Result<EnvFilter> {
+    let directive = match level.trim().to_ascii_lowercase().as_str() {
+        "warning" => "warn".to_string(),
+        "fatal" | "panic" => "error".to_string(),
+        l @ ("trace" | "debug" | "info" | "warn" | "error" | "off") => l.to_string(),
+        _ => level.to_string(),
+    };
     EnvFilter::builder()
-        .parse(level)
+        .parse(&directive)
         .map_err(|e| Error::LogLevel { level: level.to_string(), reason: e.to_string() })
 }
 
@@ -32,6 +41,19 @@ mod tests {
     fn accepts_levels_and_directives() {
         for ok in ["info", "debug", "reloader=debug,kube=warn", "warn"] {
             assert!(filter(ok).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn logrus_level_names_are_levels_not_targets() {
+        for (name, want) in [
+            ("warning", "warn"),
+            ("WARNING", "warn"),
+            ("fatal", "error"),
+            ("panic", "error"),
+            ("Info", "info"),
+        ] {
+            assert_eq!(filter(name).unwrap().to_string(), want, "{name}");
         }
     }
 

@@ -143,6 +143,32 @@ async fn namespace_selector_follows_namespace_labels() {
     g.wait_replicasets("web", 2).await;
 }
 
+/// stakater/Reloader's chart renders `--namespace-selector="key=value"`, quotes inside the value:
+/// read as the other program reads it. A selector the API server cannot parse stops the start.
+#[tokio::test]
+async fn namespace_selector_in_the_other_charts_form_works_and_a_bad_one_stops_the_start() {
+    let f = Fixture::new("af-nsquoted").await;
+    let token = format!("q{}", std::process::id());
+    let patch = json!({"metadata": {"labels": {"reloader-test-quoted": token}}});
+    Api::<Namespace>::all(f.client.clone())
+        .patch(f.name(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    let quoted = format!("--namespace-selector=\"reloader-test-quoted={token}\"");
+    let _op = Operator::start(&[&quoted, "--debounce", "200ms"]);
+    let sentinel = Sentinel::create(&f).await;
+    sentinel.poke(&f).await;
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_reloader"))
+        .args(["--metrics-addr", "127.0.0.1:0", "--namespace-selector", "env in (a"])
+        .env("KUBECONFIG", &support::env().kubeconfig)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "an invalid selector must stop the operator");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("is not a valid label selector") && err.contains("env in (a"), "{err}");
+}
+
 #[tokio::test]
 async fn resource_label_selector_filters_sources_server_side() {
     let f = Fixture::new("af-labelsel").await;

@@ -318,3 +318,47 @@ async fn a_hostile_namespace_cannot_stall_crash_or_bloat_the_operator() {
     let metrics = op.metrics().await;
     assert!(!metrics.contains(SECRET_MARKER));
 }
+
+/// A reconcile that panics (a fault injected into the debug binary) costs that workload only:
+/// with a single worker, other workloads still reload, the panic is counted, `/live` stays up.
+#[tokio::test]
+async fn a_panicking_reconcile_is_contained_to_its_workload() {
+    let f = Fixture::new("panicky").await;
+    let op = Operator::start_with_env(
+        &[
+            "--namespaces",
+            f.name(),
+            "--workers",
+            "1",
+            "--debounce",
+            "0s",
+            "--min-rollout-interval",
+            "0s",
+        ],
+        &[("RELOADER_FAULT_PANIC_WORKLOAD", "doomed")],
+    );
+    f.configmap("app-config", json!({"a": "1"})).await;
+    f.deployment("doomed", auto(), env_from_cm("app-config")).await;
+    f.deployment("fine", auto(), env_from_cm("app-config")).await;
+    f.wait_replicasets("fine", 1).await;
+    f.wait_baseline("fine").await;
+    for n in 2..=4 {
+        f.patch_configmap("app-config", json!({"data": {"a": n.to_string()}})).await;
+        f.wait_replicasets("fine", n).await;
+    }
+    let line = eventually("the contained panic logged", TIMEOUT, || async {
+        op.logs_mentioning("panic contained").into_iter().next()
+    })
+    .await;
+    assert!(line.contains("doomed") && line.contains("fault injection"), "{line}");
+    let metrics = op.metrics().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("reloader_reconcile_panics_total{stage=\"reconcile\"}")
+                && !l.ends_with(" 0")),
+        "{metrics}"
+    );
+    let live = reqwest::get(format!("http://{}/live", op.http_addr())).await.unwrap();
+    assert_eq!(live.status().as_u16(), 200);
+}

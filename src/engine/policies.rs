@@ -2,6 +2,7 @@
 //! sources and strategies to the same per-workload plan, so a workload selected several ways
 //! rolls once. Each policy's status is written by server-side apply from what the engine knows.
 
+use futures::FutureExt;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -583,8 +584,27 @@ impl Engine {
                 self.policy_queue.done(&key);
                 continue;
             }
-            if let Err(e) = self.write_policy_status(&key).await {
-                warn!(policy = %format!("{}/{}", key.0, key.1), error = %e, "cannot write policy status; will retry");
+            // A panic while working out one policy's status is that policy's alone.
+            let written =
+                std::panic::AssertUnwindSafe(self.write_policy_status(&key)).catch_unwind().await;
+            let failed = match written {
+                Ok(Ok(())) => false,
+                Ok(Err(e)) => {
+                    warn!(policy = %format!("{}/{}", key.0, key.1), error = %e, "cannot write policy status; will retry");
+                    true
+                }
+                Err(panic) => {
+                    let policy = format!("ReloadPolicy {}/{}", key.0, key.1);
+                    crate::containment::report_panic(
+                        &self.metrics,
+                        "policy_status",
+                        &policy,
+                        &*panic,
+                    );
+                    true
+                }
+            };
+            if failed {
                 self.policy_queue.done(&key);
                 self.policy_queue.schedule(key, Duration::from_secs(2));
                 continue;
