@@ -8,6 +8,8 @@ RUN rustup target add x86_64-unknown-linux-musl \
 WORKDIR /src
 COPY Makefile Cargo.toml Cargo.lock ./
 COPY src ./src
+# Cargo.toml names the benchmark target: the manifest does not parse without its file.
+COPY benches ./benches
 RUN make release TARGET=x86_64-unknown-linux-musl
 
 FROM gcr.io/distroless/static-debian12:nonroot

@@ -26,7 +26,7 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION
 	-X helm.sh/helm/v3/pkg/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))
 
 .PHONY: help build release test lint fmt-check clippy unit integration testenv cluster-up \
-	cluster-down cluster-status demo bench crd clean kubectl helm chart-lint deny
+	cluster-down cluster-status demo bench crd clean kubectl helm chart-lint deny prereqs promtool
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -39,14 +39,14 @@ build: ## debug build of the operator
 release: ## release build of the operator (the binary the Dockerfile ships); TARGET=triple to cross-build
 	$(CARGO) build --locked --release --bin reloader $(if $(TARGET),--target $(TARGET))
 
-test: lint deny chart-lint unit integration ## every test: fmt, clippy, cargo deny, unit tests, integration tests on a real control plane
+test: prereqs lint deny chart-lint unit integration ## every test: fmt, clippy, cargo deny, unit tests, integration tests on a real control plane
 	@echo "make test: all checks passed"
 
 lint: fmt-check clippy
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
-	@out=$$(gofmt -l testenv tools/helm); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	@out=$$(gofmt -l testenv tools/helm tools/promtool); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
 clippy:
 	$(CARGO) clippy --locked --all-targets -- -D warnings
@@ -56,7 +56,27 @@ unit: ## fast tests of pure logic, no cluster
 
 # Each integration test binary starts its own control plane from $(TESTENV) unless
 # RELOADER_TEST_KUBECONFIG points at a cluster.
-integration: testenv $(HELM) ## integration tests against a real kube-apiserver, etcd and kube-controller-manager
+# What `make test` needs beyond the Go and Rust toolchains, checked in seconds, before any build.
+# (Everything else it builds itself: the control plane, helm, promtool, cargo-deny.)
+prereqs: ## check the toolchains and system tools `make test` needs, naming what is missing
+	@missing=""; \
+	command -v $(GO) >/dev/null || missing="$$missing\n  go (a Go toolchain, for the control plane, helm and promtool)"; \
+	command -v $(CARGO) >/dev/null || missing="$$missing\n  cargo (a Rust toolchain, via rustup)"; \
+	command -v rustup >/dev/null && rustup target list --installed | grep -qx x86_64-unknown-linux-musl \
+		|| missing="$$missing\n  the Rust target of the image: rustup target add x86_64-unknown-linux-musl"; \
+	command -v musl-gcc >/dev/null || command -v x86_64-linux-musl-gcc >/dev/null \
+		|| missing="$$missing\n  musl-gcc, for the image's static build (Debian/Ubuntu: apt-get install musl-tools)"; \
+	if [ -n "$$missing" ]; then printf "make test needs:$$missing\n"; exit 1; fi
+
+# promtool checks the /metrics exposition (tests/operations.rs), built from the pinned module.
+PROMTOOL := $(CURDIR)/target/tools/bin/promtool
+promtool: $(PROMTOOL) ## build promtool pinned in tools/promtool (no-op when up to date)
+
+$(PROMTOOL): tools/promtool/go.mod tools/promtool/go.sum
+	@mkdir -p $(dir $@)
+	cd tools/promtool && $(GO) build -buildvcs=false -ldflags "-s -w" -o $@ github.com/prometheus/prometheus/cmd/promtool
+
+integration: testenv $(HELM) $(PROMTOOL) ## integration tests against a real kube-apiserver, etcd and kube-controller-manager
 	@echo "integration tests: Kubernetes $(K8S_VERSION) control plane ($$($(TESTENV) version)) unless RELOADER_TEST_KUBECONFIG is set"
 	$(CARGO) test --locked --test '*'
 

@@ -111,7 +111,7 @@ impl Metrics {
         )
         .expect("valid metric");
         registry.register(Box::new(watched_objects.clone())).expect("unique metric");
-        Metrics {
+        let metrics = Metrics {
             reload_executed: counter(
                 "reloader_reload_executed_total",
                 "Reloads carried out, by success.",
@@ -223,7 +223,13 @@ impl Metrics {
                 "1 while this replica may write (holds the Lease, or runs without --enable-ha).",
             ),
             registry,
+        };
+        // Both series exist from the start, as in the other program, so `rate()` panels show
+        // data (zero) before the first reload.
+        for success in ["true", "false"] {
+            metrics.reload_executed.with_label_values(&[success]);
         }
+        metrics
     }
 
     /// Counts a reload (or a failed one) of a workload in `namespace`.
@@ -276,6 +282,13 @@ mod tests {
         assert!(text.contains("# TYPE reloader_reconcile_duration_seconds histogram"), "{text}");
         assert!(text.contains("reloader_skipped_total{reason=\"no_data_change\"} 1"), "{text}");
         assert!(!text.contains("by_namespace"), "namespace counts are opt-in: {text}");
+    }
+
+    #[test]
+    fn reload_counters_exist_before_the_first_reload() {
+        let text = Metrics::new(false).render();
+        assert!(text.contains("reloader_reload_executed_total{success=\"true\"} 0"), "{text}");
+        assert!(text.contains("reloader_reload_executed_total{success=\"false\"} 0"), "{text}");
     }
 
     #[test]

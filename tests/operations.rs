@@ -52,16 +52,19 @@ async fn live_readyz_and_metrics_report_a_reload() {
     assert!(!text.contains("cfg"), "no object names in labels");
 }
 
-/// Runs `promtool check metrics` (Debian package `prometheus`) on a scrape.
+/// Runs `promtool check metrics` on a scrape: the one `make promtool` builds from the pinned
+/// module (tools/promtool), else one on PATH.
 fn promtool_check(text: &str) {
     use std::io::Write;
-    let mut child = std::process::Command::new("promtool")
+    let built = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/tools/bin/promtool");
+    let promtool = if built.exists() { built } else { std::path::PathBuf::from("promtool") };
+    let mut child = std::process::Command::new(&promtool)
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("promtool (Debian package prometheus) on PATH");
+        .expect("promtool: `make promtool` builds it into target/tools/bin");
     child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(

@@ -169,3 +169,64 @@ fn the_parser_sees_what_docker_sees() {
     assert_eq!(st[1][1].keyword, "USER");
     assert_eq!(st[1][1].args, "0");
 }
+
+/// Copies `from` (a file or a directory) to `to`.
+fn copy_tree(from: &Path, to: &Path) {
+    if from.is_dir() {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            copy_tree(&entry.path(), &to.join(entry.file_name()));
+        }
+    } else {
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+    }
+}
+
+/// The build stage, reproduced without a Docker engine: exactly the files its COPY lines bring
+/// into a fresh directory, then its `make release` command with the same target, on this
+/// machine's toolchain. A file the build needs and the Dockerfile forgets fails here. (Builds
+/// are cached in target/docker-context.)
+#[test]
+fn the_build_stage_builds_from_exactly_what_it_copies() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dockerfile = read("Dockerfile");
+    let build = &stages(&dockerfile)[0];
+    let target = release_target(build).expect("the build stage runs make release TARGET=…");
+    let installed = std::process::Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim() == target))
+        .unwrap_or(false);
+    assert!(installed, "the image's Rust target is missing: run `rustup target add {target}`");
+    let context = root.join("target/docker-context/tree");
+    let _ = std::fs::remove_dir_all(&context);
+    std::fs::create_dir_all(&context).unwrap();
+    for copy in all(build, "COPY") {
+        let words: Vec<&str> = copy.args.split_whitespace().collect();
+        assert!(
+            !words.iter().any(|w| w.starts_with("--from")),
+            "the build stage copies from a stage"
+        );
+        let (dest, sources) = words.split_last().expect("COPY <src>... <dest>");
+        let dest = dest.trim_start_matches("./");
+        for source in sources {
+            let to = if sources.len() > 1 || dest.is_empty() || dest.ends_with('/') {
+                context.join(dest).join(Path::new(source).file_name().unwrap())
+            } else {
+                context.join(dest)
+            };
+            copy_tree(&root.join(source), &to);
+        }
+    }
+    let status = std::process::Command::new("make")
+        .args(["release", &format!("TARGET={target}")])
+        .current_dir(&context)
+        .env("CARGO_TARGET_DIR", root.join("target/docker-context/target"))
+        .status()
+        .expect("run make");
+    assert!(status.success(), "`make release TARGET={target}` failed on the Dockerfile's context");
+    let binary = root.join(format!("target/docker-context/target/{target}/release/reloader"));
+    assert!(binary.exists(), "{} missing", binary.display());
+}
