@@ -773,11 +773,9 @@ impl Engine {
         mut reports: tokio::sync::mpsc::Receiver<SourceLimitReport>,
     ) {
         while let Some(r) = reports.recv().await {
-            let details: Vec<String> = r.violations.iter().map(ToString::to_string).collect();
-            let limits: Vec<&str> = r.violations.iter().map(|v| v.limit).collect();
+            let (limits, note) = crate::limits::describe(&r.violations);
             warn!(source = %format!("{} {}/{}", r.kind, r.namespace, r.name), limits = ?limits,
-                  details = ?details, "source breaks input limits");
-            let note = format!("Input limits: {}", details.join("; "));
+                  details = %note, "source breaks input limits");
             self.publish(
                 "v1",
                 &r.kind.to_string(),
@@ -1281,14 +1279,12 @@ impl Engine {
             }
             reported.insert(info.key.clone(), violations.clone());
         }
-        let details: Vec<String> = violations.iter().map(ToString::to_string).collect();
         for v in &violations {
             self.metrics.input_rejected.with_label_values(&[v.limit]).inc();
         }
-        let limits: Vec<&str> = violations.iter().map(|v| v.limit).collect();
-        warn!(workload = %info.key, limits = ?limits, details = ?details,
+        let (limits, note) = crate::limits::describe(&violations);
+        warn!(workload = %info.key, limits = ?limits, details = %note,
               "workload annotations or pod template break input limits; the rest still works");
-        let note = format!("Input limits: {}", details.join("; "));
         self.event(info, EventType::Warning, "InputLimit", note).await;
     }
 

@@ -54,6 +54,14 @@ impl fmt::Display for LimitViolation {
     }
 }
 
+/// What a set of violations is told as: the limit names (for a log field) and the text of the
+/// one Warning Event about them.
+pub fn describe(violations: &[LimitViolation]) -> (Vec<&'static str>, String) {
+    let limits = violations.iter().map(|v| v.limit).collect();
+    let details: Vec<&str> = violations.iter().map(|v| v.detail.as_str()).collect();
+    (limits, format!("Input limits: {}", details.join("; ")))
+}
+
 /// Joins `items` with `, ` into at most `max_bytes`, ending in `… and N more` when they do not
 /// all fit. Never cuts inside an item.
 pub fn bounded_list(items: &[String], max_bytes: usize) -> String {

@@ -8,35 +8,13 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::PostParams;
 use serde_json::{Value, json};
 use support::fixture::{Fixture, TIMEOUT, sha1_hex};
-use support::{Operator, SECRET_MARKER, eventually};
+use support::{Operator, Registration, SECRET_MARKER, eventually, free_port};
 use tokio::io::AsyncWriteExt;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Deletes the test's (cluster-scoped) webhook configuration when dropped.
-struct Registration(String);
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        let name = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(async {
-                let api = Api::<MutatingWebhookConfiguration>::all(support::client().await);
-                let _ = api.delete(&name, &DeleteParams::default()).await;
-            });
-        })
-        .join();
-    }
-}
 
 fn review(namespace: &str, object: &Value) -> Value {
     json!({
@@ -92,7 +70,7 @@ async fn direct_callers_learn_nothing_and_cannot_exhaust_the_webhook() {
     victim.secret("db", json!({"password": format!("{SECRET_MARKER}-db")})).await;
     victim.configmap("settings", json!({"a": "1"})).await;
     let port = free_port();
-    let registration = Registration(format!("reloader-hostile-{}", victim.name()));
+    let registration = Registration { name: format!("reloader-hostile-{}", victim.name()) };
     let addr = format!("127.0.0.1:{port}");
     let url = format!("https://127.0.0.1:{port}/mutate");
     let mut op = Operator::start(&[
@@ -102,7 +80,7 @@ async fn direct_callers_learn_nothing_and_cannot_exhaust_the_webhook() {
         "--webhook-client-url",
         &url,
         "--webhook-configuration-name",
-        &registration.0,
+        &registration.name,
         "--pod-namespace",
         attacker.name(),
         "--debounce",

@@ -8,41 +8,15 @@
 
 mod support;
 
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use support::fixture::{Fixture, Sentinel, TIMEOUT, hash_key, hash_key_in, keyed_hex, sha1_hex};
-use support::{Operator, eventually};
+use support::{Operator, Registration, eventually, free_port};
 
 const WEBHOOK_LABEL: (&str, &str) = ("reloader.rs/webhook", "enabled");
 const VARIABLE: &str = "STAKATER_APP_CONFIG_CONFIGMAP";
-
-/// A free loopback port for the webhook (bound and released; the operator binds it next).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// The test's MutatingWebhookConfiguration, deleted when dropped (it is cluster-scoped and
-/// outlives the namespace otherwise).
-struct Registration {
-    name: String,
-}
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        let name = self.name.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(async {
-                let api = Api::<MutatingWebhookConfiguration>::all(support::client().await);
-                let _ = api.delete(&name, &DeleteParams::default()).await;
-            });
-        })
-        .join();
-    }
-}
 
 /// An operator scoped to the fixture's namespace, serving the webhook on `port`.
 struct WebhookSetup {

@@ -431,3 +431,29 @@ pub async fn install_crds(client: &Client, yaml: &str) {
         .unwrap();
     }
 }
+
+/// A MutatingWebhookConfiguration a test registers, deleted when dropped (it is cluster-scoped
+/// and would outlive the test's namespace).
+pub struct Registration {
+    pub name: String,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+                let api = Api::<MutatingWebhookConfiguration>::all(client().await);
+                let _ = api.delete(&name, &DeleteParams::default()).await;
+            });
+        })
+        .join();
+    }
+}
+
+/// A free loopback port (bound and released; the operator binds it next).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
