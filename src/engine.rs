@@ -1044,6 +1044,7 @@ impl Engine {
                 continue;
             }
             let started = std::time::Instant::now();
+            let failures_before = self.failures.lock().get(&key).copied();
             // A panic is the bug of one reconcile: the key is retried with backoff, the worker
             // goes on, and no lock is poisoned (parking_lot locks do not poison).
             let outcome = AssertUnwindSafe(self.reconcile(&key)).catch_unwind().await;
@@ -1055,7 +1056,10 @@ impl Engine {
                     Some(retry)
                 }
             };
-            let result = if retry.is_some() { "requeued" } else { "done" };
+            // The other program's values: an error is a reconcile that counted a failure (a
+            // write refused, a panic); waiting for quiet sources or a churn limit is a success.
+            let failed = self.failures.lock().get(&key).copied() > failures_before;
+            let result = if failed { "error" } else { "success" };
             self.metrics.reconcile_total.with_label_values(&[result]).inc();
             self.metrics
                 .reconcile_duration
