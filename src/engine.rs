@@ -745,16 +745,15 @@ impl Engine {
     }
 
     /// Hands a source's limit violations to the reporter task (Events need the runtime; this
-    /// runs in a watch handler). Reports beyond the channel's room are dropped and counted.
+    /// runs in a watch handler). The violations are counted here; a report beyond the
+    /// channel's room loses only its Event and log line.
     fn report_source_limits(
         &self,
         kind: SourceKind,
         meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
         violations: Vec<LimitViolation>,
     ) {
-        for v in &violations {
-            self.metrics.input_rejected.with_label_values(&[v.limit]).inc();
-        }
+        self.metrics.rejected(&violations);
         let report = SourceLimitReport {
             kind,
             namespace: meta.namespace.clone().unwrap_or_default(),
@@ -1283,9 +1282,7 @@ impl Engine {
             }
             reported.insert(info.key.clone(), violations.clone());
         }
-        for v in &violations {
-            self.metrics.input_rejected.with_label_values(&[v.limit]).inc();
-        }
+        self.metrics.rejected(&violations);
         let (limits, note) = crate::limits::describe(&violations);
         warn!(workload = %info.key, limits = ?limits, details = %note,
               "workload annotations or pod template break input limits; the rest still works");
@@ -1690,7 +1687,7 @@ impl Engine {
                         )
                         .await;
                     }
-                    return Err(e.into());
+                    return Err(ExecError::JobPending(e));
                 }
             }
         }
@@ -1809,7 +1806,8 @@ impl Engine {
             self.metrics.reload(&key.namespace, false);
             self.metrics.action_total.with_label_values(&[key.kind.as_str(), "error"]).inc();
         }
-        if !plan.changes.is_empty() {
+        // A pending Job has reported its failure already (once per episode).
+        if !plan.changes.is_empty() && !matches!(error, ExecError::JobPending(_)) {
             let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
             let note = format!(
                 "Update of '{}' of type '{}' for {} failed: {error}",
@@ -1880,6 +1878,10 @@ pub enum ExecError {
     Kube(#[from] kube::Error),
     #[error("webhook: {0}")]
     Webhook(String),
+    /// A Job deleted for a reload could not be created again yet (it stays pending, and its
+    /// own Warning Event says so).
+    #[error("the Job was deleted for a reload and is not created again yet: {0}")]
+    JobPending(kube::Error),
 }
 
 fn convert<K: DeserializeOwned>(obj: &DynamicObject) -> Option<K> {

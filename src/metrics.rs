@@ -241,6 +241,13 @@ impl Metrics {
         }
     }
 
+    /// Counts each input-limit violation under its limit.
+    pub fn rejected(&self, violations: &[crate::limits::LimitViolation]) {
+        for v in violations {
+            self.input_rejected.with_label_values(&[v.limit]).inc();
+        }
+    }
+
     pub fn skipped(&self, reason: SkipReason) {
         self.skipped_total.with_label_values(&[reason.as_str()]).inc();
     }
