@@ -109,6 +109,10 @@ chart-lint: $(HELM) ## lint the Helm chart with its default, CI and example valu
 	$(HELM) lint --strict helm/reloader
 	@for f in helm/reloader/ci/*-values.yaml examples/helm/*-values.yaml; do \
 		echo "$(HELM) lint --strict helm/reloader -f $$f"; $(HELM) lint --strict helm/reloader -f $$f; done
+	@# stakater/Reloader's values files (its defaults, then each override on top) are read too.
+	@for f in tests/fixtures/stakater-values/*.yaml; do \
+		echo "$(HELM) lint --strict helm/reloader -f tests/fixtures/stakater-values/defaults.yaml -f $$f"; \
+		$(HELM) lint --strict helm/reloader -f tests/fixtures/stakater-values/defaults.yaml -f $$f; done
 
 testenv: $(TESTENV) ## build the local control plane (no-op when up to date)
 

@@ -271,14 +271,23 @@ pub struct HaArgs {
     pub ha_lease_name: String,
 
     /// How long the Lease holds after its last renewal; a standby takes over at most this long
-    /// after the leader goes silent. Whole seconds.
-    #[arg(long, env = "RELOADER_HA_LEASE_DURATION", value_parser = parse_period, default_value = "15s")]
+    /// after the leader goes silent. Whole seconds. (`--leader-election-lease-duration` is the
+    /// other program's name for it.)
+    #[arg(long, alias = "leader-election-lease-duration", env = "RELOADER_HA_LEASE_DURATION",
+          value_parser = parse_period, default_value = "15s")]
     pub ha_lease_duration: Duration,
 
     /// The leader renews the Lease this long after its last renewal. Whole seconds, shorter
-    /// than the lease duration.
-    #[arg(long, env = "RELOADER_HA_RENEW_DEADLINE", value_parser = parse_period, default_value = "10s")]
+    /// than the lease duration. (`--leader-election-renew-deadline` is the other program's name
+    /// for it.)
+    #[arg(long, alias = "leader-election-renew-deadline", env = "RELOADER_HA_RENEW_DEADLINE",
+          value_parser = parse_period, default_value = "10s")]
     pub ha_renew_deadline: Duration,
+
+    /// Accepted for compatibility with the other program and ignored: standbys watch the Lease
+    /// and try the moment it runs out, so there is no retry period.
+    #[arg(long = "leader-election-retry-period", value_parser = parse_period)]
+    pub leader_election_retry_period: Option<Duration>,
 
     /// This replica's identity in the Lease (the pod name, from the downward API).
     #[arg(long, env = "POD_NAME", hide_env_values = true)]
@@ -584,6 +593,26 @@ mod tests {
         );
         assert_eq!(config.lease_duration, Duration::from_secs(15));
         assert_eq!(config.renew_deadline, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn the_other_programs_leader_election_flags_are_read() {
+        let cli = Cli::try_parse_from([
+            "reloader",
+            "--enable-ha",
+            "--leader-election-lease-duration=20s",
+            "--leader-election-renew-deadline",
+            "15s",
+            "--leader-election-retry-period=3s",
+        ])
+        .unwrap();
+        assert_eq!(cli.ha.ha_lease_duration, Duration::from_secs(20));
+        assert_eq!(cli.ha.ha_renew_deadline, Duration::from_secs(15));
+        assert_eq!(cli.ha.leader_election_retry_period, Some(Duration::from_secs(3)));
+        assert!(
+            Cli::try_parse_from(["reloader", "--leader-election-retry-period=0s"]).is_err(),
+            "a retry period is still a period"
+        );
     }
 
     #[test]

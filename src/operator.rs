@@ -57,6 +57,11 @@ pub async fn run(cli: Cli) -> Result<()> {
             "--enable-pprof and --pprof-addr are accepted for compatibility and ignored: profiling is never served"
         );
     }
+    if cli.ha.leader_election_retry_period.is_some() {
+        info!(
+            "--leader-election-retry-period is accepted for compatibility and ignored: standbys watch the Lease instead of polling it"
+        );
+    }
     // An invalid namespace selector would fail every Namespace watch forever: ask the API
     // server's own parser now, and stop with its message.
     if let Some(selector) = crate::cli::namespace_selector(&cli.reload.namespace_selector) {

@@ -53,24 +53,42 @@ fn render(
     set: &[String],
 ) -> Vec<DynamicObject> {
     let values = chart_dir().join(format!("ci/{mode}-values.yaml"));
+    render_files(release, namespace, kube_version, &[values], set).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `helm template` with these values files in order (plus `--set-string` pairs), every document
+/// parsed; `Err` holds helm's message when it refuses the values.
+fn render_files(
+    release: &str,
+    namespace: &str,
+    kube_version: &str,
+    values: &[PathBuf],
+    set: &[String],
+) -> Result<Vec<DynamicObject>, String> {
     let mut cmd = Command::new(helm_bin());
-    cmd.arg("template")
-        .arg(release)
-        .arg(chart_dir())
-        .args(["--namespace", namespace, "--include-crds", "--kube-version", kube_version])
-        .arg("--values")
-        .arg(&values);
+    cmd.arg("template").arg(release).arg(chart_dir()).args([
+        "--namespace",
+        namespace,
+        "--include-crds",
+        "--kube-version",
+        kube_version,
+    ]);
+    for file in values {
+        cmd.arg("--values").arg(file);
+    }
     for pair in set {
         cmd.args(["--set-string", pair]);
     }
     let out = cmd.output().expect("run helm template");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "helm template failed ({}):\n{stderr}", out.status);
+    if !out.status.success() {
+        return Err(format!("helm template failed ({}):\n{stderr}", out.status));
+    }
     let text = String::from_utf8(out.stdout).expect("helm output is UTF-8");
     let objects: Vec<DynamicObject> = serde_saphyr::from_multiple(&text)
         .unwrap_or_else(|e| panic!("helm template output is not a list of objects: {e}\n{text}"));
     assert!(objects.len() > 5, "too few objects rendered:\n{text}");
-    objects
+    Ok(objects)
 }
 
 fn kind_of(obj: &DynamicObject) -> &str {
@@ -252,16 +270,7 @@ fn check_common(objects: &[DynamicObject], release: &str) {
             .expect("Chart.yaml parses");
     assert_eq!(chart["appVersion"], version, "Chart.yaml appVersion must be Cargo.toml's version");
 
-    // The CRD is crd/reloadpolicy.yaml itself, not a copy that can drift.
-    let committed: Vec<DynamicObject> =
-        serde_saphyr::from_multiple(include_str!("../crd/reloadpolicy.yaml")).unwrap();
-    let rendered: Vec<&DynamicObject> =
-        objects.iter().filter(|o| kind_of(o) == "CustomResourceDefinition").collect();
-    assert_eq!(rendered.len(), 1, "the chart renders exactly the ReloadPolicy CRD");
-    assert_eq!(
-        serde_json::to_value(rendered[0]).unwrap(),
-        serde_json::to_value(&committed[0]).unwrap()
-    );
+    check_crd(objects);
 
     for kind in [
         "ServiceAccount",
@@ -301,6 +310,23 @@ fn check_common(objects: &[DynamicObject], release: &str) {
     let np = serde_json::to_value(one(objects, "NetworkPolicy")).unwrap();
     assert_eq!(np["spec"]["policyTypes"], json!(["Ingress"]), "egress stays open");
     assert_eq!(np["spec"]["ingress"][0]["ports"], json!([{"port": "metrics", "protocol": "TCP"}]));
+}
+
+/// The CRD is crd/reloadpolicy.yaml itself, not a copy that can drift, rendered as a template
+/// (so upgrades bring it) and kept on uninstall.
+fn check_crd(objects: &[DynamicObject]) {
+    let committed: Vec<DynamicObject> =
+        serde_saphyr::from_multiple(include_str!("../crd/reloadpolicy.yaml")).unwrap();
+    let rendered: Vec<&DynamicObject> =
+        objects.iter().filter(|o| kind_of(o) == "CustomResourceDefinition").collect();
+    assert_eq!(rendered.len(), 1, "the chart renders exactly the ReloadPolicy CRD");
+    assert_eq!(rendered[0].name_any(), committed[0].name_any());
+    assert_eq!(rendered[0].data["spec"], committed[0].data["spec"]);
+    assert_eq!(
+        rendered[0].annotations().get("helm.sh/resource-policy").map(String::as_str),
+        Some("keep"),
+        "crds.keep (default) keeps the CRD, and so every ReloadPolicy, on uninstall"
+    );
 }
 
 fn container_args(objects: &[DynamicObject]) -> Vec<String> {
@@ -358,13 +384,22 @@ async fn run_operator_as_chart(
         &[("KUBECONFIG", &kubeconfig_text), ("POD_NAME", &pod_name), ("POD_NAMESPACE", ns)],
     );
 
+    let ha = args.contains(&"--enable-ha=true");
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
     let lease = format!("{release}-leader");
-    eventually("the operator to hold the chart's Lease", TIMEOUT, || async {
-        let held = leases.get_opt(&lease).await.unwrap()?.spec?.holder_identity?;
-        (held == pod_name).then_some(())
-    })
-    .await;
+    if ha {
+        eventually("the operator to hold the chart's Lease", TIMEOUT, || async {
+            let held = leases.get_opt(&lease).await.unwrap()?.spec?.holder_identity?;
+            (held == pod_name).then_some(())
+        })
+        .await;
+    }
+    // The chart may rename the annotation (customAnnotations.auto).
+    let auto = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--auto-annotation="))
+        .unwrap_or("reloader.stakater.com/auto")
+        .to_string();
 
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
@@ -376,7 +411,7 @@ async fn run_operator_as_chart(
     configmaps.create(&PostParams::default(), &cm).await.unwrap();
     let web: Deployment = serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "web", "annotations": {"reloader.stakater.com/auto": "true"}},
+        "metadata": {"name": "web", "annotations": {auto.as_str(): "true"}},
         "spec": {
             "selector": {"matchLabels": {"app": "web"}},
             "template": {
@@ -408,9 +443,18 @@ async fn run_operator_as_chart(
         .await
         .unwrap();
     eventually("web to be reloaded", TIMEOUT, || async {
-        let d = deployments.get("web").await.unwrap();
-        let env = d.spec.template.spec?.containers.into_iter().next()?.env?;
-        env.iter().any(|e| e.name == "STAKATER_APP_CONFIG_CONFIGMAP").then_some(())
+        let template = deployments.get("web").await.unwrap().spec.template;
+        // The env-vars strategy adds a variable, the annotations strategy an annotation.
+        let by_env = template
+            .spec
+            .as_ref()
+            .and_then(|s| s.containers[0].env.as_ref())
+            .is_some_and(|env| env.iter().any(|e| e.name == "STAKATER_APP_CONFIG_CONFIGMAP"));
+        let by_annotation = template
+            .metadata
+            .and_then(|m| m.annotations)
+            .is_some_and(|a| a.contains_key("reloader.stakater.com/last-reloaded-from"));
+        (by_env || by_annotation).then_some(())
     })
     .await;
     // The hash key loaded under the chart's RBAC (in either hash mode).
@@ -425,10 +469,12 @@ async fn run_operator_as_chart(
     );
     let status = operator.stop();
     assert!(status.success(), "the operator exits cleanly on SIGTERM: {status}");
-    // Releasing the Lease at shutdown is a write the Role must allow too.
-    let lease_now = leases.get(&lease).await.unwrap();
-    let holder = lease_now.spec.and_then(|s| s.holder_identity);
-    assert_ne!(holder.as_deref(), Some(pod_name.as_str()), "the Lease is released at shutdown");
+    if ha {
+        // Releasing the Lease at shutdown is a write the Role must allow too.
+        let lease_now = leases.get(&lease).await.unwrap();
+        let holder = lease_now.spec.and_then(|s| s.holder_identity);
+        assert_ne!(holder.as_deref(), Some(pod_name.as_str()), "the Lease is released at shutdown");
+    }
     let _ = std::fs::remove_file(kubeconfig);
 }
 
@@ -764,4 +810,291 @@ fn strip_nulls(value: Value) -> Value {
         Value::Array(items) => Value::Array(items.into_iter().map(strip_nulls).collect()),
         other => other,
     }
+}
+
+fn stakater_values(name: &str) -> PathBuf {
+    support::repo_root().join(format!("tests/fixtures/stakater-values/{name}.yaml"))
+}
+
+fn pod_spec(objects: &[DynamicObject]) -> Value {
+    serde_json::to_value(one(objects, "Deployment")).unwrap()["spec"]["template"]["spec"].clone()
+}
+
+fn has_arg(args: &[String], arg: &str) -> bool {
+    args.iter().any(|a| a == arg)
+}
+
+/// A Kubernetes version for render-only tests (no control plane needed).
+const RENDER_KUBE_VERSION: &str = "v1.34.0";
+
+#[tokio::test]
+async fn reloaders_default_values_file_installs_this_charts_defaults() {
+    let client = client().await;
+    let kube_version = server_version(&client).await;
+    let ns = TestNamespace::create(&client, "helm-stakater").await;
+    let release = format!("reloader-sd-{}", std::process::id());
+    // Serve only this test's namespace (a Reloader key, same name and meaning).
+    let selector = format!("reloader.namespaceSelector=kubernetes.io/metadata.name={}", ns.name);
+    let set = [selector];
+    let theirs =
+        render_files(&release, &ns.name, &kube_version, &[stakater_values("defaults")], &set)
+            .unwrap();
+    let ours = render_files(&release, &ns.name, &kube_version, &[], &set).unwrap();
+    check_crd(&theirs);
+
+    // Reloader's defaults carry no intent but two: it keeps 2 old ReplicaSets, and logs text.
+    let mut expected: Vec<Value> = ours.iter().map(|o| serde_json::to_value(o).unwrap()).collect();
+    for obj in &mut expected {
+        if obj["kind"] == "Deployment" {
+            obj["spec"]["revisionHistoryLimit"] = json!(2);
+            let args =
+                obj["spec"]["template"]["spec"]["containers"][0]["args"].as_array_mut().unwrap();
+            args.retain(|a| a != "--log-format=json");
+        }
+    }
+    let got: Vec<Value> = theirs.iter().map(|o| serde_json::to_value(o).unwrap()).collect();
+    assert_eq!(got.len(), expected.len(), "the same objects");
+    for (got, expected) in got.iter().zip(&expected) {
+        assert_eq!(got, expected, "Reloader's default values render this chart's defaults");
+    }
+    let c = &pod_spec(&theirs)["containers"][0];
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(
+        c["image"],
+        format!("ghcr.io/reloader-rs/reloader:{version}"),
+        "Reloader's default image means this chart's"
+    );
+    let args = container_args(&theirs);
+    assert!(
+        !args.iter().any(|a| a.starts_with("--reload-strategy")),
+        "`default` is no flag: {args:?}"
+    );
+    assert!(
+        !args.iter().any(|a| a.starts_with("--log-format")),
+        "\"\" is the default format: {args:?}"
+    );
+
+    // It runs as its ServiceAccount with the RBAC it rendered.
+    let _cluster = apply_all(&client, &theirs, &ns.name).await;
+    let user = format!("system:serviceaccount:{}:{release}", ns.name);
+    wait_allowed(&client, &user, "watch", "configmaps", None, None).await;
+    assert_denied(&client, &user, "update", "configmaps", Some(&ns.name)).await;
+    run_operator_as_chart(&client, &theirs, &ns.name, &user, &release).await;
+}
+
+#[tokio::test]
+async fn a_scoped_reloader_values_file_runs_namespaced_with_its_annotations() {
+    let client = client().await;
+    let kube_version = server_version(&client).await;
+    let ns = TestNamespace::create(&client, "helm-scoped").await;
+    let release = format!("reloader-sc-{}", std::process::id());
+    let objects = render_files(
+        &release,
+        &ns.name,
+        &kube_version,
+        &[stakater_values("defaults"), stakater_values("scoped")],
+        &[],
+    )
+    .unwrap();
+    check_crd(&objects);
+    // watchGlobally: false is the release namespace only, as Reloader: no ClusterRole at all.
+    assert!(
+        !objects.iter().any(|o| kind_of(o) == "ClusterRole"),
+        "no cluster-wide rules in scoped mode"
+    );
+    let roles: Vec<_> =
+        objects.iter().filter(|o| kind_of(o) == "Role" && rules_grant(o, "configmaps")).collect();
+    assert_eq!(roles.len(), 1);
+    assert_eq!(roles[0].namespace().as_deref(), Some(ns.name.as_str()));
+    assert!(
+        !rules_grant(roles[0], "jobs") || !roles[0].data["rules"].to_string().contains("delete"),
+        "ignoreJobs drops the Job rules it does not need"
+    );
+    let args = container_args(&objects);
+    for arg in [
+        format!("--watch-namespace={}", ns.name),
+        "--reload-strategy=annotations".into(),
+        "--log-format=json".into(),
+        "--log-level=warning".into(),
+        "--ignored-workload-types=jobs,deploymentconfigs".into(),
+        "--configmap-annotation=my.company.com/configmap".into(),
+        "--secret-annotation=my.company.com/secret".into(),
+        "--auto-annotation=my.company.com/auto".into(),
+        "--ignore-annotation=my.company.com/reloader-ignore".into(),
+    ] {
+        assert!(has_arg(&args, &arg), "{arg} missing: {args:?}");
+    }
+    let deployment = serde_json::to_value(one(&objects, "Deployment")).unwrap();
+    assert_eq!(deployment["metadata"]["labels"]["team"], "platform");
+    let template = &deployment["spec"]["template"];
+    assert_eq!(template["metadata"]["labels"]["team"], "platform");
+    assert_eq!(
+        template["metadata"]["annotations"]["cluster-autoscaler.kubernetes.io/safe-to-evict"],
+        "true"
+    );
+    let pod = &template["spec"];
+    assert_eq!(pod["nodeSelector"], json!({"kubernetes.io/os": "linux"}));
+    assert_eq!(pod["containers"][0]["resources"]["limits"]["memory"], "256Mi");
+    // This chart's hardening stays (Reloader's pod securityContext is its default: not taken).
+    assert_eq!(pod["securityContext"]["runAsUser"], 65532);
+
+    let _cluster = apply_all(&client, &objects, &ns.name).await;
+    let user = format!("system:serviceaccount:{}:{release}", ns.name);
+    wait_allowed(&client, &user, "watch", "configmaps", Some(&ns.name), None).await;
+    assert_denied(&client, &user, "list", "configmaps", Some("default")).await;
+    assert_denied(&client, &user, "list", "secrets", None).await;
+    run_operator_as_chart(&client, &objects, &ns.name, &user, &release).await;
+}
+
+#[tokio::test]
+async fn a_ha_reloader_values_file_keeps_alerts_monitoring_and_leader_election() {
+    let client = client().await;
+    let kube_version = server_version(&client).await;
+    install_monitoring_crds(&client).await;
+    let ns = TestNamespace::create(&client, "helm-stakater-ha").await;
+    let release = format!("reloader-sh-{}", std::process::id());
+    let selector = format!("reloader.namespaceSelector=kubernetes.io/metadata.name={}", ns.name);
+    let files = [stakater_values("defaults"), stakater_values("ha-alerts-monitoring")];
+    let objects = render_files(&release, &ns.name, &kube_version, &files, &[selector]).unwrap();
+    check_crd(&objects);
+    let args = container_args(&objects);
+    for arg in [
+        "--enable-ha=true",
+        "--ha-lease-duration=20s",
+        "--ha-renew-deadline=15s",
+        "--is-Argo-Rollouts=true",
+        "--enable-csi-integration=true",
+        "--metrics-count-by-namespace=enabled",
+        "--reload-on-create=true",
+        "--sync-after-restart=true",
+        "--namespaces-to-ignore=kube-system,kube-public",
+    ] {
+        assert!(has_arg(&args, arg), "{arg} missing: {args:?}");
+    }
+    let deployment = serde_json::to_value(one(&objects, "Deployment")).unwrap();
+    assert_eq!(deployment["spec"]["replicas"], 2, "reloader.deployment.replicas with enableHA");
+    let pod = &deployment["spec"]["template"]["spec"];
+    let anti =
+        &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
+    assert_eq!(anti[0]["podAffinityTerm"]["topologyKey"], "kubernetes.io/hostname", "{pod}");
+    // env.secret: the values in a Secret named as the release, read through secretKeyRef.
+    let env = pod["containers"][0]["env"].as_array().unwrap();
+    let by_name = |name: &str| {
+        env.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("no {name}: {env:?}"))
+    };
+    assert_eq!(by_name("TZ")["value"], "UTC");
+    for name in ["ALERT_ON_RELOAD", "ALERT_SINK", "ALERT_WEBHOOK_URL", "ALERT_ADDITIONAL_INFO"] {
+        let var = by_name(name);
+        assert!(var.get("value").is_none(), "{name} comes from the Secret");
+        assert_eq!(var["valueFrom"]["secretKeyRef"]["name"], json!(release));
+        assert_eq!(var["valueFrom"]["secretKeyRef"]["key"], name);
+    }
+    let secret = objects
+        .iter()
+        .find(|o| kind_of(o) == "Secret" && o.name_any() == release)
+        .expect("the env.secret Secret");
+    assert_eq!(secret.data["data"]["ALERT_SINK"], "c2xhY2s=", "slack, base64");
+    let monitor = serde_json::to_value(one(&objects, "ServiceMonitor")).unwrap();
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(monitor["spec"]["endpoints"][0]["interval"], "10s");
+    assert_eq!(monitor["spec"]["endpoints"][0]["honorLabels"], true, "Reloader's default");
+    let pdb = serde_json::to_value(one(&objects, "PodDisruptionBudget")).unwrap();
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    let np = serde_json::to_value(one(&objects, "NetworkPolicy")).unwrap();
+    assert_eq!(
+        np["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+        "monitoring"
+    );
+    let role = one(&objects, "ClusterRole");
+    for resource in ["rollouts", "secretproviderclasspodstatuses", "namespaces"] {
+        assert!(rules_grant(role, resource), "the ClusterRole must grant {resource}");
+    }
+
+    // What the user reads after `helm install` (asked before anything exists, as a first install
+    // would be): each translated key with its new name.
+    let out = Command::new(helm_bin())
+        .args(["install", &release, "--dry-run=server", "--namespace", &ns.name])
+        .arg(chart_dir())
+        .arg("--values")
+        .arg(&files[0])
+        .arg("--values")
+        .arg(&files[1])
+        .args(["--set", "crds.enabled=false"])
+        .env("KUBECONFIG", &support::env().kubeconfig)
+        .output()
+        .expect("run helm install --dry-run=server");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let notes = stdout.split("NOTES:").nth(1).expect("NOTES");
+    for line in [
+        "reloader.enableHA, reloader.deployment.replicas → ha.enabled, ha.replicas",
+        "reloader.isArgoRollouts → reloader.argoRollouts",
+        "reloader.serviceMonitor → serviceMonitor",
+        "reloader.leaderElection.retryPeriod (standbys watch the Lease",
+    ] {
+        assert!(notes.contains(line), "NOTES must list {line:?}:\n{notes}");
+    }
+
+    let _cluster = apply_all(&client, &objects, &ns.name).await;
+    let user = format!("system:serviceaccount:{}:{release}", ns.name);
+    wait_allowed(&client, &user, "list", "secrets", None, None).await;
+    wait_allowed(&client, &user, "create", "leases.coordination.k8s.io", Some(&ns.name), None)
+        .await;
+
+    run_operator_as_chart(&client, &objects, &ns.name, &user, &release).await;
+}
+
+#[test]
+fn reloaders_scoped_namespace_list_gets_a_role_in_each_and_the_release_namespace() {
+    let files = [stakater_values("defaults"), stakater_values("namespaces")];
+    let objects = render_files("reloader", "ops", RENDER_KUBE_VERSION, &files, &[]).unwrap();
+    let mut role_namespaces: Vec<String> = objects
+        .iter()
+        .filter(|o| kind_of(o) == "Role" && rules_grant(o, "configmaps"))
+        .filter_map(|o| o.namespace())
+        .collect();
+    role_namespaces.sort();
+    assert_eq!(role_namespaces, ["ops", "team-a", "team-b"]);
+    assert!(!objects.iter().any(|o| kind_of(o) == "ClusterRole" && rules_grant(o, "secrets")));
+    let args = container_args(&objects);
+    assert!(has_arg(&args, "--namespaces=ops,team-a,team-b"), "{args:?}");
+}
+
+#[test]
+fn reloader_keys_this_operator_cannot_honour_fail_the_install_naming_them() {
+    let defaults = [stakater_values("defaults")];
+    for (set, named) in [
+        (&["reloader.enablePProf=true"][..], "reloader.enablePProf"),
+        (&["reloader.legacy.rbac=true"], "reloader.legacy.rbac"),
+        (
+            &["reloader.deployment.gomemlimitOverride=1GiB"],
+            "reloader.deployment.gomemlimitOverride",
+        ),
+        (&["reloader.deployment.gomaxprocsOverride=2"], "reloader.deployment.gomaxprocsOverride"),
+        (
+            &["reloader.ignoreSecrets=true", "reloader.ignoreConfigMaps=true"],
+            "reloader.ignoreSecrets",
+        ),
+        (&["reloader.namespaces=team-a"], "reloader.namespaces"),
+        (&["image.tag=v1.4.20"], "stakater/Reloader's image"),
+        (&["image.repository=docker.io/stakater/reloader"], "stakater/Reloader's image"),
+        // Unknown keys, with the schema's message naming them.
+        (&["reloader.enableFoo=true"], "enableFoo"),
+        (&["reloader.custom_annotations.bogus=x"], "bogus"),
+        (&["reloader.deployment.replicaz=2"], "replicaz"),
+    ] {
+        let set: Vec<String> = set.iter().map(|s| s.to_string()).collect();
+        let mut cmd = Command::new(helm_bin());
+        cmd.args(["template", "reloader"]).arg(chart_dir()).arg("--values").arg(&defaults[0]);
+        for pair in &set {
+            cmd.args(["--set", pair]);
+        }
+        let out = cmd.output().expect("run helm template");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{set:?} must fail the install");
+        assert!(stderr.contains(named), "the message for {set:?} must name {named:?}:\n{stderr}");
+    }
+    // `global` is left open: umbrella charts put their own keys there.
+    render_files("reloader", "ops", RENDER_KUBE_VERSION, &defaults, &["global.team=ops".into()])
+        .unwrap();
 }

@@ -28,6 +28,9 @@ so `helm install reloader` gives `reloader`, not `reloader-reloader`.
 {{- define "reloader.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "reloader.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- with .Values.extraSelectorLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{- define "reloader.labels" -}}
@@ -36,6 +39,25 @@ helm.sh/chart: {{ include "reloader.chart" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/component: operator
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "reloader.rbacLabels" -}}
+{{ include "reloader.labels" . }}
+{{- with .Values.rbac.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The operator image: `repository` (or `registry/name`), then `@digest` or `:tag`. */}}
+{{- define "reloader.image" -}}
+{{- $i := .Values.image }}
+{{- $path := $i.repository }}
+{{- if $i.registry }}{{ $path = printf "%s/%s" $i.registry $i.name }}{{ end }}
+{{- if $i.digest }}
+{{- printf "%s@%s" $path $i.digest }}
+{{- else }}
+{{- printf "%s:%s" $path ($i.tag | default .Chart.AppVersion) }}
+{{- end }}
 {{- end }}
 
 {{- define "reloader.serviceAccountName" -}}
