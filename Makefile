@@ -26,7 +26,7 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION
 	-X helm.sh/helm/v3/pkg/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))
 
 .PHONY: help build release test lint fmt-check clippy unit integration testenv cluster-up \
-	cluster-down cluster-status demo bench crd clean kubectl helm chart-lint deny prereqs promtool
+	cluster-down cluster-status demo bench crd clean kubectl helm chart-lint chart-docs deny prereqs promtool
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -46,7 +46,7 @@ lint: fmt-check clippy
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
-	@out=$$(gofmt -l testenv tools/helm tools/promtool); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	@out=$$(gofmt -l testenv tools/helm tools/helm-docs tools/promtool); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
 clippy:
 	$(CARGO) clippy --locked --all-targets -- -D warnings
@@ -105,8 +105,23 @@ $(HELM): tools/helm/go.mod tools/helm/go.sum
 	@mkdir -p $(dir $@)
 	cd tools/helm && $(GO) build -buildvcs=false -ldflags "$(HELM_LDFLAGS)" -o $@ helm.sh/helm/v3/cmd/helm
 
-chart-lint: $(HELM) ## lint the Helm chart with its default, CI and example values (both RBAC modes)
+# helm-docs writes helm/reloader/README.md from README.md.gotmpl and the values comments.
+HELM_DOCS := $(CURDIR)/target/tools/bin/helm-docs
+$(HELM_DOCS): tools/helm-docs/go.mod tools/helm-docs/go.sum
+	@mkdir -p $(dir $@)
+	cd tools/helm-docs && $(GO) build -buildvcs=false -ldflags "-s -w" -o $@ github.com/norwoodj/helm-docs/cmd/helm-docs
+
+chart-docs: $(HELM_DOCS) ## regenerate helm/reloader/README.md from the values comments
+	$(HELM_DOCS) --chart-search-root helm --template-files README.md.gotmpl --sort-values-order file
+
+chart-lint: $(HELM) $(HELM_DOCS) ## lint the Helm chart with its default, CI and example values (both RBAC modes)
 	$(HELM) lint --strict helm/reloader
+	@# The chart README is generated: it must be what helm-docs makes of the values now.
+	@$(HELM_DOCS) --chart-search-root helm --template-files README.md.gotmpl --sort-values-order file \
+		--output-file README.md.check >/dev/null 2>&1; \
+	if ! cmp -s helm/reloader/README.md helm/reloader/README.md.check; then \
+		rm -f helm/reloader/README.md.check; echo "helm/reloader/README.md is not current: run make chart-docs"; exit 1; fi; \
+	rm -f helm/reloader/README.md.check
 	@for f in helm/reloader/ci/*-values.yaml examples/helm/*-values.yaml; do \
 		echo "$(HELM) lint --strict helm/reloader -f $$f"; $(HELM) lint --strict helm/reloader -f $$f; done
 	@# stakater/Reloader's values files (its defaults, then each override on top) are read too.
