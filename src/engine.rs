@@ -614,6 +614,9 @@ impl Engine {
                 WatchItem::Apply(ns) => {
                     let name = ns.name_any();
                     let added = engine.selected_namespaces.write().insert(name.clone());
+                    engine
+                        .metrics
+                        .event_received(if added { "add" } else { "update" }, "Namespace");
                     if added && engine.is_synced() {
                         info!(namespace = %name, "namespace now matches the namespace selector");
                         let keys = engine.store.read().workload_keys();
@@ -623,6 +626,7 @@ impl Engine {
                     }
                 }
                 WatchItem::Delete(ns) => {
+                    engine.metrics.event_received("delete", "Namespace");
                     engine.selected_namespaces.write().remove(&ns.name_any());
                 }
                 WatchItem::RelistDone(seen) => {
@@ -663,6 +667,7 @@ impl Engine {
                 WatchItem::Apply(obj) => engine.apply_source(kind, &obj, after_first_list),
                 WatchItem::Delete(obj) => {
                     let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+                    engine.metrics.event_received("delete", &kind.to_string());
                     engine.delete_source(&ns, SourceRef::new(kind, name));
                 }
                 WatchItem::RelistDone(seen) => {
@@ -675,6 +680,7 @@ impl Engine {
                         .filter(|(ns, s)| !seen.contains(&(ns.clone(), s.name.clone())))
                         .collect();
                     for (ns, s) in gone {
+                        engine.metrics.event_received("delete", &kind.to_string());
                         engine.delete_source(&ns, s);
                     }
                 }
@@ -692,6 +698,9 @@ impl Engine {
         let meta = obj.meta();
         let ns = meta.namespace.clone().unwrap_or_default();
         if self.ignored_namespace(&ns) {
+            // Never stored, so the store cannot tell new from known: the list is adds.
+            self.metrics
+                .event_received(if after_start { "update" } else { "add" }, &kind.to_string());
             return;
         }
         let annotations = meta.annotations.as_ref();
@@ -738,6 +747,8 @@ impl Engine {
         };
         let source = SourceRef::new(kind, meta.name.clone().unwrap_or_default());
         let update = self.source_observed(&ns, source, facts);
+        let event_type = if update == SourceUpdate::Created { "add" } else { "update" };
+        self.metrics.event_received(event_type, &kind.to_string());
         if !violations.is_empty() && matches!(update, SourceUpdate::Created | SourceUpdate::Changed)
         {
             self.report_source_limits(kind, meta, violations);
@@ -797,8 +808,7 @@ impl Engine {
             return update;
         }
         let processed = |result: &str| {
-            let kind = source.kind.to_string();
-            self.metrics.events_processed.with_label_values(&["update", &kind, result]).inc();
+            self.metrics.source_event_processed("update", &source.kind.to_string(), result);
         };
         if matches!(update, SourceUpdate::Unchanged | SourceUpdate::Relabelled) {
             // Labels, annotations or nothing at all changed: the hash is the same.
@@ -828,8 +838,7 @@ impl Engine {
         debug!(namespace = %ns, source = %source, "source deleted");
         if self.is_synced() {
             let result = if self.config.reload_on_delete { "queued" } else { "ignored" };
-            let kind = source.kind.to_string();
-            self.metrics.events_processed.with_label_values(&["delete", &kind, result]).inc();
+            self.metrics.source_event_processed("delete", &source.kind.to_string(), result);
         }
         if self.is_synced() && self.config.reload_on_delete {
             self.enqueue_affected(ns, &source);
@@ -974,14 +983,16 @@ impl Engine {
         let mut state = WatchState::default();
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
+            // Every kind's events; `events_received` (the other program's kinds, add vs update)
+            // is counted where the store tells a new object from a known one.
             let event_type = match &event {
-                Ok(Event::Apply(_)) | Ok(Event::InitApply(_)) => Some("update"),
+                Ok(Event::Apply(_)) | Ok(Event::InitApply(_)) => Some("apply"),
                 Ok(Event::Delete(_)) => Some("delete"),
                 Err(_) => Some("error"),
                 _ => None,
             };
             if let Some(t) = event_type {
-                self.metrics.events_received.with_label_values(&[t, what.as_str()]).inc();
+                self.metrics.watch_events.with_label_values(&[what.as_str(), t]).inc();
             }
             match event {
                 Ok(Event::Init) => state.seen.clear(),
@@ -1193,15 +1204,20 @@ impl Engine {
             self.startup_pass.lock().remove(key);
             let started = std::time::Instant::now();
             let executed = self.execute(&entry.info, &plan).await;
+            // As the other program: from the change being received to the write applied; a
+            // reconcile no change started (resync, start) counts its write alone.
+            let since_change = self.since_change(key, &plan);
             self.metrics
                 .action_latency
                 .with_label_values(&[key.kind.as_str()])
-                .observe(started.elapsed().as_secs_f64());
+                .observe(since_change.unwrap_or_else(|| started.elapsed()).as_secs_f64());
             match executed {
                 Ok(()) => {
                     self.failures.lock().remove(key);
                     self.count_triggers(&entry, &candidates, &plan, &opts);
-                    self.observe_reload_latency(key, &plan);
+                    if let Some(latency) = since_change {
+                        self.metrics.reload_latency.observe(latency.as_secs_f64());
+                    }
                     self.report_policies(parts, None).await;
                     if !plan.changes.is_empty() {
                         self.reloaded(&entry.info, &plan).await;
@@ -1379,7 +1395,8 @@ impl Engine {
     }
 
     /// Time from observing the newest of the changes to the write that carried them.
-    fn observe_reload_latency(&self, key: &WorkloadKey, plan: &Plan) {
+    /// How long ago the newest source change this plan carries was observed.
+    fn since_change(&self, key: &WorkloadKey, plan: &Plan) -> Option<Duration> {
         let store = self.store.read();
         let newest = plan
             .changes
@@ -1387,9 +1404,7 @@ impl Engine {
             .filter(|c| c.cause == Cause::Changed)
             .filter_map(|c| store.last_change(&key.namespace, &c.source))
             .max();
-        if let Some(at) = newest {
-            self.metrics.reload_latency.observe(at.elapsed().as_secs_f64());
-        }
+        newest.map(|at| at.elapsed())
     }
 
     /// A rollout waits until its sources have been quiet for the debounce window (however the
@@ -1666,7 +1681,7 @@ impl Engine {
                             p.failures == 1
                         })
                     };
-                    self.metrics.errors_total.with_label_values(&["job_recreate"]).inc();
+                    self.metrics.reconcile_failed("job_recreate");
                     warn!(workload = %key, error = %e, "deleted the Job for a reload but cannot create it again yet; retrying with backoff");
                     if first == Some(true) {
                         let note = format!(
@@ -1800,7 +1815,7 @@ impl Engine {
         let key = &info.key;
         let retry = self.next_retry(key);
         warn!(workload = %key, error = %error, ?retry, "update failed; will retry");
-        self.metrics.errors_total.with_label_values(&["update"]).inc();
+        self.metrics.reconcile_failed("update");
         self.metrics.retries_total.inc();
         if !plan.changes.is_empty() {
             self.metrics.reload(&key.namespace, false);

@@ -18,6 +18,11 @@ const WRITE_BUCKETS: &[f64] =
     &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 /// Buckets for waits that include the debounce window (seconds to minutes).
 const WAIT_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0];
+/// The other program's buckets where a family is shared: `le` values are label values too, and
+/// dashboards' `histogram_quantile` panels read them.
+const ACTION_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+const QUEUE_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
+const REQUEST_BUCKETS: &[f64] = &[0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0];
 
 pub struct Metrics {
     registry: Registry,
@@ -49,6 +54,124 @@ pub struct Metrics {
     pub panics: IntCounterVec,
     /// Objects whose values broke an input limit, by limit (see `crate::limits`).
     pub input_rejected: IntCounterVec,
+    /// Every watch event, by kind and event type (`apply`, `delete`, `error`): the detail
+    /// `reloader_events_received_total` (sources and namespaces, the other program's values)
+    /// leaves out.
+    pub watch_events: IntCounterVec,
+    /// What a source event led to, by event type, resource type and result (`queued`,
+    /// `unchanged`, `ignored`): the detail of `reloader_events_processed_total`.
+    pub source_events: IntCounterVec,
+    /// Failed reconciles by reason (`update`, `job_recreate`): the detail of
+    /// `reloader_errors_total{type="handler_error"}`.
+    pub reconcile_errors: IntCounterVec,
+    /// 1 while a ReloadPolicy is Ready, 0 otherwise; removed with the policy.
+    pub policy_ready: IntGaugeVec,
+}
+
+/// The other program's `resource_type` label value for a watched kind (`configmaps`,
+/// `secrets`, `namespaces`, `secretproviderclasspodstatuses`).
+pub fn resource_type(kind: &str) -> String {
+    match kind {
+        "ConfigMap" => "configmaps".into(),
+        "Secret" => "secrets".into(),
+        "Namespace" => "namespaces".into(),
+        "SecretProviderClassPodStatus" => "secretproviderclasspodstatuses".into(),
+        other => format!("{}s", other.to_ascii_lowercase()),
+    }
+}
+
+/// `rest_client_requests_total` and `rest_client_request_duration_seconds`, as client-go
+/// exports them, filled by [`RequestMetricsLayer`] in the client's tower stack.
+#[derive(Clone)]
+pub struct RequestMetrics {
+    requests: IntCounterVec,
+    duration: HistogramVec,
+    host: std::sync::Arc<str>,
+}
+
+impl RequestMetrics {
+    /// `host` is the API server's `host:port`, the one value of the `host` label.
+    pub fn new(host: &str) -> Self {
+        RequestMetrics {
+            requests: IntCounterVec::new(
+                Opts::new(
+                    "rest_client_requests_total",
+                    "HTTP requests to the API server, by status code, method and host.",
+                ),
+                &["code", "method", "host"],
+            )
+            .expect("valid metric"),
+            duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "rest_client_request_duration_seconds",
+                    "Time to the response headers of an API request, by verb and host.",
+                )
+                .buckets(REQUEST_BUCKETS.to_vec()),
+                &["verb", "host"],
+            )
+            .expect("valid metric"),
+            host: host.into(),
+        }
+    }
+
+    fn observe(&self, method: &str, code: &str, seconds: f64) {
+        self.requests.with_label_values(&[code, method, &self.host]).inc();
+        self.duration.with_label_values(&[method, &self.host]).observe(seconds);
+    }
+}
+
+/// Counts and times every request of a kube client (next to the rate limiter, outside it, so
+/// the time waited for a token is not counted as the API server's).
+#[derive(Clone)]
+pub struct RequestMetricsLayer(pub RequestMetrics);
+
+impl<S> tower::Layer<S> for RequestMetricsLayer {
+    type Service = RequestMetricsService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RequestMetricsService { inner, metrics: self.0.clone() }
+    }
+}
+
+pub struct RequestMetricsService<S> {
+    inner: S,
+    metrics: RequestMetrics,
+}
+
+impl<S, B, R> tower::Service<http::Request<B>> for RequestMetricsService<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send + 'static>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let method = request.method().as_str().to_owned();
+        let metrics = self.metrics.clone();
+        let started = std::time::Instant::now();
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await;
+            // client-go's value when no response came back.
+            let code = match &response {
+                Ok(r) => r.status().as_u16().to_string(),
+                Err(_) => "<error>".to_owned(),
+            };
+            metrics.observe(&method, &code, started.elapsed().as_secs_f64());
+            response
+        })
+    }
 }
 
 /// Why a source change did not roll a workload (`reloader_skipped_total{reason}`).
@@ -142,9 +265,9 @@ impl Metrics {
             ),
             action_latency: histogram(
                 "reloader_action_latency_seconds",
-                "Time to carry out a write to a workload, by workload kind.",
+                "Time from the source change being received to the workload write applied, by workload kind.",
                 &["workload_kind"],
-                WRITE_BUCKETS,
+                ACTION_BUCKETS,
             ),
             skipped_total: counter(
                 "reloader_skipped_total",
@@ -158,7 +281,7 @@ impl Metrics {
             ),
             events_processed: counter(
                 "reloader_events_processed_total",
-                "Source watch events handled, by event type, resource type and result (queued, unchanged, ignored).",
+                "Source watch events handled, by event type (unknown, as the other program), resource type and result (success).",
                 &["event_type", "resource_type", "result"],
             ),
             workloads_scanned: counter(
@@ -184,7 +307,7 @@ impl Metrics {
                 latency: single_histogram(
                     "reloader_workqueue_latency_seconds",
                     "Time from queueing a workload to a worker taking it (debounce included).",
-                    WAIT_BUCKETS,
+                    QUEUE_BUCKETS,
                 ),
             },
             reload_latency: single_histogram(
@@ -222,8 +345,48 @@ impl Metrics {
                 "reloader_leader",
                 "1 while this replica may write (holds the Lease, or runs without --enable-ha).",
             ),
+            watch_events: counter(
+                "reloader_watch_events_total",
+                "Watch events of every watched kind, by kind and event type (apply, delete, error).",
+                &["kind", "event_type"],
+            ),
+            source_events: counter(
+                "reloader_source_events_total",
+                "What a source event led to, by event type, resource type and result (queued, unchanged, ignored).",
+                &["event_type", "resource_type", "result"],
+            ),
+            reconcile_errors: counter(
+                "reloader_reconcile_errors_total",
+                "Failed reconciles, by reason (update, job_recreate).",
+                &["reason"],
+            ),
+            policy_ready: {
+                let g = IntGaugeVec::new(
+                    Opts::new(
+                        "reloader_policy_ready",
+                        "1 while a ReloadPolicy is Ready, 0 otherwise, by policy namespace and name.",
+                    ),
+                    &["namespace", "policy"],
+                )
+                .expect("valid metric");
+                registry.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
             registry,
         };
+        let build_info = IntGaugeVec::new(
+            Opts::new("reloader_build_info", "1, labelled with the operator's version."),
+            &["version"],
+        )
+        .expect("valid metric");
+        build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        metrics.registry.register(Box::new(build_info)).expect("unique metric");
+        // process_* (CPU, memory, file descriptors, start time), as every Go program exports.
+        #[cfg(target_os = "linux")]
+        metrics
+            .registry
+            .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
+            .expect("unique metric");
         // Both series exist from the start, as in the other program, so `rate()` panels show
         // data (zero) before the first reload.
         for success in ["true", "false"] {
@@ -250,6 +413,31 @@ impl Metrics {
 
     pub fn skipped(&self, reason: SkipReason) {
         self.skipped_total.with_label_values(&[reason.as_str()]).inc();
+    }
+
+    /// Adds the client's request metrics (made before the client, and so before this).
+    pub fn register_requests(&self, requests: &RequestMetrics) {
+        self.registry.register(Box::new(requests.requests.clone())).expect("unique metric");
+        self.registry.register(Box::new(requests.duration.clone())).expect("unique metric");
+    }
+
+    /// A watch event of `kind` (`ConfigMap`, `Secret`, `Namespace`, ...): in the other
+    /// program's `events_received` when it watches that kind too, and in `watch_events`.
+    pub fn event_received(&self, event_type: &str, kind: &str) {
+        self.events_received.with_label_values(&[event_type, &resource_type(kind)]).inc();
+    }
+
+    /// A source event handled (`result`: queued, unchanged, ignored).
+    pub fn source_event_processed(&self, event_type: &str, kind: &str, result: &str) {
+        let resource = resource_type(kind);
+        self.events_processed.with_label_values(&["unknown", &resource, "success"]).inc();
+        self.source_events.with_label_values(&[event_type, &resource, result]).inc();
+    }
+
+    /// A failed reconcile: the other program's `handler_error`, with our reason beside it.
+    pub fn reconcile_failed(&self, reason: &str) {
+        self.errors_total.with_label_values(&["handler_error"]).inc();
+        self.reconcile_errors.with_label_values(&[reason]).inc();
     }
 
     /// The Prometheus text exposition of every metric.
@@ -289,6 +477,30 @@ mod tests {
         assert!(text.contains("# TYPE reloader_reconcile_duration_seconds histogram"), "{text}");
         assert!(text.contains("reloader_skipped_total{reason=\"no_data_change\"} 1"), "{text}");
         assert!(!text.contains("by_namespace"), "namespace counts are opt-in: {text}");
+    }
+
+    #[test]
+    fn resource_types_are_the_other_programs() {
+        assert_eq!(resource_type("ConfigMap"), "configmaps");
+        assert_eq!(resource_type("Secret"), "secrets");
+        assert_eq!(resource_type("Namespace"), "namespaces");
+        assert_eq!(resource_type("SecretProviderClassPodStatus"), "secretproviderclasspodstatuses");
+    }
+
+    #[test]
+    fn a_handled_source_event_is_a_success_with_our_result_beside_it() {
+        let m = Metrics::new(false);
+        m.source_event_processed("update", "Secret", "unchanged");
+        m.reconcile_failed("job_recreate");
+        let text = m.render();
+        for series in [
+            "reloader_events_processed_total{event_type=\"unknown\",resource_type=\"secrets\",result=\"success\"} 1",
+            "reloader_source_events_total{event_type=\"update\",resource_type=\"secrets\",result=\"unchanged\"} 1",
+            "reloader_errors_total{type=\"handler_error\"} 1",
+            "reloader_reconcile_errors_total{reason=\"job_recreate\"} 1",
+        ] {
+            assert!(text.contains(series), "missing {series}:\n{text}");
+        }
     }
 
     #[test]

@@ -38,10 +38,16 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         None => None,
     };
+    let host = config.cluster_url.authority().map(|a| a.to_string()).unwrap_or_default();
+    let requests = crate::metrics::RequestMetrics::new(&host);
     let client = kube::client::ClientBuilder::try_from(config)?;
+    // Counted outside the rate limiter: a request's time is the API server's, not the bucket's.
     let client = match RateLimitLayer::new(cli.kube_api_qps, cli.kube_api_burst) {
-        Some(limit) => client.with_layer(&limit).build(),
-        None => client.build(),
+        Some(limit) => client
+            .with_layer(&limit)
+            .with_layer(&crate::metrics::RequestMetricsLayer(requests.clone()))
+            .build(),
+        None => client.with_layer(&crate::metrics::RequestMetricsLayer(requests.clone())).build(),
     };
     let version = client
         .apiserver_version()
@@ -96,6 +102,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     let key_leadership = leadership.clone();
     let ha = election.is_some();
     let engine = Engine::new(client.clone(), engine_config, leadership);
+    engine.metrics().register_requests(&requests);
     let key_slot = engine.hash_key();
     // Annotation mode's keyed hashes need the key before anything is planned: a replica that
     // may create it (no HA) does so now, and any error is fatal; a standby only checks that it

@@ -43,7 +43,7 @@ async fn live_readyz_and_metrics_report_a_reload() {
     for name in [
         "reloader_action_total{result=\"success\",workload_kind=\"Deployment\"} 1",
         "# TYPE reloader_reconcile_duration_seconds histogram",
-        "reloader_events_received_total{event_type=\"update\",resource_type=\"ConfigMap\"}",
+        "reloader_events_received_total{event_type=\"update\",resource_type=\"configmaps\"}",
         "reloader_watched_objects{kind=\"workload\"}",
         "reloader_workqueue_depth",
     ] {
@@ -132,12 +132,179 @@ async fn metrics_pass_promtool_and_count_what_was_done() {
     assert!(
         sample(
             &text,
-            "reloader_events_processed_total{event_type=\"update\",resource_type=\"ConfigMap\",result=\"unchanged\"}"
+            "reloader_source_events_total{event_type=\"update\",resource_type=\"configmaps\",result=\"unchanged\"}"
         ) >= 1.0,
         "{text}"
     );
     assert!(!text.contains("by_namespace"), "per-namespace counts are opt-in");
     assert!(!text.contains("\"cfg\"") && !text.contains("\"web\""), "no object names in labels");
+}
+
+/// One family of the other program's, from tests/fixtures/stakater-metrics.txt.
+struct Family {
+    name: String,
+    kind: String,
+    /// Label name → allowed values (`None`: any value).
+    labels: std::collections::BTreeMap<String, Option<Vec<String>>>,
+    buckets: Option<Vec<f64>>,
+}
+
+fn stakater_families() -> Vec<Family> {
+    include_str!("fixtures/stakater-metrics.txt")
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|line| {
+            let mut fields = line.split_whitespace();
+            let name = fields.next().unwrap().to_string();
+            let kind = fields.next().unwrap().to_string();
+            let mut labels = std::collections::BTreeMap::new();
+            let mut buckets = None;
+            for field in fields.filter(|f| *f != "-") {
+                let (label, values) = field.split_once('=').unwrap();
+                if label == "le" {
+                    buckets = Some(values.split(',').map(|b| b.parse().unwrap()).collect());
+                } else {
+                    let values =
+                        (values != "*").then(|| values.split('|').map(String::from).collect());
+                    labels.insert(label.to_string(), values);
+                }
+            }
+            Family { name, kind, labels, buckets }
+        })
+        .collect()
+}
+
+/// `name{a="x",b="y"} value` → (name, labels).
+fn parse_sample(line: &str) -> (String, Vec<(String, String)>) {
+    let (series, _value) = line.rsplit_once(' ').unwrap();
+    let Some((name, labels)) = series.split_once('{') else {
+        return (series.to_string(), Vec::new());
+    };
+    let labels = labels
+        .trim_end_matches('}')
+        .split("\",")
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once("=\"").unwrap();
+            (k.to_string(), v.trim_end_matches('"').to_string())
+        })
+        .collect();
+    (name.to_string(), labels)
+}
+
+#[tokio::test]
+async fn a_scrape_has_the_other_programs_families_labels_and_values() {
+    let f = Fixture::new("ops-compat").await;
+    let op = f.operator(&[]);
+    f.configmap("cfg", json!({"a": "1"})).await;
+    f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("cfg")).await;
+    f.wait_replicasets("web", 1).await;
+    f.wait_baseline("web").await;
+    // Right after start: the reload counters are there (zero) for rate() panels.
+    let first = op.metrics().await;
+    for series in [
+        "reloader_reload_executed_total{success=\"true\"} 0",
+        "reloader_reload_executed_total{success=\"false\"} 0",
+    ] {
+        assert!(first.contains(series), "missing {series} before any reload:\n{first}");
+    }
+    f.patch_configmap("cfg", json!({"data": {"a": "2"}})).await;
+    f.wait_replicasets("web", 2).await;
+    let text = eventually("the reload in /metrics", TIMEOUT, || async {
+        let text = op.metrics().await;
+        (sample(&text, "reloader_reload_executed_total{success=\"true\"}") == 1.0).then_some(text)
+    })
+    .await;
+    promtool_check(&text);
+
+    let samples: Vec<(String, Vec<(String, String)>)> =
+        text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()).map(parse_sample).collect();
+    // Families a reload must have shown; the rest (errors, skips) may have no sample yet.
+    let must_appear = [
+        "reloader_reload_executed_total",
+        "reloader_reconcile_total",
+        "reloader_reconcile_duration_seconds",
+        "reloader_action_total",
+        "reloader_action_latency_seconds",
+        "reloader_workqueue_depth",
+        "reloader_workqueue_adds_total",
+        "reloader_workqueue_latency_seconds",
+        "reloader_retries_total",
+        "reloader_events_received_total",
+        "reloader_events_processed_total",
+        "reloader_workloads_scanned_total",
+        "reloader_workloads_matched_total",
+        "rest_client_requests_total",
+        "rest_client_request_duration_seconds",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+        "process_start_time_seconds",
+    ];
+    for family in stakater_families() {
+        let of_family: Vec<_> = samples
+            .iter()
+            .filter(|(name, _)| {
+                let base = if family.kind == "histogram" {
+                    name.strip_suffix("_bucket")
+                        .or_else(|| name.strip_suffix("_sum"))
+                        .or_else(|| name.strip_suffix("_count"))
+                        .unwrap_or(name)
+                } else {
+                    name
+                };
+                base == family.name
+            })
+            .collect();
+        if of_family.is_empty() {
+            assert!(!must_appear.contains(&family.name.as_str()), "no {} in:\n{text}", family.name);
+            continue;
+        }
+        let type_line = format!("# TYPE {} {}", family.name, family.kind);
+        assert!(text.contains(&type_line), "{} must be a {}:\n{text}", family.name, family.kind);
+        let mut buckets = Vec::new();
+        for (name, labels) in &of_family {
+            let names: std::collections::BTreeSet<&str> =
+                labels.iter().map(|(k, _)| k.as_str()).filter(|k| *k != "le").collect();
+            let expected: std::collections::BTreeSet<&str> =
+                family.labels.keys().map(String::as_str).collect();
+            assert_eq!(names, expected, "the label names of {name}");
+            for (label, value) in labels {
+                if label == "le" {
+                    buckets.push(value.clone());
+                    continue;
+                }
+                if let Some(Some(allowed)) = family.labels.get(label) {
+                    assert!(
+                        allowed.contains(value),
+                        "{name}{{{label}={value:?}}}: the other program's values are {allowed:?}"
+                    );
+                }
+            }
+        }
+        if let Some(expected) = &family.buckets {
+            let mut seen: Vec<f64> =
+                buckets.iter().filter(|b| *b != "+Inf").map(|b| b.parse().unwrap()).collect();
+            seen.sort_by(f64::total_cmp);
+            seen.dedup();
+            assert_eq!(&seen, expected, "the buckets of {}", family.name);
+        }
+    }
+    for series in [
+        "reloader_reconcile_total{result=\"success\"}",
+        "reloader_action_total{result=\"success\",workload_kind=\"Deployment\"}",
+        "reloader_events_received_total{event_type=\"add\",resource_type=\"configmaps\"}",
+        "reloader_events_received_total{event_type=\"update\",resource_type=\"configmaps\"}",
+        "reloader_events_processed_total{event_type=\"unknown\",resource_type=\"configmaps\",result=\"success\"}",
+    ] {
+        assert!(sample(&text, series) >= 1.0, "{series} must count the reload:\n{text}");
+    }
+    let build_info = format!("reloader_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
+    assert!(text.contains(&build_info), "{text}");
+    assert!(
+        samples.iter().any(|(name, labels)| name == "rest_client_requests_total"
+            && labels.contains(&("method".into(), "PATCH".into()))),
+        "the reload's PATCH is counted:\n{text}"
+    );
 }
 
 #[tokio::test]

@@ -26,7 +26,7 @@ async fn deployment_labelled(f: &Fixture, name: &str, labels: Value, pod: Value)
 #[tokio::test]
 async fn env_var_policy_with_a_key_filter_and_status() {
     let f = setup("rp-envvar").await;
-    let _op = f.operator(&[]);
+    let op = f.operator(&[]);
     let sentinel = Sentinel::create(&f).await;
     f.configmap("app-settings", json!({"feature-flags.yaml": "a: 1", "unrelated": "x"})).await;
     f.deployment("api", json!({}), env_from_cm("app-settings")).await;
@@ -68,6 +68,19 @@ async fn env_var_policy_with_a_key_filter_and_status() {
         ready.last_transition_time
     );
     f.wait_events("ReloadPolicy", "api-settings", "Reloaded").await;
+
+    // Its readiness is a metric too, gone with the policy.
+    let series =
+        format!("reloader_policy_ready{{namespace=\"{}\",policy=\"api-settings\"}}", f.ns.name);
+    eventually("reloader_policy_ready 1", TIMEOUT, || async {
+        op.metrics().await.contains(&format!("{series} 1")).then_some(())
+    })
+    .await;
+    policies(&f).delete("api-settings", &Default::default()).await.unwrap();
+    eventually("reloader_policy_ready gone", TIMEOUT, || async {
+        (!op.metrics().await.contains(&series)).then_some(())
+    })
+    .await;
 }
 
 #[tokio::test]

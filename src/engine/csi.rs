@@ -55,8 +55,15 @@ impl Engine {
         // Not counted for readiness: the driver may be installed long after start.
         self.consume_inner(stream, what, scope.clone(), false, move |engine, event, listed| {
             match event {
-                WatchItem::Apply(obj) => engine.apply_pod_status(&obj, listed),
+                WatchItem::Apply(obj) => {
+                    let key = (obj.namespace().unwrap_or_default(), obj.name_any());
+                    let known = engine.csi.class_of.lock().contains_key(&key);
+                    let event_type = if listed && known { "update" } else { "add" };
+                    engine.metrics.event_received(event_type, "SecretProviderClassPodStatus");
+                    engine.apply_pod_status(&obj, listed)
+                }
                 WatchItem::Delete(obj) => {
+                    engine.metrics.event_received("delete", "SecretProviderClassPodStatus");
                     engine.forget_pod_status(&obj.namespace().unwrap_or_default(), &obj.name_any())
                 }
                 WatchItem::RelistDone(seen) => {

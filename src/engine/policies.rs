@@ -212,6 +212,7 @@ impl Engine {
         self.rollouts.lock().forget_group(&format!("{ns}/{name}"));
         // One series per existing policy: a deleted policy's series goes with it.
         let _ = self.metrics.policy_reloads.remove_label_values(&[ns, name]);
+        let _ = self.metrics.policy_ready.remove_label_values(&[ns, name]);
         if removed {
             // Its record entries are dropped from the targets (a metadata write; nothing rolls).
             self.enqueue_namespace(ns);
@@ -639,6 +640,8 @@ impl Engine {
             *self.policy.reload_counts.lock().get(key).unwrap_or(&0),
             *self.policy.throttled_counts.lock().get(key).unwrap_or(&0),
         );
+        let ready = condition_status(&desired, "Ready") == Some("True");
+        self.metrics.policy_ready.with_label_values(&[&key.0, &key.1]).set(i64::from(ready));
         if desired == observed {
             return Ok(());
         }
