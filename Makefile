@@ -46,7 +46,7 @@ lint: fmt-check clippy
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
-	@out=$$(gofmt -l testenv tools/helm tools/helm-docs tools/promtool); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	@out=$$(gofmt -l testenv tools/helm tools/helm-docs tools/promtool tools/gitops-health); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
 clippy:
 	$(CARGO) clippy --locked --all-targets -- -D warnings
@@ -76,7 +76,13 @@ $(PROMTOOL): tools/promtool/go.mod tools/promtool/go.sum
 	@mkdir -p $(dir $@)
 	cd tools/promtool && $(GO) build -buildvcs=false -ldflags "-s -w" -o $@ github.com/prometheus/prometheus/cmd/promtool
 
-integration: testenv $(HELM) $(PROMTOOL) ## integration tests against a real kube-apiserver, etcd and kube-controller-manager
+# Evaluates docs/gitops/ health checks as Flux and Argo CD do (tests/gitops_health.rs).
+GITOPS_HEALTH := $(CURDIR)/target/tools/bin/gitops-health
+$(GITOPS_HEALTH): tools/gitops-health/go.mod tools/gitops-health/go.sum tools/gitops-health/main.go
+	@mkdir -p $(dir $@)
+	cd tools/gitops-health && $(GO) build -buildvcs=false -ldflags "-s -w" -o $@ .
+
+integration: testenv $(HELM) $(PROMTOOL) $(GITOPS_HEALTH) ## integration tests against a real kube-apiserver, etcd and kube-controller-manager
 	@echo "integration tests: Kubernetes $(K8S_VERSION) control plane ($$($(TESTENV) version)) unless RELOADER_TEST_KUBECONFIG is set"
 	$(CARGO) test --locked --test '*'
 

@@ -845,8 +845,27 @@ fn desired_status(
     } else {
         (true, "Ready", "sources and targets resolved".to_string())
     };
+    // kstatus (Argo CD, Flux, `kubectl wait`): Stalled when only a change by the user (or to
+    // the cluster's objects) helps, Reconciling while work toward the spec is still pending.
+    // Each condition carries observedGeneration, so after a spec change the old generation's
+    // Ready does not count until this generation's is written.
+    let stalled = !ready && key_problem.is_none();
+    let (reconciling, reconciling_reason, reconciling_msg) = if key_problem.is_some() {
+        (true, "WaitingForHashKey", "waiting for the operator's hash key".to_string())
+    } else if !throttled.is_empty() {
+        (true, "RolloutsHeldBack", "a churn limit holds back rollouts; they follow".to_string())
+    } else {
+        (false, "Reconciled", "every change is applied".to_string())
+    };
     let conditions = vec![
-        condition("Ready", ready, ready_reason, ready_msg),
+        condition("Ready", ready, ready_reason, ready_msg.clone()),
+        condition(
+            "Stalled",
+            stalled,
+            if stalled { ready_reason } else { "NotStalled" },
+            if stalled { ready_msg } else { "no error that needs a change to the spec".into() },
+        ),
+        condition("Reconciling", reconciling, reconciling_reason, reconciling_msg),
         condition(
             "SourcesResolved",
             sources_ok,
