@@ -26,7 +26,7 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION
 	-X helm.sh/helm/v3/pkg/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))
 
 .PHONY: help build release test lint fmt-check clippy unit integration testenv cluster-up \
-	cluster-down cluster-status demo bench crd clean kubectl helm chart-lint chart-docs deny prereqs promtool
+	cluster-down cluster-status demo bench crd docs clean kubectl helm chart-lint chart-docs deny prereqs promtool
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -101,6 +101,9 @@ deny: $(CARGO_DENY) ## supply chain (deny.toml): licences, bans, sources, and ad
 	elif echo "$$out" | grep -q "failed to fetch advisory database"; then \
 		echo "cargo deny: ADVISORIES NOT CHECKED: the RustSec database (github.com/rustsec/advisory-db) cannot be fetched from this machine"; \
 	else echo "$$out"; exit 1; fi
+
+docs: ## regenerate docs/flags.md from the clap definition (src/cli.rs)
+	UPDATE_DOCS=1 $(CARGO) test --locked --lib the_flags_reference_is_current
 
 crd: ## regenerate crd/reloadpolicy.yaml from the Rust types
 	$(CARGO) run --locked --quiet -- crd > crd/reloadpolicy.yaml

@@ -529,10 +529,79 @@ pub fn parse_rate(text: &str) -> Result<f64, String> {
 /// The smallest rate [`parse_rate`] accepts.
 pub const MIN_RATE: f64 = 0.01;
 
+/// The flags reference, `docs/flags.md`, made from this definition so it cannot drift: a unit
+/// test fails when the file differs (`make docs` rewrites it).
+pub fn flags_reference() -> String {
+    use clap::CommandFactory;
+    let command = Cli::command();
+    let cell =
+        |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ").replace('|', "\\|");
+    let mut out = String::from(
+        "# Flags\n\n\
+         <!-- Generated from src/cli.rs by `make docs`; a unit test keeps it current. -->\n\n\
+         Every flag can also be set by the environment variable shown. Booleans take `--flag`,\n\
+         `--flag=true`, `--flag true` or `--flag=false`, in Go's forms (`1`, `t`, `T`, `TRUE`,\n\
+         `True` and the same for false), in environment variables too. Durations are Go\n\
+         durations: `500ms`, `30s`, `1.5m`, `1h`, `1m30s`, `500us`. A second name after a flag\n\
+         is stakater/Reloader's name for the same setting.\n\n\
+         | flag | env | default | meaning |\n|---|---|---|---|\n",
+    );
+    for arg in command.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        if arg.is_hide_set() || ["help", "version"].contains(&long) {
+            continue;
+        }
+        let mut flag = format!("`--{long}`");
+        let values: Vec<String> = arg
+            .get_possible_values()
+            .iter()
+            .filter(|v| !v.is_hide_set())
+            .map(|v| v.get_name().to_string())
+            .collect();
+        if !values.is_empty() && !values.iter().all(|v| v == "true" || v == "false") {
+            flag = format!("`--{long} {}`", values.join("\\|"));
+        }
+        for alias in arg.get_all_aliases().unwrap_or_default() {
+            flag.push_str(&format!(", `--{alias}`"));
+        }
+        let env = arg
+            .get_env()
+            .map(|e| format!("`{}`", e.to_string_lossy()))
+            .unwrap_or_else(|| "–".into());
+        let default = match arg.get_default_values() {
+            [] => "–".to_string(),
+            values => format!(
+                "`{}`",
+                values.iter().map(|v| v.to_string_lossy()).collect::<Vec<_>>().join(",")
+            ),
+        };
+        let help =
+            arg.get_long_help().or(arg.get_help()).map(|h| h.to_string()).unwrap_or_default();
+        out.push_str(&format!("| {flag} | {env} | {default} | {} |\n", cell(&help)));
+    }
+    out.push_str("\n## Subcommands\n\n");
+    for sub in command.get_subcommands() {
+        let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
+        out.push_str(&format!("- `reloader {}`: {}\n", sub.get_name(), cell(&about)));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn the_flags_reference_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/flags.md");
+        let generated = flags_reference();
+        if std::env::var_os("UPDATE_DOCS").is_some() {
+            std::fs::write(path, &generated).expect("write docs/flags.md");
+        }
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(committed == generated, "docs/flags.md is not current: run `make docs`");
+    }
 
     #[test]
     fn cli_definition_is_consistent() {

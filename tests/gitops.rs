@@ -1,4 +1,4 @@
-//! What the README's GitOps section claims, on the real API server: a GitOps tool that applies
+//! What docs/gitops.md claims, on the real API server: a GitOps tool that applies
 //! its manifest by server-side apply under its own field manager (Flux, Argo CD with
 //! `ServerSideApply=true`) or by client-side `kubectl apply` (Argo CD's default sync) neither
 //! removes the reload field the operator wrote nor rolls the workload again, and a server-side

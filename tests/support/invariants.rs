@@ -46,7 +46,7 @@ impl Rng {
     }
 }
 
-/// The hash of a source's data as README "Strategies" defines it: `key=value` entries (raw bytes
+/// The hash of a source's data as docs/annotations.md ("Strategies") defines it: `key=value` entries (raw bytes
 /// for Secrets), sorted, joined with `;`, SHA-1 in lowercase hex.
 pub fn data_hash(data: &BTreeMap<String, Vec<u8>>) -> String {
     let mut entries: Vec<Vec<u8>> = data
