@@ -26,7 +26,7 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION
 	-X helm.sh/helm/v3/pkg/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))
 
 .PHONY: help build release test lint fmt-check clippy unit integration testenv cluster-up \
-	cluster-down cluster-status demo bench crd docs clean kubectl helm chart-lint chart-docs deny prereqs promtool
+	cluster-down cluster-status demo bench crd docs zigbuild clean kubectl helm chart-lint chart-docs deny prereqs promtool
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -36,8 +36,26 @@ build: ## debug build of the operator
 
 # The one definition of the release build: CI and the Dockerfile (TARGET=x86_64-unknown-linux-musl)
 # both run it.
+# Another architecture (TARGET=aarch64-unknown-linux-musl) links with zig (cargo-zigbuild): ring and
+# mimalloc have C code, and zig carries every target's C toolchain and musl headers.
+HOST_ARCH := $(shell uname -m)
+CROSS = $(if $(TARGET),$(if $(filter $(HOST_ARCH)-%,$(TARGET)),,yes))
 release: ## release build of the operator (the binary the Dockerfile ships); TARGET=triple to cross-build
-	$(CARGO) build --locked --release --bin reloader $(if $(TARGET),--target $(TARGET))
+	$(if $(CROSS),$(MAKE) zigbuild && rustup target add $(TARGET) >/dev/null 2>&1,@true)
+	$(if $(CROSS),CARGO_ZIGBUILD_ZIG_PATH=$(ZIG) $(ZIGBUILD) zig,$(CARGO) )build --locked --release --bin reloader $(if $(TARGET),--target $(TARGET))
+
+# zig (from PyPI's ziglang) and cargo-zigbuild (crates.io), pinned, into target/tools.
+ZIG_VERSION       := 0.15.2
+ZIGBUILD_VERSION  := 0.24.1
+ZIG               := $(CURDIR)/target/tools/bin/zig
+ZIGBUILD          := $(CURDIR)/target/tools/bin/cargo-zigbuild
+zigbuild: $(ZIG) $(ZIGBUILD)
+$(ZIG):
+	@mkdir -p $(dir $@)
+	python3 -m pip install --quiet --disable-pip-version-check --target $(CURDIR)/target/tools/ziglang ziglang==$(ZIG_VERSION)
+	printf '#!/bin/sh\nPYTHONPATH=%s exec python3 -m ziglang "$$@"\n' "$(CURDIR)/target/tools/ziglang" > $@ && chmod +x $@
+$(ZIGBUILD):
+	$(CARGO) install --locked --quiet --root $(CURDIR)/target/tools cargo-zigbuild --version $(ZIGBUILD_VERSION)
 
 test: prereqs lint deny chart-lint unit integration ## every test: fmt, clippy, cargo deny, unit tests, integration tests on a real control plane
 	@echo "make test: all checks passed"
@@ -168,8 +186,14 @@ demo: ## the main job end to end on a private control plane in target/demo (DEMO
 # Five scenarios (latency, fan-out, memory at scale, API cost, burst) on a fresh local control
 # plane, or on BENCH_KUBECONFIG's cluster. BENCH_SCALE=0.1 for a quick run; BENCH_OPERATOR="path
 # args…" measures another binary (BENCH_OPERATOR_FLAGS=none: no flags added, e.g. stakater's).
-bench: testenv release ## benchmarks on a local control plane: target/bench/report.{json,md}
-	$(CARGO) bench --locked --bench cluster
+# The shipped (musl, static) binary and the glibc build, one after the other on the same control
+# plane setup; target/bench/report.md has both side by side.
+MUSL := x86_64-unknown-linux-musl
+bench: testenv release ## benchmarks of the glibc and the shipped musl build: target/bench/report.md
+	$(MAKE) release TARGET=$(MUSL)
+	BENCH_LABEL=glibc BENCH_OUT=target/bench/glibc $(CARGO) bench --locked --bench cluster
+	BENCH_LABEL=musl BENCH_OUT=target/bench/musl BENCH_OPERATOR=target/$(MUSL)/release/reloader \
+		BENCH_COMPARE=target/bench/glibc/report.json $(CARGO) bench --locked --bench cluster
 
 clean: cluster-down
 	$(CARGO) clean

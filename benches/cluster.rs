@@ -9,11 +9,15 @@
 //! latency scenario, `--debounce 0s`. With `BENCH_OPERATOR_FLAGS=none` (another program, such as
 //! stakater/Reloader) nothing is added and readiness is `BENCH_READY_URL` when set.
 //! `BENCH_SCALE` (default 1) scales every object and change count, for quick runs.
+//! `BENCH_OUT` puts the report elsewhere (`make bench` runs the glibc build into
+//! `target/bench/glibc` and the shipped musl build into `target/bench/musl`), `BENCH_LABEL` names
+//! the run, and `BENCH_COMPARE=<other report.json>` also writes `target/bench/report.md` with both
+//! runs' targets side by side.
 //!
 //! Benchmarks report figures; they never fail on a slow machine. A run fails only when a scenario
 //! breaks: a rollout that does not come within a generous timeout, an operator that never gets
-//! ready. The report goes to `target/bench/report.json` and `target/bench/report.md`; operator
-//! logs to `target/bench/logs/`.
+//! ready. The report goes to `report.json` and `report.md` in `BENCH_OUT` (default
+//! `target/bench`); operator logs to its `logs/`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -64,7 +68,13 @@ fn main() {
 
 struct Settings {
     scale: f64,
+    /// `BENCH_OUT` (default `target/bench`): where this run's report goes.
     out: PathBuf,
+    /// `BENCH_LABEL`: this run's name in a side-by-side report (`glibc`, `musl`, ...).
+    label: String,
+    /// `BENCH_COMPARE`: another run's report.json; this run then also writes
+    /// `target/bench/report.md` with both side by side.
+    compare: Option<PathBuf>,
     operator: Vec<String>,
     harness_flags: bool,
     ready_url: Option<String>,
@@ -85,9 +95,12 @@ impl Settings {
             _ => vec![root.join("target/release/reloader").display().to_string()],
         };
         let harness_flags = std::env::var("BENCH_OPERATOR_FLAGS").map_or(true, |v| v != "none");
+        let var = |name: &str| std::env::var(name).ok().filter(|s| !s.trim().is_empty());
         Ok(Settings {
             scale,
-            out: root.join("target/bench"),
+            out: root.join(var("BENCH_OUT").unwrap_or_else(|| "target/bench".into())),
+            label: var("BENCH_LABEL").unwrap_or_else(|| "this run".into()),
+            compare: var("BENCH_COMPARE").map(|p| root.join(p)),
             operator,
             harness_flags,
             ready_url: std::env::var("BENCH_READY_URL").ok().filter(|s| !s.is_empty()),
@@ -1476,6 +1489,16 @@ async fn run(started: Instant) -> Result<bool> {
     let report = report_json(&ctx, &machine, &version.git_version, &qps_flags, &results, started);
     let md = write_report(&ctx.s.out, &report)?;
     println!("{md}");
+    if let Some(other) = &ctx.s.compare {
+        let other: Value = serde_json::from_str(
+            &std::fs::read_to_string(other)
+                .with_context(|| format!("BENCH_COMPARE {}", other.display()))?,
+        )?;
+        let both = side_by_side(&other, &report);
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/report.md");
+        std::fs::write(&path, &both)?;
+        println!("{both}\nbench: side by side in {}", path.display());
+    }
     println!(
         "bench: report in {} and {}",
         ctx.s.out.join("report.json").display(),
@@ -1495,6 +1518,7 @@ fn report_json(
     let r = Value::Object(results.clone());
     let targets = targets(&r);
     json!({
+        "label": ctx.s.label,
         "date": chrono_now(),
         "duration_s": round2(started.elapsed().as_secs_f64()),
         "scale": ctx.s.scale,
@@ -1777,7 +1801,47 @@ fn markdown(r: &Value) -> String {
     md
 }
 
+/// Two runs' targets in one table (the shipped musl binary next to the glibc build, say).
+fn side_by_side(a: &Value, b: &Value) -> String {
+    let label = |r: &Value| fmt(&r["label"]);
+    let mut md = String::new();
+    let _ = writeln!(md, "# reloader benchmarks: {} and {}\n", label(a), label(b));
+    for r in [a, b] {
+        let cmd: Vec<String> = r["operator"]["command"]
+            .as_array()
+            .map(|c| c.iter().map(fmt).collect())
+            .unwrap_or_default();
+        let _ = writeln!(
+            md,
+            "- {}: `{}`, run {} UTC, scale {}, machine {} × {}, load average at start {}",
+            label(r),
+            cmd.join(" "),
+            fmt(&r["date"]),
+            r["scale"],
+            r["machine"]["nproc"],
+            fmt(&r["machine"]["cpu_model"]),
+            fmt(&r["machine"]["loadavg_at_start"])
+        );
+    }
+    let _ = writeln!(md, "\n| target | goal | {} | {} |\n|---|---|---|---|", label(a), label(b));
+    let rows = |r: &Value| r["targets"].as_array().cloned().unwrap_or_default();
+    for t in rows(a) {
+        let other = rows(b).into_iter().find(|u| u["target"] == t["target"]);
+        let measured = |t: &Value| format!("{} ({})", fmt(&t["measured"]), fmt(&t["result"]));
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} |",
+            fmt(&t["target"]),
+            fmt(&t["goal"]),
+            measured(&t),
+            other.as_ref().map(measured).unwrap_or_else(|| "—".into())
+        );
+    }
+    md
+}
+
 fn write_report(out: &Path, report: &Value) -> Result<String> {
+    std::fs::create_dir_all(out)?;
     std::fs::write(out.join("report.json"), serde_json::to_string_pretty(report)?)?;
     let md = markdown(report);
     std::fs::write(out.join("report.md"), &md)?;

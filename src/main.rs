@@ -1,5 +1,10 @@
 use clap::Parser;
 
+/// Opt-in only: the system allocator is the measured choice (see `reloader::memory`).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = reloader::cli::Cli::parse();
