@@ -1394,7 +1394,6 @@ impl Engine {
         }
     }
 
-    /// Time from observing the newest of the changes to the write that carried them.
     /// How long ago the newest source change this plan carries was observed.
     fn since_change(&self, key: &WorkloadKey, plan: &Plan) -> Option<Duration> {
         let store = self.store.read();

@@ -70,13 +70,14 @@ pub struct Metrics {
 
 /// The other program's `resource_type` label value for a watched kind (`configmaps`,
 /// `secrets`, `namespaces`, `secretproviderclasspodstatuses`).
-pub fn resource_type(kind: &str) -> String {
+/// Counted on every source event, so the known kinds cost no allocation.
+pub fn resource_type(kind: &str) -> std::borrow::Cow<'static, str> {
     match kind {
         "ConfigMap" => "configmaps".into(),
         "Secret" => "secrets".into(),
         "Namespace" => "namespaces".into(),
         "SecretProviderClassPodStatus" => "secretproviderclasspodstatuses".into(),
-        other => format!("{}s", other.to_ascii_lowercase()),
+        other => format!("{}s", other.to_ascii_lowercase()).into(),
     }
 }
 

@@ -40,14 +40,13 @@ pub async fn run(cli: Cli) -> Result<()> {
     };
     let host = config.cluster_url.authority().map(|a| a.to_string()).unwrap_or_default();
     let requests = crate::metrics::RequestMetrics::new(&host);
-    let client = kube::client::ClientBuilder::try_from(config)?;
-    // Counted outside the rate limiter: a request's time is the API server's, not the bucket's.
+    // A request is timed from its call, which the rate limiter lets through only once it has
+    // a token: the time is the API server's, not the bucket's.
+    let client = kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&crate::metrics::RequestMetricsLayer(requests.clone()));
     let client = match RateLimitLayer::new(cli.kube_api_qps, cli.kube_api_burst) {
-        Some(limit) => client
-            .with_layer(&limit)
-            .with_layer(&crate::metrics::RequestMetricsLayer(requests.clone()))
-            .build(),
-        None => client.with_layer(&crate::metrics::RequestMetricsLayer(requests.clone())).build(),
+        Some(limit) => client.with_layer(&limit).build(),
+        None => client.build(),
     };
     let version = client
         .apiserver_version()
