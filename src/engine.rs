@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, PodTempl
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy};
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::{EventType, Recorder, Reporter};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -27,10 +27,12 @@ use tracing::{debug, info, warn};
 
 mod admission;
 mod csi;
+mod follow;
 mod policies;
 
 pub use admission::{AdmissionError, admission_patch, admitted_kind, admitted_kind_of};
 
+use crate::access::Follow;
 use crate::annotations::AnnotationKeys;
 use crate::churn::{RolloutLimiter, ThrottleReason};
 use crate::cli::ReloadArgs;
@@ -162,6 +164,16 @@ impl EngineConfig {
     }
 }
 
+/// What `/readyz` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    /// The first lists are still arriving.
+    Syncing,
+    Ready,
+    /// The identity's rights do not let annotation mode do its job (the reason says why).
+    Unable(String),
+}
+
 /// Shared state of the running engine.
 pub struct Engine {
     client: Client,
@@ -173,7 +185,9 @@ pub struct Engine {
     /// Set once every watcher finished its first list.
     synced: AtomicBool,
     pending_watchers: AtomicUsize,
-    ready: watch::Sender<bool>,
+    ready: watch::Sender<Readiness>,
+    /// The identity's rights and how each kind is followed under them.
+    follow: follow::FollowState,
     /// Workloads still waiting for their first pass after start (for `--sync-after-restart`).
     startup_pass: Mutex<HashSet<WorkloadKey>>,
     /// With `--namespace-selector`: the namespaces that match it now.
@@ -245,7 +259,8 @@ impl Engine {
                 .expect("an HTTP client with a timeout"),
             synced: AtomicBool::new(false),
             pending_watchers: AtomicUsize::new(0),
-            ready: watch::channel(false).0,
+            ready: watch::channel(Readiness::Syncing).0,
+            follow: follow::FollowState::default(),
             startup_pass: Mutex::new(HashSet::new()),
             selected_namespaces: RwLock::new(HashSet::new()),
             deferred: Mutex::new(std::collections::HashMap::new()),
@@ -335,28 +350,44 @@ impl Engine {
         self.metrics.clone()
     }
 
-    /// Resolves to true once the first list of every watched kind is in memory.
-    pub fn ready(&self) -> watch::Receiver<bool> {
+    /// [`Readiness::Ready`] once the first list of every watched kind is in memory and the
+    /// identity's rights let annotation mode do its job.
+    pub fn ready(&self) -> watch::Receiver<Readiness> {
         self.ready.subscribe()
     }
 
     /// Runs until `shutdown` resolves; in-flight reconciles finish first.
     pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
         let mut tasks = tokio::task::JoinSet::new();
-        let scopes: Vec<Option<String>> = if self.config.namespaces.is_empty() {
-            vec![None]
-        } else {
-            self.config.namespaces.iter().cloned().map(Some).collect()
-        };
+        let scopes = self.scopes();
+        // What the identity may do decides what is watched (see `crate::access`).
+        if let Some(why) = self.review_rights().await {
+            let _ = self.ready.send(Readiness::Unable(why));
+        }
         // Every watcher reports its first list once; the count must be in place before any
         // of them can finish.
-        let kinds: Vec<WorkloadKind> =
-            self.config.kinds.iter().copied().filter(|k| Self::watchable(*k)).collect();
-        let per_scope = usize::from(self.config.watch_configmaps)
-            + usize::from(self.config.watch_secrets)
-            + kinds.len();
+        let mut watched: Vec<(Option<String>, WorkloadKind)> = Vec::new();
+        let mut sources: Vec<(Option<String>, SourceKind)> = Vec::new();
+        for scope in &scopes {
+            for kind in [SourceKind::ConfigMap, SourceKind::Secret] {
+                let on = match kind {
+                    SourceKind::ConfigMap => self.config.watch_configmaps,
+                    SourceKind::Secret => self.config.watch_secrets,
+                    SourceKind::SecretProviderClass => false,
+                };
+                if on && self.may_follow_source(kind, scope.as_deref()) {
+                    sources.push((scope.clone(), kind));
+                }
+            }
+            for &kind in self.config.kinds.iter().filter(|k| Self::watchable(**k)) {
+                if self.follow_of(kind, scope.as_deref()) == Follow::Watch {
+                    watched.push((scope.clone(), kind));
+                }
+            }
+        }
         let namespace_watcher = usize::from(self.config.namespace_selector.is_some());
-        self.pending_watchers.store(per_scope * scopes.len() + namespace_watcher, Ordering::SeqCst);
+        self.pending_watchers
+            .store(sources.len() + watched.len() + namespace_watcher, Ordering::SeqCst);
         if let Some(selector) = self.config.namespace_selector.clone() {
             tasks.spawn(self.clone().watch_namespaces(selector));
         }
@@ -373,33 +404,34 @@ impl Engine {
         for kind in self.config.kinds.iter().copied().filter(|k| !Self::watchable(*k)) {
             tasks.spawn(self.clone().discover_and_watch(kind, scopes.clone()));
         }
-        for scope in &scopes {
-            if self.config.watch_configmaps {
-                tasks.spawn(
-                    self.clone().watch_sources::<ConfigMap>(scope.clone(), SourceKind::ConfigMap),
-                );
-            }
-            if self.config.watch_secrets {
-                tasks
-                    .spawn(self.clone().watch_sources::<Secret>(scope.clone(), SourceKind::Secret));
-            }
-            for &kind in &kinds {
-                let (e, scope) = (self.clone(), scope.clone());
-                match kind {
-                    WorkloadKind::Deployment => {
-                        tasks.spawn(e.watch_workloads::<Deployment>(scope, kind))
-                    }
-                    WorkloadKind::DaemonSet => {
-                        tasks.spawn(e.watch_workloads::<DaemonSet>(scope, kind))
-                    }
-                    WorkloadKind::StatefulSet => {
-                        tasks.spawn(e.watch_workloads::<StatefulSet>(scope, kind))
-                    }
-                    WorkloadKind::CronJob => tasks.spawn(e.watch_workloads::<CronJob>(scope, kind)),
-                    WorkloadKind::Job => tasks.spawn(e.watch_workloads::<Job>(scope, kind)),
-                    WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => continue,
-                };
-            }
+        for (scope, kind) in sources {
+            match kind {
+                SourceKind::ConfigMap => {
+                    tasks.spawn(self.clone().watch_sources::<ConfigMap>(scope, kind))
+                }
+                SourceKind::Secret => {
+                    tasks.spawn(self.clone().watch_sources::<Secret>(scope, kind))
+                }
+                SourceKind::SecretProviderClass => continue,
+            };
+        }
+        for (scope, kind) in watched {
+            let e = self.clone();
+            match kind {
+                WorkloadKind::Deployment => {
+                    tasks.spawn(e.watch_workloads::<Deployment>(scope, kind))
+                }
+                WorkloadKind::DaemonSet => tasks.spawn(e.watch_workloads::<DaemonSet>(scope, kind)),
+                WorkloadKind::StatefulSet => {
+                    tasks.spawn(e.watch_workloads::<StatefulSet>(scope, kind))
+                }
+                WorkloadKind::CronJob => tasks.spawn(e.watch_workloads::<CronJob>(scope, kind)),
+                WorkloadKind::Job => tasks.spawn(e.watch_workloads::<Job>(scope, kind)),
+                WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => continue,
+            };
+        }
+        for _ in 0..follow::SCAN_WORKERS {
+            tasks.spawn(self.clone().scan_worker());
         }
         info!(
             namespaces = ?self.config.namespaces,
@@ -421,6 +453,7 @@ impl Engine {
         self.workers.stopping();
         self.queue.close();
         self.policy_queue.close();
+        self.close_scans();
         // Workers return once the queue is closed and their current reconcile is done.
         let drained = tokio::time::timeout(Duration::from_secs(20), async {
             while workers.join_next().await.is_some() {}
@@ -444,12 +477,24 @@ impl Engine {
         )
     }
 
-    /// Waits until the API of `kind` is served, then watches it in every scope.
+    /// Waits until the API of `kind` is served, then watches it in every scope where it may
+    /// (where it may only be listed, it is listed on change: see `follow`).
     async fn discover_and_watch(self: Arc<Self>, kind: WorkloadKind, scopes: Vec<Option<String>>) {
+        let candidates: Vec<Option<String>> = scopes
+            .into_iter()
+            .filter(|s| self.follow_of(kind, s.as_deref()) != Follow::Skip)
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
         let ar = Self::dynamic_resource(kind);
         self.wait_for_api(&ar).await;
         let mut watchers = tokio::task::JoinSet::new();
-        for scope in scopes {
+        for scope in candidates {
+            // Its rights now that it exists (DeploymentConfigs were not asked about before).
+            if self.recheck_follow(kind, scope.as_deref()).await != Follow::Watch {
+                continue;
+            }
             watchers.spawn(self.clone().watch_dynamic(scope, kind, ar.clone()));
         }
         while watchers.join_next().await.is_some() {}
@@ -482,11 +527,15 @@ impl Engine {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
             None => Api::all_with(self.client.clone(), &ar),
         };
-        let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
-        // This watcher is not counted for readiness: its first list must not count down.
+        let stream = self.until_refused(
+            watcher::watcher(api, watcher::Config::default()).default_backoff(),
+            kind,
+            scope.clone(),
+        );
         // Not counted for readiness: these APIs may appear long after start.
+        let handler_scope = scope.clone();
         self.consume_inner(stream, kind.to_string(), scope.clone(), false, move |engine, event, _| {
-            engine.on_workload_item(kind, scope.as_deref(), event, |obj| {
+            engine.on_workload_item(kind, handler_scope.as_deref(), event, |obj| {
                 let info = dynamic_info(obj, kind, &engine.config.keys);
                 if info.is_none() {
                     warn!(kind = %kind, name = %obj.name_any(), "cannot read the pod template; skipping");
@@ -495,6 +544,43 @@ impl Engine {
             })
         })
         .await;
+        self.stopped_watching(kind, scope.as_deref(), false, true);
+    }
+
+    /// Ends a workload watch once a refusal turns out to be a missing right (the kind is then
+    /// listed on change or skipped: see `follow`).
+    fn until_refused<K, S>(
+        self: &Arc<Self>,
+        stream: S,
+        kind: WorkloadKind,
+        scope: Option<String>,
+    ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + use<K, S>
+    where
+        S: Stream<Item = Result<Event<K>, watcher::Error>>,
+    {
+        let engine = self.clone();
+        stream.take_while(move |event| {
+            let refused = matches!(event, Err(e) if follow::watch_refused(e));
+            let (engine, scope) = (engine.clone(), scope.clone());
+            async move {
+                !refused || engine.recheck_follow(kind, scope.as_deref()).await == Follow::Watch
+            }
+        })
+    }
+
+    /// A workload watch ended: what it stored is forgotten, and a watcher that never finished
+    /// its first list no longer holds up readiness.
+    fn stopped_watching(
+        &self,
+        kind: WorkloadKind,
+        scope: Option<&str>,
+        listed: bool,
+        counted: bool,
+    ) {
+        self.forget_unseen_workloads(kind, scope, &HashSet::new());
+        if counted && !listed {
+            self.watcher_synced();
+        }
     }
 
     /// One watch event of a workload kind: `info` summarises the object, `None` meaning it is
@@ -586,7 +672,9 @@ impl Engine {
             for key in keys {
                 self.queue.add(key, Duration::ZERO);
             }
-            let _ = self.ready.send(true);
+            // Kinds that may not be watched get the same first look, by listing them once.
+            self.scan_everything();
+            let _ = self.ready.send(self.readiness_after_sync());
         }
     }
 
@@ -852,6 +940,8 @@ impl Engine {
             self.triggers.lock().entry(key.clone()).or_default().insert(source.clone());
             self.queue.add(key, self.config.debounce);
         }
+        // Kinds that may be listed but not watched are listed now (Reloader's model).
+        self.scan_for_change(ns, source);
         self.enqueue_for_policies(ns, source);
     }
 
@@ -869,13 +959,21 @@ impl Engine {
         K: WorkloadObject,
     {
         let api: Api<K> = self.api_for(scope.as_deref());
-        let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
-        self.consume(stream, kind.to_string(), scope.clone(), move |engine, event, _| {
-            engine.on_workload_item(kind, scope.as_deref(), event, |obj| {
-                obj.info(kind, &engine.config.keys)
+        let stream = self.until_refused(
+            watcher::watcher(api, watcher::Config::default()).default_backoff(),
+            kind,
+            scope.clone(),
+        );
+        let handler_scope = scope.clone();
+        let listed = self
+            .consume(stream, kind.to_string(), scope.clone(), move |engine, event, _| {
+                engine.on_workload_item(kind, handler_scope.as_deref(), event, |obj| {
+                    obj.info(kind, &engine.config.keys)
+                })
             })
-        })
-        .await;
+            .await;
+        // Only a refusal ends the stream: the kind is followed without a watch from now on.
+        self.stopped_watching(kind, scope.as_deref(), listed, true);
     }
 
     fn apply_workload(&self, mut info: WorkloadInfo) {
@@ -944,13 +1042,15 @@ impl Engine {
     }
 
     /// Drives one watch stream, translating its events for `handle` and tracking relists.
+    /// Returns (when the stream ends) whether its first list was done.
     async fn consume<K, S, F>(
         self: &Arc<Self>,
         stream: S,
         what: String,
         scope: Option<String>,
         handle: F,
-    ) where
+    ) -> bool
+    where
         K: Resource + Clone,
         S: Stream<Item = Result<Event<K>, watcher::Error>>,
         F: FnMut(&Arc<Self>, WatchItem<K>, bool),
@@ -965,7 +1065,8 @@ impl Engine {
         scope: Option<String>,
         counted: bool,
         mut handle_unguarded: F,
-    ) where
+    ) -> bool
+    where
         K: Resource + Clone,
         S: Stream<Item = Result<Event<K>, watcher::Error>>,
         F: FnMut(&Arc<Self>, WatchItem<K>, bool),
@@ -1015,11 +1116,21 @@ impl Engine {
                 }
                 Ok(Event::Apply(obj)) => handle(self, WatchItem::Apply(obj), state.first_done),
                 Ok(Event::Delete(obj)) => handle(self, WatchItem::Delete(obj), state.first_done),
-                Err(e) => {
+                // One warning per run of failures, not one per retry.
+                Err(e) if !state.failing => {
+                    state.failing = true;
                     warn!(kind = %what, namespace = ?scope, error = %e, "watch failed; retrying with backoff")
                 }
+                Err(e) => {
+                    debug!(kind = %what, namespace = ?scope, error = %e, "watch failed again")
+                }
+            }
+            if state.failing && event_type != Some("error") {
+                info!(kind = %what, namespace = ?scope, "watch recovered");
+                state.failing = false;
             }
         }
+        state.first_done
     }
 
     // ---- reconciling ---------------------------------------------------------------------
@@ -1040,6 +1151,7 @@ impl Engine {
             for key in keys {
                 self.queue.add(key, Duration::ZERO);
             }
+            self.scan_everything();
         }
     }
 
@@ -1055,6 +1167,7 @@ impl Engine {
             }
             let started = std::time::Instant::now();
             let failures_before = self.failures.lock().get(&key).copied();
+            let scanned = self.scan_generation(&key);
             // A panic is the bug of one reconcile: the key is retried with backoff, the worker
             // goes on, and no lock is poisoned (parking_lot locks do not poison).
             let outcome = AssertUnwindSafe(self.reconcile(&key)).catch_unwind().await;
@@ -1092,8 +1205,11 @@ impl Engine {
                 .with_label_values(&["policy"])
                 .set(self.policy_count() as i64);
             self.queue.done(&key);
-            if let Some(after) = retry {
-                self.queue.schedule(key, after);
+            match (retry, scanned) {
+                (Some(after), _) => self.queue.schedule(key, after),
+                // Listed for a change, and done with it: not kept (see `follow`).
+                (None, Some(generation)) => self.forget_scanned(&key, generation),
+                (None, None) => {}
             }
         }
     }
@@ -1492,7 +1608,11 @@ impl Engine {
                         Err(e) => return Err(e.into()),
                     }
                 }
-                if let Some(patch) = record_patch(plan) {
+                // Without the right to patch CronJobs (Reloader's RBAC), the Job is the reload
+                // and nothing is recorded: it follows changes seen while running.
+                if let Some(patch) =
+                    record_patch(plan).filter(|_| self.may_record(key.kind, &key.namespace))
+                {
                     let obj = self.patch(key, &Patch::Merge(&patch)).await?;
                     self.refresh(key, &obj);
                 }
@@ -1502,8 +1622,12 @@ impl Engine {
             }
             WorkloadKind::Job => match &plan.template {
                 Some(write) => self.recreate_job(info, plan, write).await?,
+                // A baseline is recorded where Jobs may be patched; a reload's Job carries its
+                // record from its creation.
                 None => {
-                    if let Some(patch) = record_patch(plan) {
+                    if let Some(patch) =
+                        record_patch(plan).filter(|_| self.may_record(key.kind, &key.namespace))
+                    {
                         let obj = self.patch(key, &Patch::Merge(&patch)).await?;
                         self.refresh(key, &obj);
                     }
@@ -1729,28 +1853,29 @@ impl Engine {
 
     /// Updates the store from an object the API server just returned.
     fn refresh(&self, key: &WorkloadKey, obj: &DynamicObject) {
-        let keys = &self.config.keys;
-        let info = match key.kind {
-            WorkloadKind::DaemonSet => {
-                convert::<DaemonSet>(obj).and_then(|o| o.info(key.kind, keys))
-            }
-            WorkloadKind::StatefulSet => {
-                convert::<StatefulSet>(obj).and_then(|o| o.info(key.kind, keys))
-            }
-            WorkloadKind::CronJob => convert::<CronJob>(obj).and_then(|o| o.info(key.kind, keys)),
-            WorkloadKind::Job => convert::<Job>(obj).and_then(|o| o.info(key.kind, keys)),
-            WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => {
-                dynamic_info(obj, key.kind, keys)
-            }
-            WorkloadKind::Deployment => {
-                convert::<Deployment>(obj).and_then(|o| o.info(key.kind, keys))
-            }
-        };
-        if let Some(mut info) = info {
+        if let Some(mut info) = Self::info_of(key.kind, obj, &self.config.keys) {
             if let Some(deployment) = info.workload_ref.clone() {
                 self.fill_from_deployment(&mut info, &deployment);
             }
             self.store_workload(info);
+        }
+    }
+
+    /// The summary of a workload object the API server returned (a write's answer, a list).
+    fn info_of(
+        kind: WorkloadKind,
+        obj: &DynamicObject,
+        keys: &AnnotationKeys,
+    ) -> Option<WorkloadInfo> {
+        match kind {
+            WorkloadKind::DaemonSet => convert::<DaemonSet>(obj).and_then(|o| o.info(kind, keys)),
+            WorkloadKind::StatefulSet => {
+                convert::<StatefulSet>(obj).and_then(|o| o.info(kind, keys))
+            }
+            WorkloadKind::CronJob => convert::<CronJob>(obj).and_then(|o| o.info(kind, keys)),
+            WorkloadKind::Job => convert::<Job>(obj).and_then(|o| o.info(kind, keys)),
+            WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => dynamic_info(obj, kind, keys),
+            WorkloadKind::Deployment => convert::<Deployment>(obj).and_then(|o| o.info(kind, keys)),
         }
     }
 
@@ -1866,17 +1991,9 @@ impl Engine {
             uid,
             ..Default::default()
         };
-        let event = KubeEvent {
-            type_,
-            reason: reason.into(),
-            // The last word on size: events.k8s.io refuses longer notes outright.
-            note: Some(crate::limits::truncate(&note, crate::limits::MAX_EVENT_NOTE)),
-            action: "Reload".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            warn!(object = %format!("{kind} {namespace}/{name}"), error = %e, "cannot publish event");
-        }
+        // The last word on size: events.k8s.io refuses longer notes outright.
+        let note = crate::limits::truncate(&note, crate::limits::MAX_EVENT_NOTE);
+        self.publish_event(reference, type_, reason, note).await;
     }
 }
 
@@ -1949,6 +2066,8 @@ impl<K: Resource> WatchItem<K> {
 struct WatchState {
     seen: HashSet<(String, String)>,
     first_done: bool,
+    /// The last event was an error (a warning was logged for the run of failures).
+    failing: bool,
 }
 
 /// A source kind the engine hashes.

@@ -1,5 +1,6 @@
 //! The HTTP endpoint: `/metrics` (Prometheus text), `/live` (503 once a reconcile worker is
-//! lost, see [`crate::containment`]) and `/readyz` (ready once every watched kind is in memory).
+//! lost, see [`crate::containment`]) and `/readyz` (ready once every watched kind is in memory and the identity's rights let
+//! annotation mode work).
 //! Nothing else is served here, profiling included.
 
 use std::net::SocketAddr;
@@ -9,11 +10,12 @@ use tokio::sync::watch;
 use warp::Filter;
 use warp::http::StatusCode;
 
+use crate::engine::Readiness;
 use crate::metrics::Metrics;
 
 /// What `/live` and `/readyz` report.
 pub struct Health {
-    pub ready: watch::Receiver<bool>,
+    pub ready: watch::Receiver<Readiness>,
     pub live: watch::Receiver<bool>,
 }
 
@@ -38,12 +40,16 @@ pub async fn serve(
             warp::reply::with_status("a reconcile worker was lost", StatusCode::SERVICE_UNAVAILABLE)
         }
     });
-    let readyz = warp::path!("readyz").and(warp::get()).map(move || {
-        if *ready.borrow() {
-            warp::reply::with_status("ok", StatusCode::OK)
-        } else {
-            warp::reply::with_status("caches not synced", StatusCode::SERVICE_UNAVAILABLE)
-        }
+    let readyz = warp::path!("readyz").and(warp::get()).map(move || match &*ready.borrow() {
+        Readiness::Ready => warp::reply::with_status("ok".to_string(), StatusCode::OK),
+        Readiness::Syncing => warp::reply::with_status(
+            "caches not synced".to_string(),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
+        Readiness::Unable(why) => warp::reply::with_status(
+            format!("annotation mode cannot work: {why}"),
+            StatusCode::SERVICE_UNAVAILABLE,
+        ),
     });
     let routes = metrics_route.or(live).or(readyz);
     let server = warp::serve(routes).incoming(listener).graceful(shutdown).run();

@@ -5,6 +5,7 @@
 //! - [`telemetry`] owns logging;
 //! - [`operator`] wires everything together and runs until a shutdown signal.
 
+pub mod access;
 pub mod alerts;
 pub mod annotations;
 pub mod certs;

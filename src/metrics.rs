@@ -66,6 +66,11 @@ pub struct Metrics {
     pub reconcile_errors: IntCounterVec,
     /// 1 while a ReloadPolicy is Ready, 0 otherwise; removed with the policy.
     pub policy_ready: IntGaugeVec,
+    /// 1 per right the operator would use and its identity lacks (see `crate::access`).
+    pub permission_missing: IntGaugeVec,
+    /// Namespace scopes per workload kind and how the kind is followed there (`watch`,
+    /// `list` on change, `skip`).
+    pub follow_mode: IntGaugeVec,
 }
 
 /// The other program's `resource_type` label value for a watched kind (`configmaps`,
@@ -368,6 +373,32 @@ impl Metrics {
                         "1 while a ReloadPolicy is Ready, 0 otherwise, by policy namespace and name.",
                     ),
                     &["namespace", "policy"],
+                )
+                .expect("valid metric");
+                registry.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
+            permission_missing: {
+                let g = IntGaugeVec::new(
+                    Opts::new(
+                        "reloader_permission_missing",
+                        "1 per right the operator would use and its identity lacks, by resource, \
+                         verb and namespace (empty: cluster-wide).",
+                    ),
+                    &["resource", "verb", "namespace"],
+                )
+                .expect("valid metric");
+                registry.register(Box::new(g.clone())).expect("unique metric");
+                g
+            },
+            follow_mode: {
+                let g = IntGaugeVec::new(
+                    Opts::new(
+                        "reloader_workload_follow_mode",
+                        "Namespace scopes per workload kind by how the kind is followed: watch \
+                         (in memory), list (listed on each change, degraded) or skip.",
+                    ),
+                    &["kind", "mode"],
                 )
                 .expect("valid metric");
                 registry.register(Box::new(g.clone())).expect("unique metric");

@@ -113,12 +113,21 @@ pub async fn run(cli: Cli) -> Result<()> {
     let stop_key = Arc::new(tokio::sync::Notify::new());
     let key_task = {
         let stop = stop_key.clone();
-        tokio::spawn(crate::hash_key::maintain(
-            client.clone(),
-            key_slot,
-            key_leadership,
-            async move { stop.notified().await },
-        ))
+        let maintain =
+            crate::hash_key::maintain(client.clone(), key_slot, key_leadership, async move {
+                stop.notified().await
+            });
+        // In sha1 mode the key serves keyed ReloadPolicies only: not looked for when policy
+        // mode is off (an identity that may not read policies, such as Reloader's).
+        let keyed_annotations = cli.reload.hash_mode == HashMode::HmacSha256;
+        let mut policy_mode = engine.policy_mode();
+        tokio::spawn(async move {
+            let needed = keyed_annotations
+                || matches!(policy_mode.wait_for(Option::is_some).await.as_deref(), Ok(Some(true)));
+            if needed {
+                maintain.await;
+            }
+        })
     };
     let webhook_mode = cli.reload.webhook_url.as_deref().is_some_and(|u| !u.is_empty());
     let alerts = crate::alerts::start_from_args(&cli.alerts, webhook_mode, engine.metrics());
@@ -184,7 +193,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     };
     let mut ready = engine.ready();
     tokio::spawn(async move {
-        if ready.wait_for(|r| *r).await.is_ok() {
+        if ready.wait_for(|r| *r == crate::engine::Readiness::Ready).await.is_ok() {
             info!("ready");
         }
     });

@@ -2,12 +2,21 @@
 //! program left them (its variable or its `last-reloaded-from` annotation, written under its
 //! field manager `Reloader`, and no record of ours) are taken over with a metadata-only write; a
 //! workload whose variable is stale is rolled once; later changes roll as usual.
+//!
+//! Swapping only the image keeps stakater/Reloader's RBAC (its chart's rules, in
+//! tests/fixtures/stakater-rbac/): the operator, run with a ServiceAccount token bound to them,
+//! still reloads every kind, workloads created after it started included, as fast as under this
+//! chart's RBAC, and says once per missing right what it lacks.
 
 mod support;
 
-use kube::Api;
-use kube::api::{Patch, PatchParams};
+use std::time::Duration;
+
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
+use support::Operator;
 use support::fixture::{Fixture, Sentinel, sha1_hex};
 
 const VARIABLE: &str = "STAKATER_APP_CONFIG_CONFIGMAP";
@@ -82,4 +91,409 @@ async fn the_annotations_strategy_takes_over_without_a_rollout() {
     f.assert_still("web", 2, &sentinel).await;
     let annotations = f.template_annotations("web").await;
     assert_eq!(annotations["reloader.stakater.com/last-reloaded-from"], from.to_string());
+}
+
+// ---- swapping the image in a Reloader install: its RBAC, not ours ------------------------
+
+/// Applies an RBAC fixture of stakater/Reloader's chart renamed for this test (its release
+/// `reloader` in `reloader-system` becomes `<ns>` in `<ns>`) and creates its ServiceAccount.
+/// Returns the ServiceAccount's name.
+async fn bind_reloader_rbac(f: &Fixture, fixture: &str) -> String {
+    let text = fixture
+        .replace("reloader-reloader", &format!("{}-reloader", f.name()))
+        .replace("reloader-system", f.name());
+    apply_rbac(f, &text).await;
+    let account = format!("{}-reloader", f.name());
+    create_service_account(f, &account).await;
+    account
+}
+
+/// Renders this project's chart (release `<ns>` in `<ns>`) and applies its RBAC and
+/// ServiceAccount. Returns the ServiceAccount's name.
+async fn bind_chart_rbac(f: &Fixture) -> String {
+    let helm = support::repo_root().join("target/tools/bin/helm");
+    assert!(helm.exists(), "{} is missing: run `make helm`", helm.display());
+    let out = std::process::Command::new(helm)
+        .args(["template", f.name()])
+        .arg(support::repo_root().join("helm/reloader"))
+        .args(["--namespace", f.name(), "--show-only", "templates/rbac.yaml"])
+        .args(["--show-only", "templates/hash-key-rbac.yaml"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "helm template: {}", String::from_utf8_lossy(&out.stderr));
+    apply_rbac(f, &String::from_utf8(out.stdout).unwrap()).await;
+    let account = format!("{}-reloader", f.name());
+    create_service_account(f, &account).await;
+    account
+}
+
+async fn apply_rbac(f: &Fixture, yaml: &str) {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let pp = PostParams::default();
+    for doc in yaml.split("\n---").filter(|d| d.contains("kind:")) {
+        let v: Value = serde_saphyr::from_str(doc).expect("an RBAC document");
+        let c = f.client.clone();
+        let ns = v["metadata"]["namespace"].as_str().unwrap_or(f.name()).to_string();
+        let created = match v["kind"].as_str().unwrap() {
+            "ClusterRole" => Api::<ClusterRole>::all(c)
+                .create(&pp, &serde_json::from_value(v.clone()).unwrap())
+                .await
+                .map(|_| ()),
+            "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(c)
+                .create(&pp, &serde_json::from_value(v.clone()).unwrap())
+                .await
+                .map(|_| ()),
+            "Role" => Api::<Role>::namespaced(c, &ns)
+                .create(&pp, &serde_json::from_value(v.clone()).unwrap())
+                .await
+                .map(|_| ()),
+            "RoleBinding" => Api::<RoleBinding>::namespaced(c, &ns)
+                .create(&pp, &serde_json::from_value(v.clone()).unwrap())
+                .await
+                .map(|_| ()),
+            // The chart's (empty) hash key Secret, which its Role names.
+            "Secret" => Api::<k8s_openapi::api::core::v1::Secret>::namespaced(c, &ns)
+                .create(&pp, &serde_json::from_value(v.clone()).unwrap())
+                .await
+                .map(|_| ()),
+            other => panic!("not an RBAC kind: {other}"),
+        };
+        created.unwrap_or_else(|e| panic!("create {}: {e}", v["metadata"]["name"]));
+    }
+}
+
+async fn create_service_account(f: &Fixture, name: &str) {
+    let _: k8s_openapi::api::core::v1::ServiceAccount = f
+        .create(json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}}))
+        .await;
+}
+
+/// A kubeconfig that authenticates as the ServiceAccount with a token from the TokenRequest
+/// API, the way a pod's projected token does.
+async fn token_kubeconfig(f: &Fixture, account: &str) -> String {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec { expiration_seconds: Some(3600), ..Default::default() }),
+        ..Default::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(f.client.clone(), f.name())
+        .create_token_request(account, &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .expect("a token")
+        .token;
+    let admin = std::fs::read_to_string(&support::env().kubeconfig).unwrap();
+    let mut config: Value = serde_saphyr::from_str(&admin).unwrap();
+    for u in config["users"].as_array_mut().unwrap() {
+        u["user"] = json!({"token": token});
+    }
+    let path = support::env().kubeconfig.with_file_name(format!("kubeconfig-{account}.json"));
+    std::fs::write(&path, serde_json::to_vec(&config).unwrap()).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+const AUTO: &str = "reloader.stakater.com/auto";
+
+fn cronjob_json(name: &str) -> Value {
+    json!({
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": name, "annotations": {AUTO: "true"}},
+        "spec": {"schedule": "0 0 1 1 *", "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "app", "image": "busybox",
+                            "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}}}}}
+    })
+}
+
+fn rollout_json(name: &str) -> Value {
+    let mut w = support::fixture::workload_json(
+        "Rollout",
+        name,
+        json!({AUTO: "true"}),
+        support::fixture::env_from_cm("app-config"),
+    );
+    w["apiVersion"] = json!("argoproj.io/v1alpha1");
+    w
+}
+
+/// Creates one workload of each kind named `<kind>-<suffix>` on `app-config`.
+async fn create_workloads(f: &Fixture, suffix: &str, kinds: &[&str]) {
+    for kind in kinds {
+        let name = format!("{}-{suffix}", kind.to_lowercase());
+        let value = match *kind {
+            "CronJob" => cronjob_json(&name),
+            "Rollout" => rollout_json(&name),
+            k => support::fixture::workload_json(
+                k,
+                &name,
+                json!({AUTO: "true"}),
+                support::fixture::env_from_cm("app-config"),
+            ),
+        };
+        let ar = api_resource(kind);
+        let obj: DynamicObject = serde_json::from_value(value).unwrap();
+        Api::<DynamicObject>::namespaced_with(f.client.clone(), f.name(), &ar)
+            .create(&PostParams::default(), &obj)
+            .await
+            .unwrap_or_else(|e| panic!("create {kind} {name}: {e}"));
+    }
+}
+
+fn api_resource(kind: &str) -> ApiResource {
+    let (group, version, plural) = match kind {
+        "CronJob" => ("batch", "v1", "cronjobs"),
+        "Job" => ("batch", "v1", "jobs"),
+        "Rollout" => ("argoproj.io", "v1alpha1", "rollouts"),
+        "Deployment" => ("apps", "v1", "deployments"),
+        "DaemonSet" => ("apps", "v1", "daemonsets"),
+        "StatefulSet" => ("apps", "v1", "statefulsets"),
+        other => panic!("no API for {other}"),
+    };
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// Whether `<kind>-<suffix>` runs `hash` in its variable: in its pod template, or for a
+/// CronJob in a Job created from it.
+async fn reloaded_with(f: &Fixture, kind: &str, suffix: &str, hash: &str) -> bool {
+    let name = format!("{}-{suffix}", kind.to_lowercase());
+    let templates: Vec<Value> = if kind == "CronJob" {
+        Api::<DynamicObject>::namespaced_with(f.client.clone(), f.name(), &api_resource("Job"))
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|j| j.owner_references().iter().any(|o| o.kind == "CronJob" && o.name == name))
+            .map(|j| j.data["spec"]["template"].clone())
+            .collect()
+    } else {
+        let api =
+            Api::<DynamicObject>::namespaced_with(f.client.clone(), f.name(), &api_resource(kind));
+        vec![api.get(&name).await.unwrap().data["spec"]["template"].clone()]
+    };
+    templates.iter().any(|t| {
+        support::invariants::template_env(t).get(VARIABLE).map(String::as_str) == Some(hash)
+    })
+}
+
+/// Workloads created before the operator starts (`before`) and after it is ready (`after`), one
+/// change of their ConfigMap: every one is reloaded. Returns how long the Deployment created
+/// after start took, from the change to its new template.
+async fn reloads_before_and_after_start(
+    f: &Fixture,
+    operator: impl FnOnce() -> Operator,
+    kinds: &[&str],
+) -> (Duration, Operator) {
+    create_workloads(f, "before", kinds).await;
+    let op = operator();
+    create_workloads(f, "after", kinds).await;
+    // Let the new workloads be seen (a watch, or nothing to see for a kind listed on change).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let changed = std::time::Instant::now();
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    let hash = sha1_hex(b"a=2");
+    let deadline = changed + Duration::from_secs(20);
+    let mut after_start = None;
+    loop {
+        if after_start.is_none() && reloaded_with(f, "Deployment", "after", &hash).await {
+            after_start = Some(changed.elapsed());
+        }
+        let mut all = true;
+        for kind in kinds {
+            for suffix in ["before", "after"] {
+                all = all && reloaded_with(f, kind, suffix, &hash).await;
+            }
+        }
+        if all {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "every workload reloaded within 20s");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (after_start.expect("the Deployment created after start reloaded"), op)
+}
+
+/// Labels this test's sources: the operators below run cluster-wide, and the label selector
+/// keeps them from other tests' sources.
+fn source_label(f: &Fixture) -> String {
+    format!("swap-test={}", f.name())
+}
+
+async fn labelled_configmap(f: &Fixture) {
+    let _: k8s_openapi::api::core::v1::ConfigMap = f
+        .create(json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "app-config", "labels": {"swap-test": f.name()}},
+            "data": {"a": "1"}}))
+        .await;
+}
+
+/// Log lines at WARN level.
+fn warnings(op: &Operator) -> Vec<Value> {
+    op.logs_mentioning("\"level\":\"WARN\"")
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn under_reloaders_cluster_role_workloads_created_after_start_reload_as_fast() {
+    const KINDS: &[&str] = &["Deployment", "DaemonSet", "StatefulSet", "CronJob"];
+
+    // Reloader's default ClusterRole: workloads may be listed, not watched.
+    let theirs = Fixture::new("swap-theirs").await;
+    labelled_configmap(&theirs).await;
+    let account =
+        bind_reloader_rbac(&theirs, include_str!("fixtures/stakater-rbac/clusterrole.yaml")).await;
+    let kubeconfig = token_kubeconfig(&theirs, &account).await;
+    let selector = source_label(&theirs);
+    let (their_time, op) = reloads_before_and_after_start(
+        &theirs,
+        || {
+            Operator::start_with_env(
+                &["--resource-label-selector", &selector],
+                &[("KUBECONFIG", kubeconfig.as_str()), ("POD_NAMESPACE", theirs.name())],
+            )
+        },
+        KINDS,
+    )
+    .await;
+
+    // One warning per missing right, each naming the rule that grants it; nothing else warns
+    // but the one line that says policy mode is off.
+    let warned = warnings(&op);
+    let missing: Vec<&str> = warned
+        .iter()
+        .filter(|l| l["message"] == "permission missing")
+        .map(|l| l["right"].as_str().unwrap())
+        .collect();
+    let unique: std::collections::BTreeSet<&str> = missing.iter().copied().collect();
+    assert_eq!(missing.len(), unique.len(), "one warning per right: {missing:?}");
+    for right in [
+        "watch deployments.apps cluster-wide",
+        "watch daemonsets.apps cluster-wide",
+        "watch statefulsets.apps cluster-wide",
+        "watch cronjobs.batch cluster-wide",
+        "patch cronjobs.batch cluster-wide",
+        "create events.events.k8s.io cluster-wide",
+        "list reloadpolicies.reloader.rs cluster-wide",
+    ] {
+        assert!(unique.contains(right), "{right} reported missing: {missing:?}");
+    }
+    let others: Vec<&Value> = warned
+        .iter()
+        .filter(|l| l["message"] != "permission missing")
+        .filter(|l| !l["message"].as_str().unwrap().starts_with("policy mode off"))
+        .collect();
+    assert!(others.is_empty(), "no other warnings: {others:?}");
+    assert!(
+        warned.iter().any(|l| l["grant"].as_str().is_some_and(|g| g
+            .contains(r#"{apiGroups: ["apps"], resources: ["deployments"], verbs: ["watch"]}"#))),
+        "the rule to grant is named"
+    );
+    // The degraded kinds are visible, and it is ready.
+    let metrics = op.metrics().await;
+    for kind in ["Deployment", "DaemonSet", "StatefulSet", "CronJob"] {
+        let series = format!("reloader_workload_follow_mode{{kind=\"{kind}\",mode=\"list\"}} 1");
+        assert!(metrics.contains(&series), "{series} in\n{metrics}");
+    }
+    assert!(metrics.contains(
+        r#"reloader_permission_missing{namespace="",resource="deployments.apps",verb="watch"} 1"#
+    ));
+    let readyz = reqwest::get(format!("http://{}/readyz", op.http_addr())).await.unwrap();
+    assert_eq!(readyz.status(), 200);
+    // Events go through the core API it may write.
+    theirs.wait_events("Deployment", "deployment-after", "Reloaded").await;
+    drop(op);
+
+    // This project's chart: everything watched, same scenario.
+    let ours = Fixture::new("swap-ours").await;
+    labelled_configmap(&ours).await;
+    let account = bind_chart_rbac(&ours).await;
+    let kubeconfig = token_kubeconfig(&ours, &account).await;
+    let selector = source_label(&ours);
+    let key_secret = format!("--hash-key-secret={}-reloader-hash-key", ours.name());
+    let (our_time, op) = reloads_before_and_after_start(
+        &ours,
+        || {
+            Operator::start_with_env(
+                &["--resource-label-selector", &selector, &key_secret],
+                &[("KUBECONFIG", kubeconfig.as_str()), ("POD_NAMESPACE", ours.name())],
+            )
+        },
+        KINDS,
+    )
+    .await;
+    assert!(
+        warnings(&op).is_empty(),
+        "nothing missing under the chart's RBAC: {:?}",
+        warnings(&op)
+    );
+    let metrics = op.metrics().await;
+    assert!(metrics.contains(r#"reloader_workload_follow_mode{kind="Deployment",mode="watch"} 1"#));
+    assert!(!metrics.contains("reloader_permission_missing{"));
+    support::announce(&format!(
+        "reload of a Deployment created after start: {their_time:?} under Reloader's ClusterRole, \
+         {our_time:?} under this chart's"
+    ));
+    // The same time: one LIST of a namespace more, within the polling granularity.
+    assert!(
+        their_time <= our_time + Duration::from_millis(750),
+        "{their_time:?} under Reloader's RBAC against {our_time:?} under the chart's"
+    );
+}
+
+/// Argo Rollouts' CRD with an open schema (no controller runs here).
+const ROLLOUT_CRD: &str = "
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: rollouts.argoproj.io
+spec:
+  group: argoproj.io
+  scope: Namespaced
+  names: {kind: Rollout, plural: rollouts, singular: rollout, listKind: RolloutList}
+  versions:
+    - name: v1alpha1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+";
+
+#[tokio::test]
+async fn under_reloaders_namespaced_roles_rollouts_reload_too() {
+    const KINDS: &[&str] = &["Deployment", "Rollout"];
+    let f = Fixture::new("swap-roles").await;
+    support::install_crds(&f.client, ROLLOUT_CRD).await;
+    f.configmap("app-config", json!({"a": "1"})).await;
+    let account =
+        bind_reloader_rbac(&f, include_str!("fixtures/stakater-rbac/roles-namespaced.yaml")).await;
+    let kubeconfig = token_kubeconfig(&f, &account).await;
+    // As Reloader's chart runs it with watchGlobally false: its own namespace only.
+    let (elapsed, op) = reloads_before_and_after_start(
+        &f,
+        || {
+            Operator::start_with_env(
+                &["--is-Argo-Rollouts=true"],
+                &[("KUBECONFIG", kubeconfig.as_str()), ("KUBERNETES_NAMESPACE", f.name())],
+            )
+        },
+        KINDS,
+    )
+    .await;
+    assert!(elapsed < Duration::from_secs(20));
+    let metrics = op.metrics().await;
+    assert!(metrics.contains(r#"reloader_workload_follow_mode{kind="Rollout",mode="list"} 1"#));
+    let missing: Vec<String> = warnings(&op)
+        .iter()
+        .filter(|l| l["message"] == "permission missing")
+        .map(|l| l["right"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        missing.contains(&format!("watch rollouts.argoproj.io in namespace {}", f.name())),
+        "{missing:?}"
+    );
 }

@@ -104,6 +104,15 @@ enum PartMode {
 
 impl Engine {
     pub(super) async fn discover_and_watch_policies(self: Arc<Self>, scopes: Vec<Option<String>>) {
+        // Where the identity may not read ReloadPolicies (Reloader's RBAC), policy mode is off.
+        let (scopes, refused): (Vec<_>, Vec<_>) =
+            scopes.into_iter().partition(|s| self.may_read_policies(s.as_deref()));
+        if !refused.is_empty() {
+            warn!(namespaces = ?refused, "policy mode off where the identity may not list and watch reloadpolicies.reloader.rs (see the permission-missing lines for the rule to grant)");
+        }
+        if scopes.is_empty() {
+            return;
+        }
         // Without the CRD the operator runs in annotation mode until the CRD appears.
         self.wait_for_api(&kube::core::ApiResource::erase::<ReloadPolicy>(&())).await;
         let mut watchers = tokio::task::JoinSet::new();

@@ -1,0 +1,292 @@
+//! What the operator's identity may do, and how each kind is followed as a result.
+//!
+//! Clusters that swap stakater/Reloader's image for this one keep Reloader's RBAC: workloads
+//! may be listed and patched but not watched, CronJobs and Jobs not patched, and nothing is
+//! granted on `events.k8s.io` or `reloader.rs`. Instead of finding that out through a retry
+//! loop of refused requests, the operator asks the API server once at start (and again when a
+//! watch is refused) with SelfSubjectAccessReviews, one per right it would use, and picks per
+//! kind and namespace scope:
+//!
+//! - list and watch: the kind is watched into memory, as always ([`Follow::Watch`]);
+//! - list without watch: the kind is listed in a source's namespace when that source changes,
+//!   the way Reloader does, and nothing of it is kept afterwards ([`Follow::ListOnChange`],
+//!   reported as degraded);
+//! - no list, or no right to write it: the kind is skipped ([`Follow::Skip`]).
+//!
+//! Every missing right is said once: one log line naming the rule that grants it and one
+//! `reloader_permission_missing` series. SelfSubjectAccessReview rather than
+//! SelfSubjectRulesReview: the rules review is per namespace and may be incomplete (the API
+//! server says so for webhook authorizers), the access review is exact for the one question.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use futures::StreamExt;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::api::PostParams;
+use kube::{Api, Client};
+
+/// A verb of the Kubernetes authorizer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Verb {
+    Get,
+    List,
+    Watch,
+    Create,
+    Patch,
+    Delete,
+}
+
+impl Verb {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+            Verb::Patch => "patch",
+            Verb::Delete => "delete",
+        }
+    }
+}
+
+/// An API resource as RBAC names it: group and plural (and a subresource).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Resource {
+    pub group: &'static str,
+    pub plural: &'static str,
+    pub subresource: Option<&'static str>,
+}
+
+impl Resource {
+    pub const fn new(group: &'static str, plural: &'static str) -> Self {
+        Resource { group, plural, subresource: None }
+    }
+
+    pub const fn sub(self, subresource: &'static str) -> Self {
+        Resource { subresource: Some(subresource), ..self }
+    }
+}
+
+impl fmt::Display for Resource {
+    /// `deployments.apps`, `events`, `reloadpolicies.reloader.rs/status`, as kubectl names them.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.plural)?;
+        if !self.group.is_empty() {
+            write!(f, ".{}", self.group)?;
+        }
+        if let Some(sub) = self.subresource {
+            write!(f, "/{sub}")?;
+        }
+        Ok(())
+    }
+}
+
+pub const CONFIGMAPS: Resource = Resource::new("", "configmaps");
+pub const SECRETS: Resource = Resource::new("", "secrets");
+pub const NAMESPACES: Resource = Resource::new("", "namespaces");
+pub const CORE_EVENTS: Resource = Resource::new("", "events");
+pub const EVENTS: Resource = Resource::new("events.k8s.io", "events");
+pub const JOBS: Resource = Resource::new("batch", "jobs");
+pub const RELOAD_POLICIES: Resource = Resource::new("reloader.rs", "reloadpolicies");
+
+/// One right: a verb on a resource, cluster-wide (`namespace` `None`) or in one namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Right {
+    pub resource: Resource,
+    pub verb: Verb,
+    pub namespace: Option<String>,
+}
+
+impl Right {
+    pub fn new(resource: Resource, verb: Verb, namespace: Option<&str>) -> Self {
+        Right { resource, verb, namespace: namespace.map(str::to_string) }
+    }
+
+    /// The RBAC rule that grants this right, in the flow style kubectl and charts accept; in a
+    /// ClusterRole for the whole cluster, in a Role of the namespace otherwise.
+    pub fn rule(&self) -> String {
+        let resource = match self.resource.subresource {
+            Some(sub) => format!("{}/{sub}", self.resource.plural),
+            None => self.resource.plural.to_string(),
+        };
+        let rule = format!(
+            "{{apiGroups: [\"{}\"], resources: [\"{resource}\"], verbs: [\"{}\"]}}",
+            self.resource.group,
+            self.verb.as_str()
+        );
+        match &self.namespace {
+            None => format!("ClusterRole rule {rule}"),
+            Some(ns) => format!("Role rule in namespace {ns} {rule}"),
+        }
+    }
+}
+
+impl fmt::Display for Right {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.verb.as_str(), self.resource)?;
+        match &self.namespace {
+            Some(ns) => write!(f, " in namespace {ns}"),
+            None => f.write_str(" cluster-wide"),
+        }
+    }
+}
+
+/// How a kind is followed in one namespace scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Follow {
+    /// Watched into memory: changes are matched against what is known.
+    Watch,
+    /// Listed in a source's namespace when the source changes (degraded: one LIST per change).
+    ListOnChange,
+    /// Not followed: the identity may not list it, or may not write what a reload writes.
+    Skip,
+}
+
+impl Follow {
+    /// The label value of `reloader_workload_follow_mode`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Follow::Watch => "watch",
+            Follow::ListOnChange => "list",
+            Follow::Skip => "skip",
+        }
+    }
+
+    /// The rule: reading needs `list` (and `watch` to keep it in memory); a kind the identity
+    /// may not write is not followed at all, since following it could only end in refusals.
+    pub fn choose(list: bool, watch: bool, write: bool) -> Follow {
+        match (list, watch, write) {
+            (true, true, true) => Follow::Watch,
+            (true, false, true) => Follow::ListOnChange,
+            _ => Follow::Skip,
+        }
+    }
+}
+
+/// The answers to the rights asked about. A right never asked about, or whose review failed,
+/// counts as granted: the request itself then says whether it is.
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    answers: HashMap<Right, bool>,
+}
+
+impl Access {
+    /// A table of known answers (for tests, and for merging a re-review).
+    pub fn from_answers(answers: impl IntoIterator<Item = (Right, bool)>) -> Self {
+        Access { answers: answers.into_iter().collect() }
+    }
+
+    pub fn allows(&self, resource: Resource, verb: Verb, namespace: Option<&str>) -> bool {
+        let right = Right::new(resource, verb, namespace);
+        self.answers.get(&right).copied().unwrap_or(true)
+    }
+
+    /// The rights asked about and refused, in a stable order.
+    pub fn missing(&self) -> Vec<Right> {
+        let mut out: Vec<Right> =
+            self.answers.iter().filter(|(_, ok)| !**ok).map(|(r, _)| r.clone()).collect();
+        out.sort();
+        out
+    }
+
+    /// Takes the answers of a later review over the earlier ones.
+    pub fn merge(&mut self, newer: Access) {
+        self.answers.extend(newer.answers);
+    }
+}
+
+/// Asks the API server about each right (a few at a time). A review the API server does not
+/// answer leaves its right out of the table (granted until a request says otherwise).
+pub async fn review(client: &Client, rights: &[Right]) -> Access {
+    let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let answers = futures::stream::iter(rights.iter().cloned())
+        .map(|right| {
+            let api = api.clone();
+            async move {
+                let review = SelfSubjectAccessReview {
+                    spec: SelfSubjectAccessReviewSpec {
+                        resource_attributes: Some(ResourceAttributes {
+                            group: Some(right.resource.group.to_string()),
+                            resource: Some(right.resource.plural.to_string()),
+                            subresource: right.resource.subresource.map(str::to_string),
+                            verb: Some(right.verb.as_str().to_string()),
+                            namespace: right.namespace.clone(),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                match api.create(&PostParams::default(), &review).await {
+                    Ok(answer) => Some((right, answer.status.is_some_and(|s| s.allowed))),
+                    Err(e) => {
+                        tracing::debug!(right = %right, error = %e, "access review failed; assuming granted");
+                        None
+                    }
+                }
+            }
+        })
+        .buffer_unordered(8)
+        .filter_map(std::future::ready)
+        .collect::<Vec<_>>()
+        .await;
+    Access::from_answers(answers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEPLOYMENTS: Resource = Resource::new("apps", "deployments");
+
+    #[test]
+    fn a_kind_is_watched_listed_on_change_or_skipped() {
+        assert_eq!(Follow::choose(true, true, true), Follow::Watch);
+        assert_eq!(Follow::choose(true, false, true), Follow::ListOnChange);
+        assert_eq!(Follow::choose(false, true, true), Follow::Skip);
+        assert_eq!(Follow::choose(true, true, false), Follow::Skip);
+        assert_eq!(Follow::choose(false, false, false), Follow::Skip);
+    }
+
+    #[test]
+    fn unknown_rights_count_as_granted_and_refused_ones_are_listed_in_order() {
+        let access = Access::from_answers([
+            (Right::new(DEPLOYMENTS, Verb::Watch, None), false),
+            (Right::new(DEPLOYMENTS, Verb::List, None), true),
+            (Right::new(CONFIGMAPS, Verb::Watch, Some("team-a")), false),
+        ]);
+        assert!(!access.allows(DEPLOYMENTS, Verb::Watch, None));
+        assert!(access.allows(DEPLOYMENTS, Verb::List, None));
+        assert!(access.allows(DEPLOYMENTS, Verb::Patch, None), "never asked: granted");
+        assert!(access.allows(CONFIGMAPS, Verb::Watch, None), "another scope");
+        let missing: Vec<String> = access.missing().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            missing,
+            ["watch configmaps in namespace team-a", "watch deployments.apps cluster-wide"]
+        );
+    }
+
+    #[test]
+    fn a_later_review_overrides_an_earlier_answer() {
+        let mut access = Access::from_answers([(Right::new(DEPLOYMENTS, Verb::Watch, None), true)]);
+        access.merge(Access::from_answers([(Right::new(DEPLOYMENTS, Verb::Watch, None), false)]));
+        assert!(!access.allows(DEPLOYMENTS, Verb::Watch, None));
+    }
+
+    #[test]
+    fn the_rule_that_grants_a_right_names_group_resource_and_verb() {
+        assert_eq!(
+            Right::new(DEPLOYMENTS, Verb::Watch, None).rule(),
+            r#"ClusterRole rule {apiGroups: ["apps"], resources: ["deployments"], verbs: ["watch"]}"#
+        );
+        assert_eq!(
+            Right::new(RELOAD_POLICIES.sub("status"), Verb::Patch, Some("apps")).rule(),
+            r#"Role rule in namespace apps {apiGroups: ["reloader.rs"], resources: ["reloadpolicies/status"], verbs: ["patch"]}"#
+        );
+        assert_eq!(EVENTS.to_string(), "events.events.k8s.io");
+        assert_eq!(CORE_EVENTS.to_string(), "events");
+    }
+}
