@@ -189,7 +189,7 @@ demo: ## the main job end to end on a private control plane in target/demo (DEMO
 # The shipped (musl, static) binary and the glibc build, one after the other on the same control
 # plane setup; target/bench/report.md has both side by side.
 MUSL := x86_64-unknown-linux-musl
-bench: testenv release ## benchmarks of the glibc and the shipped musl build: target/bench/report.md
+bench: testenv release $(HELM) ## benchmarks of the glibc and the shipped musl build: target/bench/report.md
 	$(MAKE) release TARGET=$(MUSL)
 	BENCH_LABEL=glibc BENCH_OUT=target/bench/glibc $(CARGO) bench --locked --bench cluster
 	BENCH_LABEL=musl BENCH_OUT=target/bench/musl BENCH_OPERATOR=target/$(MUSL)/release/reloader \

@@ -8,6 +8,12 @@
 //! gives it `--metrics-addr 127.0.0.1:<free port>` (readiness is its `/readyz`) and, for the
 //! latency scenario, `--debounce 0s`. With `BENCH_OPERATOR_FLAGS=none` (another program, such as
 //! stakater/Reloader) nothing is added and readiness is `BENCH_READY_URL` when set.
+//! The operator runs with the rights users grant it, not as cluster-admin: `BENCH_IDENTITY`
+//! `chart` (the default for this operator) binds a ServiceAccount to the RBAC this project's
+//! chart renders, `stakater` to the ClusterRole stakater/Reloader's chart renders
+//! (tests/fixtures/stakater-rbac/clusterrole.yaml: workloads listed, not watched), and `admin`
+//! (the default with `BENCH_OPERATOR_FLAGS=none`) keeps the harness's kubeconfig; the first
+//! two run the operator with a TokenRequest token of that account.
 //! `BENCH_SCALE` (default 1) scales every object and change count, for quick runs.
 //! `BENCH_OUT` puts the report elsewhere (`make bench` runs the glibc build into
 //! `target/bench/glibc` and the shipped musl build into `target/bench/musl`), `BENCH_LABEL` names
@@ -66,6 +72,106 @@ fn main() {
 // ---------------------------------------------------------------------------------------------
 // Settings, control plane, context
 
+/// The namespace of the operator's ServiceAccount (and of its hash key Secret).
+const OPERATOR_NAMESPACE: &str = "bench-operator";
+
+/// The kubeconfig the operator runs with: the harness's own (`admin`), or one with a
+/// TokenRequest token of a ServiceAccount bound to this chart's RBAC (`chart`) or to
+/// stakater/Reloader's (`stakater`).
+async fn operator_identity(s: &Settings, cp: &ControlPlane, client: &Client) -> Result<PathBuf> {
+    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let (rbac, account) = match s.identity.as_str() {
+        "admin" => return Ok(cp.kubeconfig.clone()),
+        "chart" => {
+            let helm = root.join("target/tools/bin/helm");
+            let out = Command::new(&helm)
+                .args(["template", "bench"])
+                .arg(root.join("helm/reloader"))
+                .args(["--namespace", OPERATOR_NAMESPACE])
+                .args(["--show-only", "templates/rbac.yaml"])
+                .args(["--show-only", "templates/hash-key-rbac.yaml"])
+                .output()
+                .with_context(|| format!("{} (make helm)", helm.display()))?;
+            if !out.status.success() {
+                bail!("helm template: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            (String::from_utf8(out.stdout)?, "bench-reloader".to_string())
+        }
+        _ => {
+            let fixture = root.join("tests/fixtures/stakater-rbac/clusterrole.yaml");
+            let text = std::fs::read_to_string(&fixture)?
+                .replace("reloader-reloader", "bench-reloader")
+                .replace("reloader-system", OPERATOR_NAMESPACE);
+            (text, "bench-reloader".to_string())
+        }
+    };
+    let pp = PostParams::default();
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": OPERATOR_NAMESPACE}}))?;
+    ignore_exists(Api::<Namespace>::all(client.clone()).create(&pp, &ns).await)?;
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": account}}))?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    ignore_exists(accounts.create(&pp, &sa).await)?;
+    for doc in rbac.split("\n---").filter(|d| d.contains("kind:")) {
+        let v: Value = serde_saphyr::from_str(doc).context("an RBAC document")?;
+        let c = client.clone();
+        let ns = v["metadata"]["namespace"].as_str().unwrap_or(OPERATOR_NAMESPACE).to_string();
+        let created = match v["kind"].as_str().unwrap_or_default() {
+            "ClusterRole" => Api::<ClusterRole>::all(c)
+                .create(&pp, &serde_json::from_value(v)?)
+                .await
+                .map(|_| ()),
+            "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(c)
+                .create(&pp, &serde_json::from_value(v)?)
+                .await
+                .map(|_| ()),
+            "Role" => Api::<Role>::namespaced(c, &ns)
+                .create(&pp, &serde_json::from_value(v)?)
+                .await
+                .map(|_| ()),
+            "RoleBinding" => Api::<RoleBinding>::namespaced(c, &ns)
+                .create(&pp, &serde_json::from_value(v)?)
+                .await
+                .map(|_| ()),
+            "Secret" => Api::<Secret>::namespaced(c, &ns)
+                .create(&pp, &serde_json::from_value(v)?)
+                .await
+                .map(|_| ()),
+            other => bail!("unexpected kind in the RBAC of {}: {other}", s.identity),
+        };
+        ignore_exists(created)?;
+    }
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec { expiration_seconds: Some(86_400), ..Default::default() }),
+        ..Default::default()
+    };
+    let token = accounts
+        .create_token_request(&account, &pp, &request)
+        .await?
+        .status
+        .context("a token")?
+        .token;
+    let admin = std::fs::read_to_string(&cp.kubeconfig)?;
+    let mut config: Value = serde_saphyr::from_str(&admin)?;
+    for u in config["users"].as_array_mut().into_iter().flatten() {
+        u["user"] = json!({"token": token});
+    }
+    let path = s.out.join(format!("kubeconfig-{}.json", s.identity));
+    std::fs::write(&path, serde_json::to_vec(&config)?)?;
+    Ok(path)
+}
+
+/// An object left by an earlier run against the same cluster is as good as a new one.
+fn ignore_exists<T>(r: kube::Result<T>) -> Result<()> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 struct Settings {
     scale: f64,
     /// `BENCH_OUT` (default `target/bench`): where this run's report goes.
@@ -78,6 +184,8 @@ struct Settings {
     operator: Vec<String>,
     harness_flags: bool,
     ready_url: Option<String>,
+    /// `BENCH_IDENTITY`: `chart`, `stakater` or `admin` (see the module documentation).
+    identity: String,
 }
 
 impl Settings {
@@ -104,6 +212,12 @@ impl Settings {
             operator,
             harness_flags,
             ready_url: std::env::var("BENCH_READY_URL").ok().filter(|s| !s.is_empty()),
+            identity: match var("BENCH_IDENTITY") {
+                Some(i) if ["chart", "stakater", "admin"].contains(&i.as_str()) => i,
+                Some(other) => bail!("BENCH_IDENTITY: {other}; known: chart, stakater, admin"),
+                None if harness_flags => "chart".into(),
+                None => "admin".into(),
+            },
         })
     }
 
@@ -186,6 +300,8 @@ async fn client_for(kubeconfig: &Path) -> Result<Client> {
 struct Ctx {
     s: Settings,
     cp: ControlPlane,
+    /// The kubeconfig the operator runs with (see `BENCH_IDENTITY`).
+    operator_kubeconfig: PathBuf,
     client: Client,
     http: reqwest::Client,
     /// Requests this harness made, by (verb, resource), to subtract from the API server's counts.
@@ -274,9 +390,16 @@ impl Ctx {
         let log = std::fs::File::create(&log_path)?;
         let mut cmd = Command::new(&self.s.operator[0]);
         cmd.args(&self.s.operator[1..]);
+        if self.s.identity != "admin" {
+            cmd.env("POD_NAMESPACE", OPERATOR_NAMESPACE);
+        }
         let (ready_url, metrics_url) = if self.s.harness_flags {
             let port = free_port()?;
             cmd.args(["--metrics-addr", &format!("127.0.0.1:{port}")]).args(flags);
+            if self.s.identity == "chart" {
+                // The chart's hash key Secret, which its Role names.
+                cmd.args(["--hash-key-secret", "bench-reloader-hash-key"]);
+            }
             (
                 Some(format!("http://127.0.0.1:{port}/readyz")),
                 Some(format!("http://127.0.0.1:{port}/metrics")),
@@ -285,7 +408,7 @@ impl Ctx {
             (self.s.ready_url.clone(), None)
         };
         let child = cmd
-            .env("KUBECONFIG", &self.cp.kubeconfig)
+            .env("KUBECONFIG", &self.operator_kubeconfig)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -1439,7 +1562,16 @@ async fn run(started: Instant) -> Result<bool> {
     if help_mentions(&s, "--min-rollout-interval") {
         latency_flags.extend(["--min-rollout-interval", "0s"]);
     }
-    let ctx = Ctx { s, cp, client, http, own: Mutex::new(BTreeMap::new()), latency_flags };
+    let operator_kubeconfig = operator_identity(&s, &cp, &client).await?;
+    let ctx = Ctx {
+        s,
+        cp,
+        operator_kubeconfig,
+        client,
+        http,
+        own: Mutex::new(BTreeMap::new()),
+        latency_flags,
+    };
     eprintln!(
         "bench: scale {}, operator {:?}, Kubernetes {}",
         ctx.s.scale, ctx.s.operator, version.git_version
@@ -1525,7 +1657,7 @@ fn report_json(
         "machine": machine,
         "kubernetes": {"version": k8s, "local_control_plane": ctx.cp.local},
         "operator": {"command": ctx.s.operator, "harness_flags": ctx.s.harness_flags,
-                     "client_rate_limit_flags": qps_flags},
+                     "identity": ctx.s.identity, "client_rate_limit_flags": qps_flags},
         "targets": targets,
         "scenarios": r,
     })

@@ -91,18 +91,27 @@ pub const CORE_EVENTS: Resource = Resource::new("", "events");
 pub const EVENTS: Resource = Resource::new("events.k8s.io", "events");
 pub const JOBS: Resource = Resource::new("batch", "jobs");
 pub const RELOAD_POLICIES: Resource = Resource::new("reloader.rs", "reloadpolicies");
+pub const LEASES: Resource = Resource::new("coordination.k8s.io", "leases");
 
-/// One right: a verb on a resource, cluster-wide (`namespace` `None`) or in one namespace.
+/// One right: a verb on a resource, cluster-wide (`namespace` `None`) or in one namespace, on
+/// every object or on the one named.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Right {
     pub resource: Resource,
     pub verb: Verb,
     pub namespace: Option<String>,
+    pub name: Option<String>,
 }
 
 impl Right {
     pub fn new(resource: Resource, verb: Verb, namespace: Option<&str>) -> Self {
-        Right { resource, verb, namespace: namespace.map(str::to_string) }
+        Right { resource, verb, namespace: namespace.map(str::to_string), name: None }
+    }
+
+    /// The right on one object only (RBAC's `resourceNames`).
+    pub fn on(mut self, name: &str) -> Self {
+        self.name = Some(name.to_string());
+        self
     }
 
     /// The RBAC rule that grants this right, in the flow style kubectl and charts accept; in a
@@ -112,8 +121,12 @@ impl Right {
             Some(sub) => format!("{}/{sub}", self.resource.plural),
             None => self.resource.plural.to_string(),
         };
+        let names = match &self.name {
+            Some(name) => format!(", resourceNames: [\"{name}\"]"),
+            None => String::new(),
+        };
         let rule = format!(
-            "{{apiGroups: [\"{}\"], resources: [\"{resource}\"], verbs: [\"{}\"]}}",
+            "{{apiGroups: [\"{}\"], resources: [\"{resource}\"]{names}, verbs: [\"{}\"]}}",
             self.resource.group,
             self.verb.as_str()
         );
@@ -127,6 +140,9 @@ impl Right {
 impl fmt::Display for Right {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.verb.as_str(), self.resource)?;
+        if let Some(name) = &self.name {
+            write!(f, " {name}")?;
+        }
         match &self.namespace {
             Some(ns) => write!(f, " in namespace {ns}"),
             None => f.write_str(" cluster-wide"),
@@ -214,6 +230,7 @@ pub async fn review(client: &Client, rights: &[Right]) -> Access {
                             subresource: right.resource.subresource.map(str::to_string),
                             verb: Some(right.verb.as_str().to_string()),
                             namespace: right.namespace.clone(),
+                            name: right.name.clone(),
                             ..Default::default()
                         }),
                         ..Default::default()
@@ -285,6 +302,15 @@ mod tests {
         assert_eq!(
             Right::new(RELOAD_POLICIES.sub("status"), Verb::Patch, Some("apps")).rule(),
             r#"Role rule in namespace apps {apiGroups: ["reloader.rs"], resources: ["reloadpolicies/status"], verbs: ["patch"]}"#
+        );
+        let lease = Right::new(LEASES, Verb::Watch, Some("ops")).on("reloader-lock");
+        assert_eq!(
+            lease.to_string(),
+            "watch leases.coordination.k8s.io reloader-lock in namespace ops"
+        );
+        assert_eq!(
+            lease.rule(),
+            r#"Role rule in namespace ops {apiGroups: ["coordination.k8s.io"], resources: ["leases"], resourceNames: ["reloader-lock"], verbs: ["watch"]}"#
         );
         assert_eq!(EVENTS.to_string(), "events.events.k8s.io");
         assert_eq!(CORE_EVENTS.to_string(), "events");

@@ -160,6 +160,11 @@ impl Election {
         Ok(Election { manager, leases, tx: watch::channel(false).0, config })
     }
 
+    /// The namespace and name of the Lease.
+    pub fn lease(&self) -> (&str, &str) {
+        (&self.config.namespace, &self.config.lease_name)
+    }
+
     /// True while this replica holds the Lease.
     pub fn leadership(&self) -> watch::Receiver<bool> {
         self.tx.subscribe()

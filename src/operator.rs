@@ -102,6 +102,10 @@ pub async fn run(cli: Cli) -> Result<()> {
     let ha = election.is_some();
     let engine = Engine::new(client.clone(), engine_config, leadership);
     engine.metrics().register_requests(&requests);
+    if let Some(e) = &election {
+        let (namespace, lease) = e.lease();
+        engine.review_lease_rights(namespace, lease).await;
+    }
     let key_slot = engine.hash_key();
     // Annotation mode's keyed hashes need the key before anything is planned: a replica that
     // may create it (no HA) does so now, and any error is fatal; a standby only checks that it

@@ -383,6 +383,9 @@ async fn run_operator_as_chart(
         &args,
         &[("KUBECONFIG", &kubeconfig_text), ("POD_NAME", &pod_name), ("POD_NAMESPACE", ns)],
     );
+    // The operator asks at start about every right it would use: the chart grants them all.
+    let missing = operator.lines_with("permission missing");
+    assert!(missing.is_empty(), "rights the chart does not grant: {missing:?}");
 
     let ha = args.contains(&"--enable-ha=true");
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);

@@ -497,3 +497,50 @@ async fn under_reloaders_namespaced_roles_rollouts_reload_too() {
         "{missing:?}"
     );
 }
+
+#[tokio::test]
+async fn without_rights_on_sources_readyz_says_why() {
+    let f = Fixture::new("swap-none").await;
+    // Workloads only: no source can be watched, so annotation mode has nothing to follow.
+    let rbac = "
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: reloader-reloader-role, namespace: reloader-system}
+rules:
+  - apiGroups: [apps]
+    resources: [deployments]
+    verbs: [list, get, watch, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: reloader-reloader-role-binding, namespace: reloader-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: reloader-reloader-role}
+subjects:
+  - {kind: ServiceAccount, name: reloader-reloader, namespace: reloader-system}
+";
+    let account = bind_reloader_rbac(&f, rbac).await;
+    let kubeconfig = token_kubeconfig(&f, &account).await;
+    let op = Operator::start_serving(
+        &["--namespaces", f.name()],
+        &[("KUBECONFIG", kubeconfig.as_str())],
+    );
+    let url = format!("http://{}/readyz", op.http_addr());
+    let body = support::eventually("/readyz to say why", Duration::from_secs(20), || async {
+        let r = reqwest::get(&url).await.ok()?;
+        let status = r.status();
+        let body = r.text().await.ok()?;
+        (status == 503 && body.contains("cannot work")).then_some(body)
+    })
+    .await;
+    assert!(body.contains("no ConfigMaps or Secrets can be listed and watched"), "{body}");
+    let missing: Vec<String> = warnings(&op)
+        .iter()
+        .filter(|l| l["message"] == "permission missing")
+        .map(|l| l["right"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        missing.contains(&format!("watch configmaps in namespace {}", f.name())),
+        "{missing:?}"
+    );
+    assert!(op.lines_with("ready").is_empty(), "never ready");
+}

@@ -290,6 +290,25 @@ impl Engine {
         unable
     }
 
+    /// With `--enable-ha`: the rights on Leases in `namespace` the election uses. Reloader's
+    /// RBAC grants `get`/`update` on its Lease and `create`; the election also patches and
+    /// watches it.
+    pub async fn review_lease_rights(&self, namespace: &str, lease: &str) {
+        let without =
+            "--enable-ha cannot hold the Lease: this replica stands by and writes nothing";
+        let mut needed: Vec<(Right, &'static str)> =
+            [Verb::Get, Verb::List, Verb::Watch, Verb::Patch]
+                .into_iter()
+                .map(|v| (Right::new(access::LEASES, v, Some(namespace)).on(lease), without))
+                .collect();
+        // Creating cannot be limited to a name.
+        needed.push((Right::new(access::LEASES, Verb::Create, Some(namespace)), without));
+        let rights: Vec<Right> = needed.iter().map(|(r, _)| r.clone()).collect();
+        let answers = access::review(&self.client, &rights).await;
+        self.follow.access.write().merge(answers);
+        self.report_missing(&needed);
+    }
+
     /// One warning per right newly found missing: what it is, what happens without it, and
     /// the rule that grants it; and its series in `reloader_permission_missing`.
     fn report_missing(&self, needed: &[(Right, &'static str)]) {
@@ -670,5 +689,41 @@ impl Engine {
             Some(why) => Readiness::Unable(why),
             None => Readiness::Ready,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+    use kube::runtime::watcher::Error as W;
+
+    fn status(code: u16) -> Status {
+        Status { code, ..Status::default() }
+    }
+
+    #[test]
+    fn only_a_403_of_the_api_server_counts_as_a_refused_watch() {
+        let refused = |code| kube::Error::Api(Box::new(status(code)));
+        assert!(watch_refused(&W::InitialListFailed(refused(403))));
+        assert!(watch_refused(&W::WatchStartFailed(refused(403))));
+        assert!(watch_refused(&W::WatchFailed(refused(403))));
+        assert!(watch_refused(&W::WatchError(Box::new(status(403)))));
+        assert!(!watch_refused(&W::WatchError(Box::new(status(410)))), "expired: a relist");
+        assert!(!watch_refused(&W::InitialListFailed(refused(500))));
+        assert!(!watch_refused(&W::NoResourceVersion));
+    }
+
+    #[test]
+    fn a_reload_writes_what_reloaders_rbac_grants_for_jobs_and_cronjobs() {
+        assert_eq!(write_rights(WorkloadKind::CronJob), vec![(access::JOBS, Verb::Create)]);
+        assert_eq!(
+            write_rights(WorkloadKind::Job),
+            vec![(access::JOBS, Verb::Delete), (access::JOBS, Verb::Create)]
+        );
+        assert_eq!(
+            write_rights(WorkloadKind::Deployment),
+            vec![(Resource::new("apps", "deployments"), Verb::Patch)]
+        );
     }
 }
