@@ -1263,6 +1263,9 @@ impl Engine {
         }
         let opts = self.plan_options(key)?;
         let mut entry = self.store.read().workload(key)?;
+        // A rollout admitted by the churn limits stays admitted through conflict retries (the
+        // admission counts as this workload's rollout: a retry must not be held back by it).
+        let mut admitted = false;
         for attempt in 0..5 {
             let Candidates { sources: candidates, named_left_out } =
                 self.store.read().candidates(&entry);
@@ -1312,10 +1315,11 @@ impl Engine {
                 // Lost the Lease while planning: the new leader does this.
                 return None;
             }
-            if plan.template.is_some()
-                && let Err(wait) = self.admit_rollout(&entry.info, &plan, &parts).await
-            {
-                return Some(wait);
+            if plan.template.is_some() && !admitted {
+                if let Err(wait) = self.admit_rollout(&entry.info, &plan, &parts).await {
+                    return Some(wait);
+                }
+                admitted = true;
             }
             self.startup_pass.lock().remove(key);
             let started = std::time::Instant::now();

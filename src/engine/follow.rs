@@ -119,6 +119,39 @@ fn write_rights(kind: WorkloadKind) -> Vec<(Resource, Verb)> {
     }
 }
 
+/// The rights a workload kind is followed and reloaded with in `ns`, with what happens
+/// without each.
+fn kind_rights(kind: WorkloadKind, ns: Option<&str>) -> Vec<(Right, &'static str)> {
+    let r = workload_resource(kind);
+    let mut out = vec![
+        (Right::new(r, Verb::List, ns), "the kind is not reloaded"),
+        (
+            Right::new(r, Verb::Watch, ns),
+            "the kind is listed in a source's namespace on each change instead of watched \
+             (degraded: one LIST per change)",
+        ),
+        (Right::new(r, Verb::Get, ns), "a conflicting write cannot be retried on fresh state"),
+    ];
+    for (res, verb) in write_rights(kind) {
+        out.push((Right::new(res, verb, ns), "the kind is not reloaded"));
+    }
+    if matches!(kind, WorkloadKind::CronJob | WorkloadKind::Job) {
+        out.push((
+            Right::new(r, Verb::Patch, ns),
+            "source hashes are not recorded on the object: it is reloaded on changes seen \
+             while running, not on changes made while the operator was down",
+        ));
+    }
+    out
+}
+
+/// How `kind` is followed in `ns` under `access` (see [`Follow::choose`]).
+fn mode_of(access: &Access, kind: WorkloadKind, ns: Option<&str>) -> Follow {
+    let r = workload_resource(kind);
+    let write = write_rights(kind).into_iter().all(|(res, v)| access.allows(res, v, ns));
+    Follow::choose(access.allows(r, Verb::List, ns), access.allows(r, Verb::Watch, ns), write)
+}
+
 fn is_forbidden(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 403)
 }
@@ -173,28 +206,7 @@ impl Engine {
             // once their API is found (see `recheck_follow`), not reported missing elsewhere.
             let kinds = self.config.kinds.iter().filter(|k| **k != WorkloadKind::DeploymentConfig);
             for &kind in kinds {
-                let r = workload_resource(kind);
-                out.push((Right::new(r, Verb::List, ns), "the kind is not reloaded"));
-                out.push((
-                    Right::new(r, Verb::Watch, ns),
-                    "the kind is listed in a source's namespace on each change instead of \
-                     watched (degraded: one LIST per change)",
-                ));
-                out.push((
-                    Right::new(r, Verb::Get, ns),
-                    "a conflicting write cannot be retried on fresh state",
-                ));
-                for (res, verb) in write_rights(kind) {
-                    out.push((Right::new(res, verb, ns), "the kind is not reloaded"));
-                }
-                if matches!(kind, WorkloadKind::CronJob | WorkloadKind::Job) {
-                    out.push((
-                        Right::new(r, Verb::Patch, ns),
-                        "source hashes are not recorded on the object: it is reloaded on \
-                         changes seen while running, not on changes made while the operator \
-                         was down",
-                    ));
-                }
+                out.extend(kind_rights(kind, ns));
             }
             out.push((
                 Right::new(access::EVENTS, Verb::Create, ns),
@@ -233,14 +245,7 @@ impl Engine {
         for scope in self.scopes() {
             let ns = scope.as_deref();
             for &kind in &self.config.kinds {
-                let r = workload_resource(kind);
-                let write =
-                    write_rights(kind).into_iter().all(|(res, v)| access.allows(res, v, ns));
-                let mode = Follow::choose(
-                    access.allows(r, Verb::List, ns),
-                    access.allows(r, Verb::Watch, ns),
-                    write,
-                );
+                let mode = mode_of(&access, kind, ns);
                 modes.insert((kind, scope.clone()), mode);
             }
             followed_sources += [
@@ -250,6 +255,11 @@ impl Engine {
             .into_iter()
             .filter(|(kind, on)| *on && self.may_follow_source(*kind, ns))
             .count();
+        }
+        for ((kind, scope), mode) in &modes {
+            if *mode != Follow::Watch {
+                info!(kind = %kind, namespace = ?scope, mode = mode.as_str(), "workload kind not watched");
+            }
         }
         *self.follow.modes.write() = modes;
         self.publish_follow_modes();
@@ -349,11 +359,6 @@ impl Engine {
                 self.metrics.follow_mode.with_label_values(&[kind.as_str(), mode.as_str()]).set(n);
             }
         }
-        for ((kind, scope), mode) in self.follow.modes.read().iter() {
-            if *mode != Follow::Watch {
-                info!(kind = %kind, namespace = ?scope, mode = mode.as_str(), "workload kind not watched");
-            }
-        }
     }
 
     /// How `kind` is followed in `scope` (watched unless the review said otherwise).
@@ -397,32 +402,19 @@ impl Engine {
     /// a kind whose API was just found). Returns the mode the kind is followed in now (a watch
     /// ends unless it is still [`Follow::Watch`]).
     pub(super) async fn recheck_follow(&self, kind: WorkloadKind, scope: Option<&str>) -> Follow {
-        let r = workload_resource(kind);
-        let mut rights: Vec<Right> =
-            [Verb::List, Verb::Watch].into_iter().map(|v| Right::new(r, v, scope)).collect();
-        rights.extend(write_rights(kind).into_iter().map(|(res, v)| Right::new(res, v, scope)));
+        let mut needed = self.needed_rights();
+        let own = kind_rights(kind, scope);
+        let rights: Vec<Right> = own.iter().map(|(r, _)| r.clone()).collect();
+        needed.extend(own);
         let answers = access::review(&self.client, &rights).await;
         self.follow.access.write().merge(answers);
-        let mut needed = self.needed_rights();
-        needed.extend(rights.iter().map(|r| {
-            let without = if r.verb == Verb::Watch {
-                "the kind is listed in a source's namespace on each change instead of watched \
-                 (degraded: one LIST per change)"
-            } else {
-                "the kind is not reloaded"
-            };
-            (r.clone(), without)
-        }));
         self.report_missing(&needed);
-        let access = self.follow.access.read().clone();
-        let write = write_rights(kind).into_iter().all(|(res, v)| access.allows(res, v, scope));
-        let mode = Follow::choose(
-            access.allows(r, Verb::List, scope),
-            access.allows(r, Verb::Watch, scope),
-            write,
-        );
+        let mode = mode_of(&self.follow.access.read(), kind, scope);
         let before = self.follow.modes.write().insert((kind, scope.map(str::to_string)), mode);
         if before != Some(mode) {
+            if mode != Follow::Watch {
+                info!(kind = %kind, namespace = ?scope, mode = mode.as_str(), "workload kind not watched");
+            }
             self.publish_follow_modes();
         }
         mode
@@ -491,7 +483,12 @@ impl Engine {
                     // The kind's API is not served (yet): nothing of it to reload.
                     debug!(kind = %key.kind, namespace = ?key.namespace, "no API to list workloads of this kind");
                 } else if is_forbidden(&e) {
-                    warn!(kind = %key.kind, namespace = ?key.namespace, error = %e, "listing workloads for a change is refused");
+                    // A right removed while running: said once, as a missing right, and the
+                    // kind is skipped from then on.
+                    debug!(kind = %key.kind, namespace = ?key.namespace, error = %e, "listing workloads for a change is refused");
+                    let scope = key.namespace.as_deref().and_then(|ns| self.scope_of(ns));
+                    let scope = scope.unwrap_or_else(|| key.namespace.clone());
+                    self.recheck_follow(key.kind, scope.as_deref()).await;
                 } else {
                     warn!(kind = %key.kind, namespace = ?key.namespace, error = %e, "cannot list workloads for a change; trying again in 5s");
                     self.follow.scan_triggers.lock().entry(key.clone()).or_insert(triggers);
