@@ -15,7 +15,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use super::{Engine, WatchItem};
 use crate::churn::GroupBudget;
@@ -108,7 +108,8 @@ impl Engine {
         let (scopes, refused): (Vec<_>, Vec<_>) =
             scopes.into_iter().partition(|s| self.may_read_policies(s.as_deref()));
         if !refused.is_empty() {
-            warn!(namespaces = ?refused, "policy mode off where the identity may not list and watch reloadpolicies.reloader.rs (see the permission-missing lines for the rule to grant)");
+            // Said as an Info: the missing rights were each a warning already.
+            info!(namespaces = ?refused, "policy mode off where the identity may not list and watch reloadpolicies.reloader.rs (see the permission-missing lines for the rule to grant)");
         }
         if scopes.is_empty() {
             return;
