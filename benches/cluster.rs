@@ -1787,6 +1787,12 @@ fn markdown(r: &Value) -> String {
         .map(|a| a.iter().map(fmt).collect())
         .unwrap_or_default();
     let _ = writeln!(md, "- operator: `{}`", cmd.join(" "));
+    let identity = match r["operator"]["identity"].as_str() {
+        Some("chart") => "a ServiceAccount bound to this chart's RBAC",
+        Some("stakater") => "a ServiceAccount bound to stakater/Reloader's default ClusterRole",
+        _ => "the harness's own kubeconfig",
+    };
+    let _ = writeln!(md, "- runs as: {identity} (`BENCH_IDENTITY`)");
     let flags = r["operator"]["client_rate_limit_flags"].as_array().cloned().unwrap_or_default();
     let _ = writeln!(
         md,
