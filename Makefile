@@ -26,7 +26,8 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION
 	-X helm.sh/helm/v3/pkg/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))
 
 .PHONY: help build release test lint fmt-check clippy unit integration testenv cluster-up \
-	cluster-down cluster-status demo bench crd docs zigbuild clean kubectl helm chart-lint chart-docs deny prereqs promtool
+	cluster-down cluster-status demo bench crd docs zigbuild clean kubectl helm chart-lint chart-docs deny prereqs promtool \
+	stakater-reloader bench-compare
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -194,6 +195,32 @@ bench: testenv release $(HELM) ## benchmarks of the glibc and the shipped musl b
 	BENCH_LABEL=glibc BENCH_OUT=target/bench/glibc $(CARGO) bench --locked --bench cluster
 	BENCH_LABEL=musl BENCH_OUT=target/bench/musl BENCH_OPERATOR=target/$(MUSL)/release/reloader \
 		BENCH_COMPARE=target/bench/glibc/report.json $(CARGO) bench --locked --bench cluster
+
+# stakater/Reloader built from its Go module (tools/stakater-reloader pins it), to be measured
+# beside this operator. Only v1.4.22 of it is served by the module proxy here.
+STAKATER := $(CURDIR)/target/tools/bin/stakater-reloader
+stakater-reloader: $(STAKATER) ## build stakater/Reloader pinned in tools/stakater-reloader
+$(STAKATER): tools/stakater-reloader/go.mod tools/stakater-reloader/go.sum
+	@mkdir -p $(dir $@)
+	cd tools/stakater-reloader && $(GO) build -buildvcs=false -ldflags "-s -w" -o $@ github.com/stakater/Reloader
+
+# One control plane per run, the same scenarios, one after the other: stakater/Reloader as
+# its own ClusterRole's ServiceAccount, this operator (the shipped musl build) as the chart's,
+# and this operator with Reloader's debounce (none). Side by side: target/bench/compare.md.
+COMPARE_RUNS := stakater reloader reloader-debounce0
+bench-compare: testenv $(HELM) $(STAKATER) ## this operator and stakater/Reloader through the same scenarios: target/bench/compare.md
+	$(MAKE) release TARGET=$(MUSL)
+	BENCH_LABEL=stakater/Reloader BENCH_OUT=target/bench/compare-stakater BENCH_OPERATOR=$(STAKATER) \
+		BENCH_OPERATOR_FLAGS=none BENCH_READY_URL=http://127.0.0.1:9090/metrics BENCH_IDENTITY=stakater \
+		$(CARGO) bench --locked --bench cluster
+	BENCH_LABEL=reloader BENCH_OUT=target/bench/compare-reloader \
+		BENCH_OPERATOR=target/$(MUSL)/release/reloader $(CARGO) bench --locked --bench cluster
+	BENCH_LABEL="reloader --debounce 0s" BENCH_OUT=target/bench/compare-reloader-debounce0 \
+		BENCH_OPERATOR="target/$(MUSL)/release/reloader --debounce 0s" $(CARGO) bench --locked --bench cluster
+	BENCH_MERGE=$(subst $(eval) ,$(comma),$(foreach r,$(COMPARE_RUNS),target/bench/compare-$(r)/report.json)) \
+		$(CARGO) bench --locked --bench cluster
+
+comma := ,
 
 clean: cluster-down
 	$(CARGO) clean

@@ -405,6 +405,9 @@ impl Ctx {
                 Some(format!("http://127.0.0.1:{port}/metrics")),
             )
         } else {
+            if let Some(url) = &self.s.ready_url {
+                port_is_free(url)?;
+            }
             (self.s.ready_url.clone(), None)
         };
         let child = cmd
@@ -424,6 +427,36 @@ impl Ctx {
             http: self.http.clone(),
         })
     }
+}
+
+/// What `BENCH_IDENTITY` ran the operator as, in words.
+fn identity_text(identity: Option<&str>) -> &'static str {
+    match identity {
+        Some("chart") => "a ServiceAccount bound to this chart's RBAC",
+        Some("stakater") => "a ServiceAccount bound to stakater/Reloader's default ClusterRole",
+        _ => "the harness's own kubeconfig",
+    }
+}
+
+/// Another program listens where its readiness URL says (stakater/Reloader: `:9090`, hard-coded):
+/// nothing else may hold that port, or its answers would be someone else's.
+fn port_is_free(url: &str) -> Result<()> {
+    let port = url
+        .split("://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|host| host.rsplit(':').next())
+        .and_then(|p| p.parse::<u16>().ok());
+    if let Some(port) = port
+        && std::net::TcpListener::bind(("0.0.0.0", port)).is_err()
+    {
+        bail!(
+            "port {port} (BENCH_READY_URL {url}) is taken before the operator starts: the program \
+             under test listens there (stakater/Reloader on :9090, hard-coded); stop what holds \
+             it (`ss -ltnp 'sport = :{port}'` names it) and run again"
+        );
+    }
+    Ok(())
 }
 
 fn free_port() -> Result<u16> {
@@ -1546,6 +1579,9 @@ fn rate_limit_flags(s: &Settings) -> Vec<String> {
 }
 
 async fn run(started: Instant) -> Result<bool> {
+    if let Ok(reports) = std::env::var("BENCH_MERGE") {
+        return merge(&reports).map(|()| true);
+    }
     let s = Settings::from_env()?;
     std::fs::create_dir_all(&s.out)?;
     let prog = PathBuf::from(&s.operator[0]);
@@ -1787,11 +1823,7 @@ fn markdown(r: &Value) -> String {
         .map(|a| a.iter().map(fmt).collect())
         .unwrap_or_default();
     let _ = writeln!(md, "- operator: `{}`", cmd.join(" "));
-    let identity = match r["operator"]["identity"].as_str() {
-        Some("chart") => "a ServiceAccount bound to this chart's RBAC",
-        Some("stakater") => "a ServiceAccount bound to stakater/Reloader's default ClusterRole",
-        _ => "the harness's own kubeconfig",
-    };
+    let identity = identity_text(r["operator"]["identity"].as_str());
     let _ = writeln!(md, "- runs as: {identity} (`BENCH_IDENTITY`)");
     let flags = r["operator"]["client_rate_limit_flags"].as_array().cloned().unwrap_or_default();
     let _ = writeln!(
@@ -1984,4 +2016,113 @@ fn write_report(out: &Path, report: &Value) -> Result<String> {
     let md = markdown(report);
     std::fs::write(out.join("report.md"), &md)?;
     Ok(md)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Side by side: `BENCH_MERGE=a/report.json,b/report.json,...` (make bench-compare)
+
+/// What the side-by-side table compares: name, where in a report, unit, whether less is better.
+const COMPARED: &[(&str, &str, &str, bool)] = &[
+    ("steady RSS, memory at scale", "/scenarios/scale/steady_rss_mib", "MiB", true),
+    ("peak RSS, memory at scale", "/scenarios/scale/peak_rss_mib", "MiB", true),
+    ("start to ready, memory at scale", "/scenarios/scale/ready_after_start_s", "s", true),
+    ("p50 latency, idle", "/scenarios/latency/idle/p50_ms", "ms", true),
+    ("p99 latency, idle", "/scenarios/latency/idle/p99_ms", "ms", true),
+    ("p50 latency at 20 changes/s", "/scenarios/latency/loaded/p50_ms", "ms", true),
+    ("p99 latency at 20 changes/s", "/scenarios/latency/loaded/p99_ms", "ms", true),
+    ("fan-out: 500 Deployments patched", "/scenarios/fanout/all_patched_s", "s", true),
+    ("fan-out: 429 responses", "/scenarios/fanout/responses_429", "", true),
+    ("API requests per change", "/scenarios/api_cost/operator_requests_per_change", "", true),
+    ("LISTs per change", "/scenarios/api_cost/lists_per_change", "", true),
+    ("rollouts per burst of 10 writes", "/scenarios/burst/mean_generation_delta", "", true),
+];
+
+/// Writes `compare.md` and `compare.json` next to the first report's directory: each measure of
+/// every run, and the ratio of the first run (the baseline) to each other run (above 1: the
+/// other run is better by that factor).
+fn merge(reports: &str) -> Result<()> {
+    let paths: Vec<PathBuf> = reports.split(',').map(|p| PathBuf::from(p.trim())).collect();
+    let runs: Vec<Value> = paths
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
+            let mut r: Value = serde_json::from_str(&text)?;
+            // Rollouts per burst: the mean over its bursts.
+            let deltas: Vec<f64> = r["scenarios"]["burst"]["bursts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|b| b["generation_delta"].as_f64())
+                .collect();
+            if !deltas.is_empty() {
+                r["scenarios"]["burst"]["mean_generation_delta"] =
+                    json!(round2(deltas.iter().sum::<f64>() / deltas.len() as f64));
+            }
+            Ok(r)
+        })
+        .collect::<Result<_>>()?;
+    let Some(base) = runs.first() else { bail!("BENCH_MERGE names no report") };
+    let label = |r: &Value| r["label"].as_str().unwrap_or("?").to_string();
+    let mut rows = Vec::new();
+    let mut md = String::from("# Side by side\n\n");
+    for r in &runs {
+        let _ = writeln!(
+            md,
+            "- {}: `{}`, as {}, {}, scale {}, {} × {}",
+            label(r),
+            r["operator"]["command"]
+                .as_array()
+                .map(|c| c.iter().map(fmt).collect::<Vec<_>>().join(" "))
+                .unwrap_or_default(),
+            identity_text(r["operator"]["identity"].as_str()),
+            fmt(&r["date"]),
+            r["scale"],
+            r["machine"]["nproc"],
+            fmt(&r["machine"]["cpu_model"]),
+        );
+    }
+    let _ = write!(md, "\n| measure |");
+    for r in &runs {
+        let _ = write!(md, " {} |", label(r));
+    }
+    for r in &runs[1..] {
+        let _ = write!(md, " {} / {} |", label(base), label(r));
+    }
+    let _ = writeln!(md, "\n|---|{}", "---|".repeat(2 * runs.len() - 1));
+    for (name, pointer, unit, _less_is_better) in COMPARED {
+        let values: Vec<Option<f64>> =
+            runs.iter().map(|r| r.pointer(pointer).and_then(Value::as_f64)).collect();
+        let _ = write!(md, "| {name} |");
+        for v in &values {
+            let _ = write!(
+                md,
+                " {} |",
+                v.map_or("—".into(), |v| format!("{v} {unit}").trim().to_string())
+            );
+        }
+        let mut ratios = Vec::new();
+        for v in &values[1..] {
+            let ratio = values[0].zip(*v).filter(|(_, o)| *o > 0.0).map(|(b, o)| round2(b / o));
+            let _ = write!(md, " {} |", ratio.map_or("—".into(), |x| format!("{x}×")));
+            ratios.push(ratio);
+        }
+        let _ = writeln!(md);
+        rows.push(
+            json!({"measure": name, "unit": unit, "values": values, "ratios_to_first": ratios}),
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nRatios divide the first run's figure by the other's: above 1, the other run uses less \
+         (memory, time, requests)."
+    );
+    let dir = paths[0].parent().and_then(Path::parent).unwrap_or(Path::new("target/bench"));
+    let labels: Vec<String> = runs.iter().map(label).collect();
+    std::fs::write(
+        dir.join("compare.json"),
+        serde_json::to_vec_pretty(&json!({"runs": labels, "measures": rows}))?,
+    )?;
+    std::fs::write(dir.join("compare.md"), &md)?;
+    eprintln!("bench: side by side in {}", dir.join("compare.md").display());
+    Ok(())
 }
