@@ -35,6 +35,7 @@ pub enum Verb {
     List,
     Watch,
     Create,
+    Update,
     Patch,
     Delete,
 }
@@ -46,6 +47,7 @@ impl Verb {
             Verb::List => "list",
             Verb::Watch => "watch",
             Verb::Create => "create",
+            Verb::Update => "update",
             Verb::Patch => "patch",
             Verb::Delete => "delete",
         }
@@ -196,8 +198,12 @@ impl Access {
     }
 
     pub fn allows(&self, resource: Resource, verb: Verb, namespace: Option<&str>) -> bool {
-        let right = Right::new(resource, verb, namespace);
-        self.answers.get(&right).copied().unwrap_or(true)
+        self.grants(&Right::new(resource, verb, namespace))
+    }
+
+    /// Whether `right` (as asked, name included) was granted.
+    pub fn grants(&self, right: &Right) -> bool {
+        self.answers.get(right).copied().unwrap_or(true)
     }
 
     /// The rights asked about and refused, in a stable order.
@@ -212,6 +218,35 @@ impl Access {
     pub fn merge(&mut self, newer: Access) {
         self.answers.extend(newer.answers);
     }
+}
+
+/// How `--enable-ha` can hold its Lease, and what it lacks for that.
+pub struct LeaseRights {
+    /// Only `get`/`update` on the Lease (stakater/Reloader's RBAC): poll it instead of
+    /// watching and patching it.
+    pub poll: bool,
+    /// The rights the chosen election would use and the identity lacks.
+    pub missing: Vec<Right>,
+}
+
+/// Asks which election the identity can run on Lease `name` in `namespace`: watching and
+/// patching it (this chart's RBAC), or getting and updating it (stakater/Reloader's).
+pub async fn lease_rights(client: &Client, namespace: &str, name: &str) -> LeaseRights {
+    let named = |v| Right::new(LEASES, v, Some(namespace)).on(name);
+    let create = Right::new(LEASES, Verb::Create, Some(namespace));
+    let watching: Vec<Right> = [Verb::Get, Verb::List, Verb::Watch, Verb::Patch]
+        .into_iter()
+        .map(named)
+        .chain([create.clone()])
+        .collect();
+    let polling = vec![named(Verb::Get), named(Verb::Update), create];
+    let mut asked = watching.clone();
+    asked.push(named(Verb::Update));
+    let access = review(client, &asked).await;
+    let poll =
+        !watching.iter().all(|r| access.grants(r)) && polling.iter().all(|r| access.grants(r));
+    let chosen = if poll { polling } else { watching };
+    LeaseRights { poll, missing: chosen.into_iter().filter(|r| !access.grants(r)).collect() }
 }
 
 /// Asks the API server about each right (a few at a time). A review the API server does not

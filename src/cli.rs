@@ -284,8 +284,10 @@ pub struct HaArgs {
           value_parser = parse_period, default_value = "10s")]
     pub ha_renew_deadline: Duration,
 
-    /// Accepted for compatibility with the other program and ignored: standbys watch the Lease
-    /// and try the moment it runs out, so there is no retry period.
+    /// How often the Lease is read when the identity may only get and update it (the other
+    /// program's RBAC; default 2s, at most half the time between the renew deadline and the
+    /// lease's end). Where it may watch the Lease, standbys try the moment it runs out and this
+    /// is not used.
     #[arg(long = "leader-election-retry-period", value_parser = parse_period)]
     pub leader_election_retry_period: Option<Duration>,
 

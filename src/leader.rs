@@ -9,6 +9,9 @@
 //! module publishes leadership only while the Lease itself, as a watch on it shows, names this
 //! replica and has not run out; a takeover is confirmed for a moment before the new leader
 //! writes, so the old one has seen the change and stopped first.
+//!
+//! An identity with only stakater/Reloader's Lease rights (`get`/`update`, no `watch` or
+//! `patch`) runs [`PollingElection`] instead, client-go's algorithm on the same Lease.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -160,11 +163,6 @@ impl Election {
         Ok(Election { manager, leases, tx: watch::channel(false).0, config })
     }
 
-    /// The namespace and name of the Lease.
-    pub fn lease(&self) -> (&str, &str) {
-        (&self.config.namespace, &self.config.lease_name)
-    }
-
     /// True while this replica holds the Lease.
     pub fn leadership(&self) -> watch::Receiver<bool> {
         self.tx.subscribe()
@@ -237,6 +235,171 @@ impl Election {
             }
             Err(e) => warn!(lease = %lease, error = %e, "the Lease campaign failed"),
         }
+    }
+}
+
+/// The election this replica runs: watching the Lease where the identity may, polling it
+/// where it may only get and update it (see [`PollingElection`]).
+#[allow(clippy::large_enum_variant)] // one per process
+pub enum Elector {
+    Watching(Election),
+    Polling(PollingElection),
+}
+
+impl Elector {
+    pub fn leadership(&self) -> watch::Receiver<bool> {
+        match self {
+            Elector::Watching(e) => e.leadership(),
+            Elector::Polling(e) => e.leadership(),
+        }
+    }
+
+    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
+        match self {
+            Elector::Watching(e) => e.run(stop).await,
+            Elector::Polling(e) => e.run(stop).await,
+        }
+    }
+}
+
+/// The election for an identity with stakater/Reloader's Lease rights: `create`, and `get`
+/// and `update` on the one Lease (no `patch`, `list` or `watch`, which [`Election`] uses). It
+/// works as client-go's leader election does: every retry period the Lease is read; a replica
+/// takes or renews it with an update guarded by its resourceVersion (two replicas never both
+/// succeed); a Lease held by another is free once no renewal was seen for its duration,
+/// measured on this replica's clock (no clock skew); the holder leads while its last renewal
+/// is younger than the renew deadline, which is shorter than the duration.
+pub struct PollingElection {
+    leases: Api<Lease>,
+    tx: watch::Sender<bool>,
+    config: LeaderConfig,
+    retry: Duration,
+}
+
+impl PollingElection {
+    pub fn new(client: Client, config: LeaderConfig, retry: Duration) -> Result<Self> {
+        config.validate()?;
+        // A holder that stops renewing must have stepped down (after the renew deadline and at
+        // most one more round) before another replica takes the Lease (after its duration).
+        let retry =
+            retry.min(Duration::from_secs(config.grace()) / 2).max(Duration::from_millis(100));
+        let leases = Api::namespaced(client, &config.namespace);
+        Ok(PollingElection { leases, tx: watch::channel(false).0, config, retry })
+    }
+
+    pub fn leadership(&self) -> watch::Receiver<bool> {
+        self.tx.subscribe()
+    }
+
+    /// Takes or renews the Lease every retry period until `stop`; then releases it.
+    pub async fn run(self, stop: impl std::future::Future<Output = ()>) {
+        let PollingElection { leases, tx, config, retry } = self;
+        let lease = format!("{}/{}", config.namespace, config.lease_name);
+        info!(lease = %lease, identity = %config.identity, "standing by for leadership (polling the Lease: the identity may not watch it)");
+        let mut stop = std::pin::pin!(stop);
+        let mut observed: Option<(Option<String>, Option<String>)> = None;
+        let mut observed_at = Instant::now();
+        let mut renewed: Option<Instant> = None;
+        loop {
+            match try_hold(&leases, &config, &mut observed, &mut observed_at).await {
+                Ok(true) => renewed = Some(Instant::now()),
+                Ok(false) => {}
+                Err(e) => debug!(lease = %lease, error = %e, "cannot take or renew the Lease"),
+            }
+            let leading = renewed.is_some_and(|at| at.elapsed() < config.renew_deadline);
+            if tx.send_replace(leading) != leading {
+                if leading {
+                    info!(lease = %lease, identity = %config.identity, "became the leader");
+                } else {
+                    warn!(lease = %lease, "cannot renew the Lease; stepping down");
+                }
+            }
+            tokio::select! {
+                _ = &mut stop => break,
+                _ = tokio::time::sleep(retry) => {}
+            }
+        }
+        if tx.send_replace(false) {
+            info!(lease = %lease, "stepped down");
+            // Released as client-go does: no holder, a one-second duration.
+            if let Ok(mut current) = leases.get(&config.lease_name).await
+                && current.spec.as_ref().and_then(|s| s.holder_identity.as_deref())
+                    == Some(config.identity.as_str())
+            {
+                let spec = current.spec.get_or_insert_with(Default::default);
+                spec.holder_identity = None;
+                spec.lease_duration_seconds = Some(1);
+                match leases.replace(&config.lease_name, &Default::default(), &current).await {
+                    Ok(_) => info!(lease = %lease, "released the Lease"),
+                    Err(e) => {
+                        warn!(lease = %lease, error = %e, "cannot release the Lease; it runs out on its own")
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One round of the polling election: reads the Lease and takes or renews it when this
+/// replica may. `observed` is the (holder, renew time) last seen and `observed_at` when it was
+/// first seen, on this replica's clock. Returns whether this replica holds it now.
+async fn try_hold(
+    leases: &Api<Lease>,
+    config: &LeaderConfig,
+    observed: &mut Option<(Option<String>, Option<String>)>,
+    observed_at: &mut Instant,
+) -> kube::Result<bool> {
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let duration = i32::try_from(config.lease_duration.as_secs()).unwrap_or(i32::MAX);
+    let Some(mut current) = leases.get_opt(&config.lease_name).await? else {
+        let lease = Lease {
+            metadata: kube::api::ObjectMeta {
+                name: Some(config.lease_name.clone()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(config.identity.clone()),
+                lease_duration_seconds: Some(duration),
+                acquire_time: Some(now.clone()),
+                renew_time: Some(now),
+                lease_transitions: Some(0),
+                ..Default::default()
+            }),
+        };
+        return match leases.create(&Default::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        };
+    };
+    let spec = current.spec.get_or_insert_with(Default::default);
+    let record = (
+        spec.holder_identity.clone().filter(|h| !h.is_empty()),
+        spec.renew_time.as_ref().map(|t| t.0.to_string()),
+    );
+    if observed.as_ref() != Some(&record) {
+        *observed = Some(record.clone());
+        *observed_at = Instant::now();
+    }
+    let held_by_other = record.0.as_deref().is_some_and(|h| h != config.identity);
+    let valid_for = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64);
+    if held_by_other && observed_at.elapsed() < valid_for {
+        return Ok(false);
+    }
+    if record.0.as_deref() != Some(config.identity.as_str()) {
+        spec.acquire_time = Some(now.clone());
+        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
+    }
+    spec.holder_identity = Some(config.identity.clone());
+    spec.lease_duration_seconds = Some(duration);
+    spec.renew_time = Some(now);
+    // The resourceVersion read above guards the update: a replica that lost a race gets 409.
+    match leases.replace(&config.lease_name, &Default::default(), &current).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

@@ -3,7 +3,7 @@
 use crate::cli::Cli;
 use crate::engine::{Engine, EngineConfig};
 use crate::hash::HashMode;
-use crate::leader::{Election, sole_leader};
+use crate::leader::{Election, Elector, PollingElection, sole_leader};
 use crate::ratelimit::RateLimitLayer;
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::Namespace;
@@ -62,11 +62,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             "--enable-pprof and --pprof-addr are accepted for compatibility and ignored: profiling is never served"
         );
     }
-    if cli.ha.leader_election_retry_period.is_some() {
-        info!(
-            "--leader-election-retry-period is accepted for compatibility and ignored: standbys watch the Lease instead of polling it"
-        );
-    }
+
     // An invalid namespace selector would fail every Namespace watch forever: ask the API
     // server's own parser now, and stop with its message.
     if let Some(selector) = crate::cli::namespace_selector(&cli.reload.namespace_selector) {
@@ -82,10 +78,25 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
     }
 
+    // With Reloader's Lease rights (get and update, no watch or patch) the Lease is polled.
+    let mut lease_missing = Vec::new();
     let (leadership, election) = match election {
         Some((leader, lease_config)) => {
-            let election =
-                Election::new(Client::try_from(lease_config)?, client.clone(), leader).await?;
+            let rights =
+                crate::access::lease_rights(&client, &leader.namespace, &leader.lease_name).await;
+            lease_missing = rights.missing;
+            let election = if rights.poll {
+                let retry = cli.ha.leader_election_retry_period.unwrap_or(Duration::from_secs(2));
+                Elector::Polling(PollingElection::new(
+                    Client::try_from(lease_config)?,
+                    leader,
+                    retry,
+                )?)
+            } else {
+                Elector::Watching(
+                    Election::new(Client::try_from(lease_config)?, client.clone(), leader).await?,
+                )
+            };
             (election.leadership(), Some(election))
         }
         None => (sole_leader(), None),
@@ -102,10 +113,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     let ha = election.is_some();
     let engine = Engine::new(client.clone(), engine_config, leadership);
     engine.metrics().register_requests(&requests);
-    if let Some(e) = &election {
-        let (namespace, lease) = e.lease();
-        engine.review_lease_rights(namespace, lease).await;
-    }
+    engine.report_lease_rights(&lease_missing);
     let key_slot = engine.hash_key();
     // Annotation mode's keyed hashes need the key before anything is planned: a replica that
     // may create it (no HA) does so now, and any error is fatal; a standby only checks that it

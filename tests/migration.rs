@@ -584,3 +584,86 @@ async fn a_right_removed_while_running_is_said_once_and_the_kind_skipped() {
     assert_eq!(warnings(&op).len(), warned, "no new warning for the next change");
     assert_eq!(op.logs_mentioning("is forbidden").len(), refusals, "and no new refused request");
 }
+
+#[tokio::test]
+async fn with_reloaders_ha_rules_the_lease_is_polled_and_passed_on() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let f = Fixture::new("swap-ha").await;
+    f.configmap("app-config", json!({"a": "1"})).await;
+    f.deployment("web", json!({AUTO: "true"}), support::fixture::env_from_cm("app-config")).await;
+    // enableHA: create on Leases, get/update on stakater-reloader-lock; no watch, no patch.
+    let account =
+        bind_reloader_rbac(&f, include_str!("fixtures/stakater-rbac/clusterrole-ha.yaml")).await;
+    let kubeconfig = token_kubeconfig(&f, &account).await;
+    let replica = |name: &str| {
+        Operator::start_with_env(
+            // Reloader's chart's timings are 15s/10s/2s; shorter here to keep the test short.
+            &[
+                "--namespaces",
+                f.name(),
+                "--enable-ha=true",
+                "--leader-election-lease-duration=4s",
+                "--leader-election-renew-deadline=2s",
+                "--leader-election-retry-period=500ms",
+            ],
+            &[("KUBECONFIG", kubeconfig.as_str()), ("POD_NAME", name), ("POD_NAMESPACE", f.name())],
+        )
+    };
+    let leases: Api<Lease> = Api::namespaced(f.client.clone(), f.name());
+    let holder = || async {
+        leases
+            .get_opt("stakater-reloader-lock")
+            .await
+            .unwrap()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+    };
+    let mut a = replica("replica-a");
+    support::eventually("replica-a to hold the Lease", Duration::from_secs(20), || async {
+        (holder().await.as_deref() == Some("replica-a")).then_some(())
+    })
+    .await;
+    let b = replica("replica-b");
+    for op in [&a, &b] {
+        let missing: Vec<Value> = op
+            .lines_with("permission missing")
+            .into_iter()
+            .filter(|l| l["right"].as_str().unwrap().contains("leases"))
+            .collect();
+        assert!(missing.is_empty(), "the polling election has what it needs: {missing:?}");
+        assert_eq!(
+            op.lines_with(
+                "standing by for leadership (polling the Lease: the identity may not watch it)"
+            )
+            .len(),
+            1
+        );
+    }
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    support::eventually("the leader to reload web", Duration::from_secs(20), || async {
+        (f.env_of("web").await.get(VARIABLE).map(String::as_str) == Some(sha1_hex(b"a=2").as_str()))
+            .then_some(())
+    })
+    .await;
+    assert!(b.lines_with("reloaded workload").is_empty(), "the standby wrote nothing");
+
+    a.kill();
+    let killed = std::time::Instant::now();
+    support::eventually("replica-b to take the Lease", Duration::from_secs(30), || async {
+        (holder().await.as_deref() == Some("replica-b")).then_some(())
+    })
+    .await;
+    support::announce(&format!(
+        "polling election: takeover {:?} after the leader was killed (Lease 4s)",
+        killed.elapsed()
+    ));
+    f.patch_configmap("app-config", json!({"data": {"a": "3"}})).await;
+    support::eventually("the new leader to reload web", Duration::from_secs(20), || async {
+        (f.env_of("web").await.get(VARIABLE).map(String::as_str) == Some(sha1_hex(b"a=3").as_str()))
+            .then_some(())
+    })
+    .await;
+    // SIGTERM releases it.
+    b.stop();
+    assert_eq!(holder().await, None, "released on SIGTERM");
+}

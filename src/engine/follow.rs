@@ -300,22 +300,16 @@ impl Engine {
         unable
     }
 
-    /// With `--enable-ha`: the rights on Leases in `namespace` the election uses. Reloader's
-    /// RBAC grants `get`/`update` on its Lease and `create`; the election also patches and
-    /// watches it.
-    pub async fn review_lease_rights(&self, namespace: &str, lease: &str) {
+    /// Says once per right what `--enable-ha`'s election lacks (see [`access::lease_rights`]).
+    pub fn report_lease_rights(&self, missing: &[Right]) {
         let without =
             "--enable-ha cannot hold the Lease: this replica stands by and writes nothing";
-        let mut needed: Vec<(Right, &'static str)> =
-            [Verb::Get, Verb::List, Verb::Watch, Verb::Patch]
-                .into_iter()
-                .map(|v| (Right::new(access::LEASES, v, Some(namespace)).on(lease), without))
-                .collect();
-        // Creating cannot be limited to a name.
-        needed.push((Right::new(access::LEASES, Verb::Create, Some(namespace)), without));
-        let rights: Vec<Right> = needed.iter().map(|(r, _)| r.clone()).collect();
-        let answers = access::review(&self.client, &rights).await;
-        self.follow.access.write().merge(answers);
+        let needed: Vec<(Right, &'static str)> =
+            missing.iter().map(|r| (r.clone(), without)).collect();
+        self.follow
+            .access
+            .write()
+            .merge(Access::from_answers(missing.iter().map(|r| (r.clone(), false))));
         self.report_missing(&needed);
     }
 
