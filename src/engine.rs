@@ -527,7 +527,7 @@ impl Engine {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
             None => Api::all_with(self.client.clone(), &ar),
         };
-        let stream = self.until_refused(
+        let stream = self.reporting_refusals(
             watcher::watcher(api, watcher::Config::default()).default_backoff(),
             kind,
             scope.clone(),
@@ -547,9 +547,10 @@ impl Engine {
         self.stopped_watching(kind, scope.as_deref(), false, true);
     }
 
-    /// Ends a workload watch once a refusal turns out to be a missing right (the kind is then
-    /// listed on change or skipped: see `follow`).
-    fn until_refused<K, S>(
+    /// Passes a workload watch through, saying once what right a refusal shows missing. The
+    /// watcher keeps retrying with backoff, so a right restored (an RBAC object re-created
+    /// during an upgrade, say) is picked up again without a restart.
+    fn reporting_refusals<K, S>(
         self: &Arc<Self>,
         stream: S,
         kind: WorkloadKind,
@@ -559,11 +560,14 @@ impl Engine {
         S: Stream<Item = Result<Event<K>, watcher::Error>>,
     {
         let engine = self.clone();
-        stream.take_while(move |event| {
-            let refused = matches!(event, Err(e) if follow::watch_refused(e));
+        stream.then(move |event| {
+            let refused = matches!(&event, Err(e) if follow::watch_refused(e));
             let (engine, scope) = (engine.clone(), scope.clone());
             async move {
-                !refused || engine.recheck_follow(kind, scope.as_deref()).await == Follow::Watch
+                if refused {
+                    engine.report_refusal(kind, scope.as_deref()).await;
+                }
+                event
             }
         })
     }
@@ -959,7 +963,7 @@ impl Engine {
         K: WorkloadObject,
     {
         let api: Api<K> = self.api_for(scope.as_deref());
-        let stream = self.until_refused(
+        let stream = self.reporting_refusals(
             watcher::watcher(api, watcher::Config::default()).default_backoff(),
             kind,
             scope.clone(),
@@ -972,7 +976,7 @@ impl Engine {
                 })
             })
             .await;
-        // Only a refusal ends the stream: the kind is followed without a watch from now on.
+        // The watcher retries for ever; should its stream end, what it stored is forgotten.
         self.stopped_watching(kind, scope.as_deref(), listed, true);
     }
 

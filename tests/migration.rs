@@ -544,10 +544,11 @@ subjects:
 }
 
 #[tokio::test]
-async fn a_right_removed_while_running_is_said_once_and_the_kind_skipped() {
+async fn a_right_removed_while_running_is_said_once_and_reloads_resume_when_restored() {
     use k8s_openapi::api::rbac::v1::ClusterRole;
     let f = Fixture::new("swap-revoke").await;
     f.configmap("app-config", json!({"a": "1"})).await;
+    f.deployment("web", json!({AUTO: "true"}), support::fixture::env_from_cm("app-config")).await;
     let account =
         bind_reloader_rbac(&f, include_str!("fixtures/stakater-rbac/clusterrole.yaml")).await;
     let kubeconfig = token_kubeconfig(&f, &account).await;
@@ -555,34 +556,41 @@ async fn a_right_removed_while_running_is_said_once_and_the_kind_skipped() {
         &["--namespaces", f.name()],
         &[("KUBECONFIG", kubeconfig.as_str())],
     );
-    // Deployments may no longer be listed.
+    // Deployments may no longer be listed (a Role being replaced during an upgrade, say).
     let roles: Api<ClusterRole> = Api::all(f.client.clone());
     let name = format!("{}-reloader-role", f.name());
-    let mut role = roles.get(&name).await.unwrap();
-    for rule in role.rules.iter_mut().flatten() {
+    let granted = roles.get(&name).await.unwrap();
+    let mut revoked = granted.clone();
+    for rule in revoked.rules.iter_mut().flatten() {
         if rule.resources.iter().flatten().any(|r| r == "deployments") {
             rule.verbs.retain(|v| v != "list");
         }
     }
-    roles.replace(&name, &PostParams::default(), &role).await.unwrap();
-    for value in ["2", "3", "4"] {
-        f.patch_configmap("app-config", json!({"data": {"a": value}})).await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let series = r#"reloader_workload_follow_mode{kind="Deployment",mode="skip"} 1"#;
-    support::eventually("Deployments skipped", Duration::from_secs(20), || async {
-        op.metrics().await.contains(series).then_some(())
-    })
-    .await;
+    roles.replace(&name, &PostParams::default(), &revoked).await.unwrap();
     let list = format!("list deployments.apps in namespace {}", f.name());
+    for value in ["2", "3"] {
+        f.patch_configmap("app-config", json!({"data": {"a": value}})).await;
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
     let said: Vec<Value> = warnings(&op).into_iter().filter(|l| l["right"] == list).collect();
     assert_eq!(said.len(), 1, "said once: {said:?}");
-    let refusals = op.logs_mentioning("is forbidden").len();
+    let series = format!(
+        r#"reloader_permission_missing{{namespace="{}",resource="deployments.apps",verb="list"}} 1"#,
+        f.name()
+    );
+    assert!(op.metrics().await.contains(&series), "{series}");
     let warned = warnings(&op).len();
-    f.patch_configmap("app-config", json!({"data": {"a": "5"}})).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(warnings(&op).len(), warned, "no new warning for the next change");
-    assert_eq!(op.logs_mentioning("is forbidden").len(), refusals, "and no new refused request");
+    // Restored: the next change reloads, with no restart and no new warning.
+    let mut restored = roles.get(&name).await.unwrap();
+    restored.rules = granted.rules;
+    roles.replace(&name, &PostParams::default(), &restored).await.unwrap();
+    f.patch_configmap("app-config", json!({"data": {"a": "4"}})).await;
+    let want = sha1_hex(b"a=4");
+    support::eventually("web reloaded once the right is back", Duration::from_secs(20), || async {
+        (f.env_of("web").await.get(VARIABLE) == Some(&want)).then_some(())
+    })
+    .await;
+    assert_eq!(warnings(&op).len(), warned, "no new warning");
 }
 
 #[tokio::test]

@@ -65,6 +65,8 @@ pub(super) struct FollowState {
     /// Workloads put in the store by a list, with the generation of the list that queued them.
     scanned: Mutex<HashMap<WorkloadKey, u64>>,
     generation: AtomicU64,
+    /// Kinds and scopes whose refusal while running was looked into (once each).
+    refusals: Mutex<HashSet<(WorkloadKind, Option<String>)>>,
     /// Whether ReloadPolicies may be read anywhere (`None` until the review at start).
     policy_mode: tokio::sync::watch::Sender<Option<bool>>,
 }
@@ -81,6 +83,7 @@ impl Default for FollowState {
             scan_triggers: Mutex::default(),
             scanned: Mutex::default(),
             generation: AtomicU64::new(0),
+            refusals: Mutex::default(),
             policy_mode: tokio::sync::watch::channel(None).0,
         }
     }
@@ -392,9 +395,8 @@ impl Engine {
         self.follow.unable.read().clone()
     }
 
-    /// Asks about the rights of `kind` in `scope` (again, after a refused watch; or first, for
-    /// a kind whose API was just found). Returns the mode the kind is followed in now (a watch
-    /// ends unless it is still [`Follow::Watch`]).
+    /// Asks about the rights of `kind` in `scope` once its API is found (DeploymentConfigs are
+    /// not asked about at start) and returns how it is followed.
     pub(super) async fn recheck_follow(&self, kind: WorkloadKind, scope: Option<&str>) -> Follow {
         let mut needed = self.needed_rights();
         let own = kind_rights(kind, scope);
@@ -412,6 +414,23 @@ impl Engine {
             self.publish_follow_modes();
         }
         mode
+    }
+
+    /// A request about `kind` in `scope` was refused while running: asks once about its rights
+    /// and says what is missing (once per right). How the kind is followed does not change: the
+    /// watch retries with backoff and a list on change is tried again at the next change, so a
+    /// right restored is used again without a restart.
+    pub(super) async fn report_refusal(&self, kind: WorkloadKind, scope: Option<&str>) {
+        if !self.follow.refusals.lock().insert((kind, scope.map(str::to_string))) {
+            return;
+        }
+        let mut needed = self.needed_rights();
+        let own = kind_rights(kind, scope);
+        let rights: Vec<Right> = own.iter().map(|(r, _)| r.clone()).collect();
+        needed.extend(own);
+        let answers = access::review(&self.client, &rights).await;
+        self.follow.access.write().merge(answers);
+        self.report_missing(&needed);
     }
 
     // ---- list on change ------------------------------------------------------------------
@@ -477,12 +496,12 @@ impl Engine {
                     // The kind's API is not served (yet): nothing of it to reload.
                     debug!(kind = %key.kind, namespace = ?key.namespace, "no API to list workloads of this kind");
                 } else if is_forbidden(&e) {
-                    // A right removed while running: said once, as a missing right, and the
-                    // kind is skipped from then on.
+                    // A right removed while running: said once, as a missing right; the next
+                    // change tries again.
                     debug!(kind = %key.kind, namespace = ?key.namespace, error = %e, "listing workloads for a change is refused");
                     let scope = key.namespace.as_deref().and_then(|ns| self.scope_of(ns));
                     let scope = scope.unwrap_or_else(|| key.namespace.clone());
-                    self.recheck_follow(key.kind, scope.as_deref()).await;
+                    self.report_refusal(key.kind, scope.as_deref()).await;
                 } else {
                     warn!(kind = %key.kind, namespace = ?key.namespace, error = %e, "cannot list workloads for a change; trying again in 5s");
                     self.follow.scan_triggers.lock().entry(key.clone()).or_insert(triggers);
