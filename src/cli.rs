@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser, ValueEnum};
 
-use crate::annotations::AnnotationKeys;
-use crate::plan::Strategy;
+use crate::decide::plan::Strategy;
+use crate::model::annotations::AnnotationKeys;
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -209,8 +209,8 @@ pub struct ReloadArgs {
     /// stakater/Reloader does, so migrating rolls nothing; `hmac-sha256` writes HMAC-SHA-256 of
     /// that SHA-1 under the operator's key, so nobody who can read a workload can test guesses
     /// of a Secret's value offline (switching rolls every selected workload once).
-    #[arg(long, env = "RELOADER_HASH_MODE", value_enum, default_value_t = crate::hash::HashMode::Sha1)]
-    pub hash_mode: crate::hash::HashMode,
+    #[arg(long, env = "RELOADER_HASH_MODE", value_enum, default_value_t = crate::decide::hash::HashMode::Sha1)]
+    pub hash_mode: crate::decide::hash::HashMode,
 
     /// The Secret holding the key of keyed hashes (created with 32 random bytes when absent).
     #[arg(long, env = "RELOADER_HASH_KEY_SECRET", default_value = "reloader-hash-key")]
@@ -302,7 +302,7 @@ pub struct HaArgs {
 
 impl HaArgs {
     /// The election settings, `None` without `--enable-ha`.
-    pub fn leader_config(&self) -> crate::Result<Option<crate::leader::LeaderConfig>> {
+    pub fn leader_config(&self) -> crate::Result<Option<crate::kube::leader::LeaderConfig>> {
         if !self.enable_ha {
             return Ok(None);
         }
@@ -313,7 +313,7 @@ impl HaArgs {
                 ))
             })
         };
-        let config = crate::leader::LeaderConfig {
+        let config = crate::kube::leader::LeaderConfig {
             lease_name: self.ha_lease_name.clone(),
             namespace: required(&self.pod_namespace, "POD_NAMESPACE")?,
             identity: required(&self.pod_name, "POD_NAME")?,
@@ -442,7 +442,7 @@ impl ReloadArgs {
 /// A boolean as Go's `strconv.ParseBool` reads it (`1`, `t`, `T`, `TRUE`, `true`, `True`, and
 /// the same for false), since the other program's flags and env vars take those.
 pub fn parse_go_bool(text: &str) -> Result<bool, String> {
-    crate::annotations::parse_bool(text.trim())
+    crate::model::annotations::parse_bool(text.trim())
         .ok_or_else(|| format!("expected a boolean (true, false, 1, 0, t, f, ...), got {text:?}"))
 }
 
@@ -506,7 +506,7 @@ pub fn parse_listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {
 
 /// A Go duration (`1500ms`, `1.5m`, `1h30m`, `0`), as the other program's flags take them.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    crate::duration::parse(text.trim()).map_err(|e| e.to_string())
+    crate::model::duration::parse(text.trim()).map_err(|e| e.to_string())
 }
 
 /// A Go duration that must be longer than zero (periods a timer runs at).
@@ -620,7 +620,7 @@ mod tests {
     #[test]
     fn hash_mode_defaults_to_the_compatible_sha1() {
         let cli = Cli::try_parse_from(["reloader"]).unwrap();
-        assert_eq!(cli.reload.hash_mode, crate::hash::HashMode::Sha1);
+        assert_eq!(cli.reload.hash_mode, crate::decide::hash::HashMode::Sha1);
         assert_eq!(cli.reload.hash_key_secret, "reloader-hash-key");
         let keyed = Cli::try_parse_from([
             "reloader",
@@ -632,8 +632,8 @@ mod tests {
             "ops",
         ])
         .unwrap();
-        assert_eq!(keyed.reload.hash_mode, crate::hash::HashMode::HmacSha256);
-        let config = crate::engine::EngineConfig::from_args(&keyed.reload);
+        assert_eq!(keyed.reload.hash_mode, crate::decide::hash::HashMode::HmacSha256);
+        let config = crate::runtime::engine::EngineConfig::from_args(&keyed.reload);
         assert_eq!(
             (config.hash_key_namespace.as_str(), config.hash_key_secret.as_str()),
             ("ops", "k")

@@ -45,11 +45,11 @@ pub enum Error {
 
     /// The admission webhook is misconfigured or cannot start.
     #[error(transparent)]
-    Webhook(#[from] crate::webhook::WebhookError),
+    Webhook(#[from] crate::serve::webhook::WebhookError),
 
     /// `--hash-mode hmac-sha256` and the key cannot be loaded.
     #[error("--hash-mode hmac-sha256 needs the hash key: {0}")]
-    HashKey(#[from] crate::hash_key::KeyError),
+    HashKey(#[from] crate::kube::hash_key::KeyError),
 
     /// Installing a signal handler failed.
     #[error("cannot install signal handler: {0}")]

@@ -1,43 +1,27 @@
 //! reloader: rolls Kubernetes workloads when the ConfigMaps or Secrets they depend on change.
 //!
-//! The crate is a library with a thin binary on top (`src/main.rs`):
-//! - [`cli`] owns the command line and its environment variables;
-//! - [`telemetry`] owns logging;
-//! - [`operator`] wires everything together and runs until a shutdown signal.
+//! The crate is a library with a thin binary on top (`src/main.rs`). Its layers, each importing
+//! only the ones after it in this list (checked by the `layers` test below):
+//!
+//! 1. `runtime/`: wiring and the engine ([`runtime::operator::run`] starts everything);
+//! 2. `kube/`, `report/`, `serve/`: the API besides the engine's writes, what is told (metrics,
+//!    alerts), what is served (health, admission webhook);
+//! 3. `index/`: in-memory state fed by watch events;
+//! 4. `decide/`: every rule, values in and values out;
+//! 5. `model/`: the vocabulary.
+//!
+//! [`cli`] owns the command line and its environment variables and is the only module that knows
+//! clap; [`telemetry`] owns logging; [`error`] is the operator's top-level error.
 
-pub mod access;
-pub mod alerts;
-pub mod annotations;
-pub mod certs;
-pub mod churn;
 pub mod cli;
-pub mod containment;
-pub mod csi;
-pub mod decision;
-pub mod duration;
-pub mod engine;
+pub mod decide;
 pub mod error;
-pub mod hash;
-pub mod hash_key;
-pub mod http;
-pub mod jobs;
-pub mod leader;
-pub mod limits;
-pub mod memory;
-pub mod metrics;
-pub mod naming;
-pub mod operator;
-pub mod pause;
-pub mod plan;
-pub mod policy;
-pub mod policy_plan;
-pub mod queue;
-pub mod ratelimit;
-pub mod source;
-pub mod store;
+pub mod index;
+pub mod kube;
+pub mod model;
+pub mod report;
+pub mod runtime;
+pub mod serve;
 pub mod telemetry;
-pub mod webhook;
-pub mod workload;
-pub mod writer;
 
 pub use error::{Error, Result};

@@ -1,6 +1,6 @@
 use clap::Parser;
 
-/// Opt-in only: the system allocator is the measured choice (see `reloader::memory`).
+/// Opt-in only: the system allocator is the measured choice (see `reloader::runtime::memory`).
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -9,10 +9,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> anyhow::Result<()> {
     let cli = reloader::cli::Cli::parse();
     if let Some(reloader::cli::Command::Crd) = cli.command {
-        print!("{}", reloader::policy::crd_yaml());
+        print!("{}", reloader::model::policy::crd_yaml());
         return Ok(());
     }
     reloader::telemetry::init(cli.log_format, &cli.log_level)?;
-    reloader::operator::run(cli).await?;
+    reloader::runtime::operator::run(cli).await?;
     Ok(())
 }

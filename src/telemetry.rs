@@ -29,7 +29,7 @@ pub fn init(format: LogFormat, level: &str) -> Result<()> {
         LogFormat::Plain => builder.try_init(),
     };
     installed.map_err(|e| Error::Telemetry(e.to_string()))?;
-    crate::containment::install_panic_hook();
+    crate::runtime::containment::install_panic_hook();
     Ok(())
 }
 

@@ -398,7 +398,7 @@ async fn policy_api(f: &Fixture) -> Api<kube::core::DynamicObject> {
     Api::namespaced_with(
         f.client.clone(),
         f.name(),
-        &kube::core::ApiResource::erase::<reloader::policy::ReloadPolicy>(&()),
+        &kube::core::ApiResource::erase::<reloader::model::policy::ReloadPolicy>(&()),
     )
 }
 

@@ -8,7 +8,7 @@ mod support;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
-use reloader::policy::ReloadPolicyStatus;
+use reloader::model::policy::ReloadPolicyStatus;
 use serde_json::{Value, json};
 use support::fixture::{Fixture, Sentinel, TIMEOUT, hash_key, keyed_hex, sha1_hex};
 use support::policies::{create_policy, status_where};

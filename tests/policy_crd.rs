@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use reloader::policy::ReloadPolicy;
+use reloader::model::policy::ReloadPolicy;
 use serde_json::{Value, json};
 use support::{TestNamespace, client, eventually, install_policy_crd};
 

@@ -82,14 +82,15 @@ async fn no_secret_value_reaches_logs_events_status_metrics_or_requests() {
         support::fixture::workload_json("Deployment", "api", json!({}), secret_pod("db"));
     api_deployment["metadata"]["labels"] = json!({"tier": "api"});
     let _: k8s_openapi::api::apps::v1::Deployment = f.create(api_deployment).await;
-    let policy: reloader::policy::ReloadPolicy = serde_json::from_value(json!({
+    let policy: reloader::model::policy::ReloadPolicy = serde_json::from_value(json!({
         "apiVersion": "reloader.rs/v1alpha1", "kind": "ReloadPolicy",
         "metadata": {"name": "db"},
         "spec": {"sources": [{"kind": "Secret", "name": "db", "keys": ["url"]}],
                  "targets": [{"kind": "Deployment", "selector": {"matchLabels": {"tier": "api"}}}],
                  "strategy": "EnvVar"}}))
     .unwrap();
-    let policies: Api<reloader::policy::ReloadPolicy> = Api::namespaced(f.client.clone(), f.name());
+    let policies: Api<reloader::model::policy::ReloadPolicy> =
+        Api::namespaced(f.client.clone(), f.name());
     eventually("the policy created", TIMEOUT, || async {
         policies.create(&PostParams::default(), &policy).await.ok()
     })

@@ -33,7 +33,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
-use reloader::policy::ReloadPolicy;
+use reloader::model::policy::ReloadPolicy;
 use serde_json::{Value, json};
 use support::faults;
 use support::fixture::sha1_hex;

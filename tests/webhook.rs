@@ -262,13 +262,13 @@ async fn key_precise_references_are_the_policy_default() {
     d["metadata"]["annotations"] = json!({});
     f.create::<Deployment>(d).await;
     f.wait_replicasets("api", 1).await;
-    let policy: reloader::policy::ReloadPolicy = serde_json::from_value(json!({
+    let policy: reloader::model::policy::ReloadPolicy = serde_json::from_value(json!({
         "apiVersion": "reloader.rs/v1alpha1", "kind": "ReloadPolicy", "metadata": {"name": "api"},
         "spec": {"sources": [{"kind": "ConfigMap", "name": "settings"}],
                  "targets": [{"kind": "Deployment", "name": "api"}]}
     }))
     .unwrap();
-    let api = Api::<reloader::policy::ReloadPolicy>::namespaced(f.client.clone(), f.name());
+    let api = Api::<reloader::model::policy::ReloadPolicy>::namespaced(f.client.clone(), f.name());
     eventually("the policy to be created", TIMEOUT, || async {
         api.create(&PostParams::default(), &policy).await.ok()
     })
@@ -299,13 +299,13 @@ async fn a_policy_target_is_stamped_at_creation_and_not_rolled_after() {
     let hook = WebhookSetup::new(&f);
     f.configmap("settings", json!({"url": "https://a", "other": "x"})).await;
     let _op = hook.start(&f, &[]);
-    let policy: reloader::policy::ReloadPolicy = serde_json::from_value(json!({
+    let policy: reloader::model::policy::ReloadPolicy = serde_json::from_value(json!({
         "apiVersion": "reloader.rs/v1alpha1", "kind": "ReloadPolicy", "metadata": {"name": "api"},
         "spec": {"sources": [{"kind": "ConfigMap", "name": "settings"}],
                  "targets": [{"kind": "Deployment", "selector": {"matchLabels": {"tier": "api"}}}]}
     }))
     .unwrap();
-    let api = Api::<reloader::policy::ReloadPolicy>::namespaced(f.client.clone(), f.name());
+    let api = Api::<reloader::model::policy::ReloadPolicy>::namespaced(f.client.clone(), f.name());
     eventually("the policy to be created", TIMEOUT, || async {
         api.create(&PostParams::default(), &policy).await.ok()
     })

@@ -3,7 +3,7 @@
 
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
-use reloader::policy::{ReloadPolicy, ReloadPolicyStatus};
+use reloader::model::policy::{ReloadPolicy, ReloadPolicyStatus};
 use serde_json::{Value, json};
 
 use super::eventually;

@@ -1,0 +1,19 @@
+//! Every rule, as values in and values out: no API calls, no tasks, no clock of its own (`now` is
+//! a parameter). A rollout is decided here; `runtime` applies what these functions return.
+//!
+//! - [`selection`]: which sources a workload's annotations select (stakater/Reloader's precedence);
+//! - [`plan`]: annotation mode, stored hashes versus current ones → roll or not, and how;
+//! - [`policy_plan`]: the same for a `ReloadPolicy`'s targets;
+//! - [`template`]: a plan turned into the pod-template write (env var or annotation strategy);
+//! - [`pause`], [`churn`]: pausing after a reload, and the rollout budgets;
+//! - [`hash`], [`csi`], [`jobs`]: source hashes, SecretProviderClass hashes, Job re-creation.
+
+pub mod churn;
+pub mod csi;
+pub mod hash;
+pub mod jobs;
+pub mod pause;
+pub mod plan;
+pub mod policy_plan;
+pub mod selection;
+pub mod template;

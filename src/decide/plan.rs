@@ -1,0 +1,921 @@
+//! What to write to one workload, given its summary and the current state of its sources:
+//! level-triggered and pure. The stored hash of each selected source (the `STAKATER_*` variable,
+//! the `last-reloaded-from` annotation, or the operator's record) is compared with the source's
+//! current hash; a difference is a rollout, a missing stored hash is a baseline (no rollout)
+//! unless `--reload-on-create` says otherwise.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::decide::hash;
+use crate::decide::selection::{Selection, Via};
+use crate::model::naming::env_var_name;
+use crate::model::source::{SourceRef, SourceState};
+use crate::model::workload::{RESTARTED_AT_ANNOTATION, WorkloadInfo};
+
+/// How a rollout is triggered in the pod template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Strategy {
+    /// Set `STAKATER_<NAME>_<TYPE>` to the source's hash in one container.
+    #[default]
+    #[value(name = "env-vars")]
+    EnvVars,
+    /// Set the `reloader.stakater.com/last-reloaded-from` pod-template annotation.
+    #[value(name = "annotations")]
+    Annotations,
+    /// Set `kubectl.kubernetes.io/restartedAt`, as `kubectl rollout restart` does.
+    #[value(name = "restart")]
+    Restart,
+}
+
+/// What the engine knows of a candidate source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceFacts {
+    pub state: SourceState,
+    /// Seen being created while the operator ran (not in its first list).
+    pub created_after_start: bool,
+    /// Creation time, seconds since the epoch.
+    pub created: i64,
+    /// When the operator saw the data change while running (seconds since the epoch): a
+    /// workload that existed then and has no stored hash yet is rolled, as the other program
+    /// would have on that update, instead of taking the new hash as its baseline.
+    pub changed_at: Option<i64>,
+    /// The source's labels (for ReloadPolicy selectors).
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// SHA-1 of each data entry, by key (for ReloadPolicy key filters); never the data.
+    pub key_hashes: std::collections::BTreeMap<String, String>,
+    /// The source has more keys than [`crate::model::limits::MAX_KEY_HASHES`]: `key_hashes` is
+    /// empty and key filters fall back to the whole source's hash (any change counts).
+    pub keys_untracked: bool,
+}
+
+/// Global switches that shape a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanOptions {
+    pub strategy: Strategy,
+    pub auto_reload_all: bool,
+    pub reload_on_create: bool,
+    pub reload_on_delete: bool,
+    /// The first pass after start with `--sync-after-restart`: sources without a stored hash
+    /// count as created.
+    pub sync_after_restart: bool,
+    /// Now, seconds since the epoch, and as RFC 3339.
+    pub now: i64,
+    pub now_rfc3339: String,
+    pub last_reloaded_from_key: String,
+    /// `--key-precise-references`: a source the workload consumes only key by key is hashed
+    /// over those keys, so changes to its other keys roll nothing.
+    pub key_precise: bool,
+    /// Admission: write the current hash of every selected source into the template even where
+    /// the operator would only take a baseline, so a workload is created (or re-applied) already
+    /// current.
+    pub stamp: bool,
+    /// `--hash-mode`: how each source's hash is written (and compared with what is stored).
+    pub hasher: hash::Hasher,
+}
+
+/// The hash that stands for `source` in `info`, as written: with `key_precise`, a source the
+/// workload consumes only key by key is hashed over those keys alone (see
+/// [`hash::keyed_hash`]); `hasher` then applies the hash mode.
+pub fn effective_hash(
+    info: &WorkloadInfo,
+    source: &SourceRef,
+    facts: &SourceFacts,
+    key_precise: bool,
+    hasher: &hash::Hasher,
+) -> String {
+    let sha1 = match info.used_keys.get(source) {
+        Some(keys) if key_precise && !facts.keys_untracked => {
+            let keys: Vec<String> = keys.iter().cloned().collect();
+            hash::keyed_hash(&facts.key_hashes, &keys)
+        }
+        _ => facts.state.hash.clone(),
+    };
+    hasher.apply(&sha1)
+}
+
+/// Why a source asks for a rollout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    Changed,
+    Created,
+    Deleted,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub source: SourceRef,
+    pub cause: Cause,
+    pub hash: String,
+}
+
+/// A write to the pod template that makes the controller roll the workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateWrite {
+    EnvVars {
+        set: Vec<EnvWrite>,
+        remove: Vec<EnvRemoval>,
+    },
+    Annotation {
+        key: String,
+        value: String,
+    },
+    /// Several writes made as one (annotation mode and policies on the same workload).
+    Combined(Vec<TemplateWrite>),
+}
+
+impl TemplateWrite {
+    /// Both writes as one, so a workload selected several ways rolls once.
+    pub fn combine(a: Option<TemplateWrite>, b: Option<TemplateWrite>) -> Option<TemplateWrite> {
+        match (a, b) {
+            (None, x) | (x, None) => x,
+            (Some(a), Some(b)) => {
+                let mut parts = Vec::new();
+                for w in [a, b] {
+                    match w {
+                        TemplateWrite::Combined(inner) => parts.extend(inner),
+                        other => parts.push(other),
+                    }
+                }
+                // Env writes merge into one, so one containers list is sent.
+                let (mut set, mut remove, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+                for p in parts {
+                    match p {
+                        TemplateWrite::EnvVars { set: s, remove: r } => {
+                            for w in s {
+                                if !set.iter().any(|e: &EnvWrite| {
+                                    e.container == w.container && e.name == w.name
+                                }) {
+                                    set.push(w);
+                                }
+                            }
+                            remove.extend(r);
+                        }
+                        other => rest.push(other),
+                    }
+                }
+                if !set.is_empty() || !remove.is_empty() {
+                    rest.insert(0, TemplateWrite::EnvVars { set, remove });
+                }
+                Some(if rest.len() == 1 { rest.remove(0) } else { TemplateWrite::Combined(rest) })
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvWrite {
+    pub container: String,
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvRemoval {
+    pub container: String,
+    pub name: String,
+}
+
+/// The outcome for one workload.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Sources that roll the workload, in source order.
+    pub changes: Vec<Change>,
+    /// The template write that rolls it (present exactly when `changes` is not empty).
+    pub template: Option<TemplateWrite>,
+    /// The new record, when it differs from the stored one.
+    pub record: Option<BTreeMap<SourceRef, String>>,
+    /// Selected sources that have no container to write to (workload without containers).
+    pub unwritable: Vec<SourceRef>,
+    /// Pausing or resuming a Deployment with a pause period (see [`crate::decide::pause`]).
+    pub pause: Option<crate::decide::pause::PauseWrite>,
+    /// The new per-policy record, when it differs (see [`crate::decide::policy_plan`]).
+    pub policy_record: Option<BTreeMap<String, String>>,
+}
+
+impl Plan {
+    pub fn is_noop(&self) -> bool {
+        self.template.is_none()
+            && self.record.is_none()
+            && self.pause.is_none()
+            && self.policy_record.is_none()
+    }
+}
+
+/// The `last-reloaded-from` annotation value, field for field as the other program writes it.
+#[derive(Debug, Serialize)]
+pub(crate) struct ReloadSource<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub hash: &'a str,
+    #[serde(rename = "containerRefs")]
+    pub container_refs: Vec<&'a str>,
+    #[serde(rename = "observedAt")]
+    pub observed_at: i64,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct StoredReloadSource {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    hash: String,
+}
+
+struct Selected<'a> {
+    source: &'a SourceRef,
+    via: Via,
+    hash: String,
+    roll: Option<Cause>,
+}
+
+/// Computes the plan for `info` against `candidates` (its referenced sources, the sources its
+/// named patterns match, and the ones in its record), each with facts when the source exists.
+pub fn plan(
+    info: &WorkloadInfo,
+    selection: &Selection,
+    candidates: &BTreeMap<SourceRef, Option<SourceFacts>>,
+    opts: &PlanOptions,
+) -> Plan {
+    let record = info.record();
+    let mut new_record = record.clone();
+    let last_reloaded = info
+        .template_annotations
+        .get(&opts.last_reloaded_from_key)
+        .and_then(|v| serde_json::from_str::<StoredReloadSource>(v).ok());
+    let stored_hash = |source: &SourceRef| -> Option<String> {
+        let from_template = match opts.strategy {
+            Strategy::EnvVars => info.env_value(&env_var_name(source.kind, &source.name)),
+            Strategy::Annotations | Strategy::Restart => None,
+        };
+        let from_annotation = last_reloaded
+            .as_ref()
+            .filter(|l| l.kind == source.kind.env_suffix() && l.name == source.name)
+            .map(|l| l.hash.as_str());
+        from_template
+            .or(record.get(source).map(String::as_str))
+            .or(from_annotation)
+            .map(String::from)
+    };
+
+    let mut selected = Vec::new();
+    let mut deleted = Vec::new();
+    for (source, facts) in candidates {
+        let referenced = info.references.contains_key(source);
+        match facts {
+            Some(facts) => {
+                let via = match selection.selects(
+                    source.kind,
+                    &source.name,
+                    &facts.state,
+                    referenced,
+                    opts.auto_reload_all,
+                ) {
+                    Ok(via) => via,
+                    Err(_) => {
+                        new_record.remove(source);
+                        continue;
+                    }
+                };
+                let stored = stored_hash(source);
+                let current = effective_hash(info, source, facts, opts.key_precise, &opts.hasher);
+                let roll = match &stored {
+                    Some(h) if *h == current => None,
+                    Some(_) => Some(Cause::Changed),
+                    None if opts.stamp => Some(Cause::Changed),
+                    None if facts.changed_at.is_some_and(|at| at >= info.created) => {
+                        Some(Cause::Changed)
+                    }
+                    None if opts.reload_on_create
+                        && (opts.sync_after_restart
+                            || (facts.created_after_start && facts.created >= info.created)) =>
+                    {
+                        Some(Cause::Created)
+                    }
+                    None => None,
+                };
+                new_record.insert(source.clone(), current.clone());
+                selected.push(Selected { source, via, hash: current, roll });
+            }
+            None => {
+                if !opts.reload_on_delete {
+                    continue;
+                }
+                let Some(stored) = stored_hash(source) else { continue };
+                // The source is gone, so its own annotations are unknown: take it as selected
+                // when the workload's annotations would select it by name or by reference.
+                let probe =
+                    SourceState { hash: String::new(), matches_search: true, ignored: false };
+                if selection
+                    .selects(source.kind, &source.name, &probe, referenced, opts.auto_reload_all)
+                    .is_err()
+                {
+                    continue;
+                }
+                let marker = hash::delete_marker_hash();
+                if stored == marker {
+                    continue;
+                }
+                deleted.push((source, stored));
+            }
+        }
+    }
+
+    let mut out = Plan::default();
+    match opts.strategy {
+        Strategy::EnvVars => plan_env_vars(info, &selected, &deleted, &mut new_record, &mut out),
+        Strategy::Annotations | Strategy::Restart => {
+            plan_annotation(info, &selected, &deleted, opts, &mut new_record, &mut out)
+        }
+    }
+    if new_record != record {
+        out.record = Some(new_record);
+    }
+    out
+}
+
+fn target_container<'a>(info: &'a WorkloadInfo, source: &SourceRef, via: Via) -> Option<&'a str> {
+    let index = match info.references.get(source) {
+        Some(i) => *i,
+        None if !via.needs_reference() => 0,
+        None => return None,
+    };
+    info.containers.get(index).map(|c| c.name.as_str())
+}
+
+fn plan_env_vars(
+    info: &WorkloadInfo,
+    selected: &[Selected<'_>],
+    deleted: &[(&SourceRef, String)],
+    new_record: &mut BTreeMap<SourceRef, String>,
+    out: &mut Plan,
+) {
+    // Different source names can mangle to one variable name; such a variable holds a hash of
+    // all of its sources, so it stays stable while none of them changes.
+    let mut groups: BTreeMap<String, Vec<&Selected<'_>>> = BTreeMap::new();
+    for s in selected {
+        groups.entry(env_var_name(s.source.kind, &s.source.name)).or_default().push(s);
+    }
+    let mut set = Vec::new();
+    for (env, members) in &groups {
+        let desired = if members.len() == 1 {
+            members[0].hash.clone()
+        } else {
+            let joined: Vec<String> =
+                members.iter().map(|m| format!("{}={}", m.source, m.hash)).collect();
+            hash::sha1_hex(&joined.join(";"))
+        };
+        let current = info.env_value(env);
+        let rolling: Vec<&&Selected<'_>> = match current {
+            Some(v) if v == desired => vec![],
+            Some(_) => {
+                let changed: Vec<_> = members.iter().filter(|m| m.roll.is_some()).collect();
+                if changed.is_empty() { members.iter().take(1).collect() } else { changed }
+            }
+            None => members.iter().filter(|m| m.roll.is_some()).collect(),
+        };
+        if rolling.is_empty() {
+            continue;
+        }
+        let container = info
+            .container_with_env(env)
+            .map(|(_, name)| name)
+            .or_else(|| target_container(info, members[0].source, members[0].via));
+        let Some(container) = container else {
+            out.unwritable.extend(members.iter().map(|m| m.source.clone()));
+            continue;
+        };
+        for m in rolling {
+            let cause = m.roll.unwrap_or(Cause::Changed);
+            out.changes.push(Change { source: m.source.clone(), cause, hash: m.hash.clone() });
+        }
+        set.push(EnvWrite { container: container.to_string(), name: env.clone(), value: desired });
+    }
+    let mut remove = Vec::new();
+    for (source, stored) in deleted {
+        let env = env_var_name(source.kind, &source.name);
+        new_record.remove(*source);
+        if groups.contains_key(&env) {
+            continue; // another source still owns this variable name
+        }
+        if let Some((_, container)) = info.container_with_env(&env) {
+            remove.push(EnvRemoval { container: container.to_string(), name: env });
+            out.changes.push(Change {
+                source: (*source).clone(),
+                cause: Cause::Deleted,
+                hash: stored.clone(),
+            });
+        }
+    }
+    if !set.is_empty() || !remove.is_empty() {
+        out.template = Some(TemplateWrite::EnvVars { set, remove });
+    }
+}
+
+fn plan_annotation(
+    info: &WorkloadInfo,
+    selected: &[Selected<'_>],
+    deleted: &[(&SourceRef, String)],
+    opts: &PlanOptions,
+    new_record: &mut BTreeMap<SourceRef, String>,
+    out: &mut Plan,
+) {
+    let marker = hash::delete_marker_hash();
+    let mut first: Option<(&SourceRef, String, Option<&str>)> = None;
+    for s in selected.iter().filter(|s| s.roll.is_some()) {
+        let container = target_container(info, s.source, s.via);
+        if container.is_none() && opts.strategy == Strategy::Annotations {
+            out.unwritable.push(s.source.clone());
+            continue;
+        }
+        out.changes.push(Change {
+            source: s.source.clone(),
+            cause: s.roll.unwrap_or(Cause::Changed),
+            hash: s.hash.clone(),
+        });
+        first.get_or_insert((s.source, s.hash.clone(), container));
+    }
+    for (source, _) in deleted {
+        new_record.insert((*source).clone(), marker.clone());
+        out.changes.push(Change {
+            source: (*source).clone(),
+            cause: Cause::Deleted,
+            hash: marker.clone(),
+        });
+        let container = info.containers.first().map(|c| c.name.as_str());
+        first.get_or_insert((source, marker.clone(), container));
+    }
+    let Some((source, hash, container)) = first else { return };
+    out.template = Some(match opts.strategy {
+        Strategy::Restart => TemplateWrite::Annotation {
+            key: RESTARTED_AT_ANNOTATION.to_string(),
+            value: opts.now_rfc3339.clone(),
+        },
+        _ => {
+            let value = ReloadSource {
+                kind: source.kind.env_suffix(),
+                name: &source.name,
+                namespace: &info.key.namespace,
+                hash: &hash,
+                container_refs: container.into_iter().collect(),
+                observed_at: opts.now,
+            };
+            TemplateWrite::Annotation {
+                key: opts.last_reloaded_from_key.clone(),
+                value: serde_json::to_string(&value).expect("serialisable"),
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::annotations::AnnotationKeys;
+    use crate::model::source::SourceKind;
+    use crate::model::workload::{
+        ContainerInfo, RECORD_ANNOTATION, WorkloadKey, WorkloadKind, format_record,
+    };
+
+    const LRF: &str = "reloader.stakater.com/last-reloaded-from";
+
+    fn cm(name: &str) -> SourceRef {
+        SourceRef::new(SourceKind::ConfigMap, name)
+    }
+    fn facts(hash: &str) -> Option<SourceFacts> {
+        Some(SourceFacts {
+            state: SourceState { hash: hash.into(), matches_search: false, ignored: false },
+            created_after_start: false,
+            created: 100,
+            changed_at: None,
+            labels: BTreeMap::new(),
+            key_hashes: BTreeMap::new(),
+            keys_untracked: false,
+        })
+    }
+    fn opts(strategy: Strategy) -> PlanOptions {
+        PlanOptions {
+            strategy,
+            auto_reload_all: false,
+            reload_on_create: false,
+            reload_on_delete: false,
+            sync_after_restart: false,
+            now: 1_700_000_000,
+            now_rfc3339: "2023-11-14T22:13:20Z".into(),
+            last_reloaded_from_key: LRF.into(),
+            key_precise: false,
+            stamp: false,
+            hasher: hash::Hasher::Sha1,
+        }
+    }
+    /// A Deployment `shop/web` with containers `app` and `sidecar`, annotated `auto: true`,
+    /// referencing `cm/app-config` from `sidecar`.
+    fn workload() -> WorkloadInfo {
+        WorkloadInfo {
+            key: WorkloadKey {
+                kind: WorkloadKind::Deployment,
+                namespace: "shop".into(),
+                name: "web".into(),
+            },
+            resource_version: Some("1".into()),
+            uid: None,
+            created: 50,
+            metadata_annotations: [("reloader.stakater.com/auto".to_string(), "true".to_string())]
+                .into(),
+            template_annotations: BTreeMap::new(),
+            containers: vec![
+                ContainerInfo { name: "app".into(), reloader_env: BTreeMap::new() },
+                ContainerInfo { name: "sidecar".into(), reloader_env: BTreeMap::new() },
+            ],
+            references: [(cm("app-config"), 1)].into(),
+            suspended: false,
+            paused: false,
+            workload_ref: None,
+            labels: BTreeMap::new(),
+            used_keys: BTreeMap::new(),
+            references_left_out: 0,
+        }
+    }
+    fn with_env(mut w: WorkloadInfo, container: usize, name: &str, value: &str) -> WorkloadInfo {
+        w.containers[container].reloader_env.insert(name.into(), value.into());
+        w
+    }
+    fn with_record(mut w: WorkloadInfo, entries: &[(SourceRef, &str)]) -> WorkloadInfo {
+        let record = entries.iter().map(|(s, h)| (s.clone(), h.to_string())).collect();
+        w.metadata_annotations.insert(RECORD_ANNOTATION.into(), format_record(&record));
+        w
+    }
+    fn run(
+        w: &WorkloadInfo,
+        candidates: &[(SourceRef, Option<SourceFacts>)],
+        o: &PlanOptions,
+    ) -> Plan {
+        let sel = Selection::parse(
+            &AnnotationKeys::default(),
+            &w.metadata_annotations,
+            &w.template_annotations,
+        );
+        plan(w, &sel, &candidates.iter().cloned().collect(), o)
+    }
+    fn record_of(entries: &[(SourceRef, &str)]) -> Option<BTreeMap<SourceRef, String>> {
+        Some(entries.iter().map(|(s, h)| (s.clone(), h.to_string())).collect())
+    }
+
+    #[test]
+    fn never_reloaded_workload_gets_a_baseline_and_no_rollout() {
+        let p = run(&workload(), &[(cm("app-config"), facts("h1"))], &opts(Strategy::EnvVars));
+        assert!(p.template.is_none() && p.changes.is_empty());
+        assert_eq!(p.record, record_of(&[(cm("app-config"), "h1")]));
+    }
+
+    #[test]
+    fn changed_hash_sets_the_variable_in_the_referencing_container() {
+        let w = with_record(workload(), &[(cm("app-config"), "h1")]);
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &opts(Strategy::EnvVars));
+        assert_eq!(
+            p.changes,
+            vec![Change { source: cm("app-config"), cause: Cause::Changed, hash: "h2".into() }]
+        );
+        assert_eq!(
+            p.template,
+            Some(TemplateWrite::EnvVars {
+                set: vec![EnvWrite {
+                    container: "sidecar".into(),
+                    name: "STAKATER_APP_CONFIG_CONFIGMAP".into(),
+                    value: "h2".into()
+                }],
+                remove: vec![]
+            })
+        );
+        assert_eq!(p.record, record_of(&[(cm("app-config"), "h2")]));
+    }
+
+    #[test]
+    fn a_variable_left_by_the_other_program_is_the_stored_hash() {
+        // Migrating: the variable is where the other program put it, and current.
+        let w = with_env(workload(), 0, "STAKATER_APP_CONFIG_CONFIGMAP", "h1");
+        let p = run(&w, &[(cm("app-config"), facts("h1"))], &opts(Strategy::EnvVars));
+        assert!(p.template.is_none(), "current variable: no rollout");
+        // Stale: updated in place, in the container that has it.
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &opts(Strategy::EnvVars));
+        let Some(TemplateWrite::EnvVars { set, .. }) = p.template else { panic!("{p:?}") };
+        assert_eq!(set[0].container, "app");
+        assert_eq!(set[0].value, "h2");
+    }
+
+    #[test]
+    fn up_to_date_workload_with_record_is_a_noop() {
+        let w = with_record(
+            with_env(workload(), 1, "STAKATER_APP_CONFIG_CONFIGMAP", "h1"),
+            &[(cm("app-config"), "h1")],
+        );
+        let p = run(&w, &[(cm("app-config"), facts("h1"))], &opts(Strategy::EnvVars));
+        assert!(p.is_noop(), "{p:?}");
+    }
+
+    #[test]
+    fn two_changed_sources_make_one_write() {
+        let mut w = with_record(
+            workload(),
+            &[(cm("app-config"), "a1"), (SourceRef::new(SourceKind::Secret, "db"), "b1")],
+        );
+        w.references.insert(SourceRef::new(SourceKind::Secret, "db"), 0);
+        let p = run(
+            &w,
+            &[
+                (cm("app-config"), facts("a2")),
+                (SourceRef::new(SourceKind::Secret, "db"), facts("b2")),
+            ],
+            &opts(Strategy::EnvVars),
+        );
+        assert_eq!(p.changes.len(), 2);
+        let Some(TemplateWrite::EnvVars { set, .. }) = p.template else { panic!() };
+        let names: Vec<_> = set.iter().map(|s| (s.container.as_str(), s.name.as_str())).collect();
+        assert_eq!(
+            names,
+            [("sidecar", "STAKATER_APP_CONFIG_CONFIGMAP"), ("app", "STAKATER_DB_SECRET")]
+        );
+    }
+
+    #[test]
+    fn colliding_names_share_one_stable_variable() {
+        let mut w = workload();
+        w.references = [(cm("my-config"), 0), (cm("my.config"), 1)].into();
+        let candidates = [(cm("my-config"), facts("x1")), (cm("my.config"), facts("y1"))];
+        let mut o = opts(Strategy::EnvVars);
+        o.sync_after_restart = true;
+        o.reload_on_create = true;
+        let p = run(&w, &candidates, &o);
+        let Some(TemplateWrite::EnvVars { set, .. }) = &p.template else { panic!("{p:?}") };
+        assert_eq!(set.len(), 1, "one variable for both");
+        assert_eq!(set[0].value, hash::sha1_hex("configmap/my-config=x1;configmap/my.config=y1"));
+        // Once written, the same state is a no-op (no flip-flopping between the two hashes).
+        let w = with_record(
+            with_env(w, 0, &set[0].name, &set[0].value),
+            &[(cm("my-config"), "x1"), (cm("my.config"), "y1")],
+        );
+        assert!(run(&w, &candidates, &opts(Strategy::EnvVars)).is_noop());
+    }
+
+    #[test]
+    fn named_reload_without_reference_writes_to_the_first_container() {
+        let mut w = workload();
+        w.metadata_annotations =
+            [("configmap.reloader.stakater.com/reload".to_string(), "global".to_string())].into();
+        let w = with_record(w, &[(cm("global"), "g1")]);
+        let p = run(&w, &[(cm("global"), facts("g2"))], &opts(Strategy::EnvVars));
+        let Some(TemplateWrite::EnvVars { set, .. }) = p.template else { panic!("{p:?}") };
+        assert_eq!(set[0].container, "app");
+    }
+
+    #[test]
+    fn workload_without_containers_is_reported_not_written() {
+        let mut w = with_record(workload(), &[(cm("global"), "g1")]);
+        w.metadata_annotations
+            .insert("configmap.reloader.stakater.com/reload".into(), "global".into());
+        w.containers.clear();
+        w.references.clear();
+        let p = run(&w, &[(cm("global"), facts("g2"))], &opts(Strategy::EnvVars));
+        assert!(p.template.is_none());
+        assert_eq!(p.unwritable, vec![cm("global")]);
+    }
+
+    #[test]
+    fn unselected_sources_roll_nothing_and_leave_the_record() {
+        let mut w = with_record(workload(), &[(cm("app-config"), "h1")]);
+        w.metadata_annotations.insert("reloader.stakater.com/auto".into(), "false".into());
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &opts(Strategy::EnvVars));
+        assert!(p.template.is_none());
+        assert_eq!(p.record, record_of(&[]), "the stale entry is dropped");
+    }
+
+    #[test]
+    fn reload_on_create_rolls_for_sources_created_after_the_workload() {
+        let mut o = opts(Strategy::EnvVars);
+        o.reload_on_create = true;
+        let mut f = facts("h1").unwrap();
+        f.created_after_start = true;
+        f.created = 60; // after the workload (50)
+        let p = run(&workload(), &[(cm("app-config"), Some(f.clone()))], &o);
+        assert_eq!(p.changes[0].cause, Cause::Created);
+        // Not for a source older than the workload (the workload started with it).
+        f.created = 40; // strictly older: the workload started with it
+        assert!(run(&workload(), &[(cm("app-config"), Some(f.clone()))], &o).template.is_none());
+        // Not without the flag.
+        f.created = 60;
+        assert!(
+            run(&workload(), &[(cm("app-config"), Some(f))], &opts(Strategy::EnvVars))
+                .template
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_change_seen_before_the_first_baseline_still_rolls() {
+        let mut f = facts("h2").unwrap();
+        f.changed_at = Some(60); // after the workload was created (50)
+        let p = run(&workload(), &[(cm("app-config"), Some(f.clone()))], &opts(Strategy::EnvVars));
+        assert_eq!(p.changes[0].cause, Cause::Changed);
+        // A change from before the workload existed is just its starting config.
+        f.changed_at = Some(40);
+        assert!(
+            run(&workload(), &[(cm("app-config"), Some(f))], &opts(Strategy::EnvVars))
+                .template
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn sync_after_restart_rolls_never_reloaded_but_not_current_workloads() {
+        let mut o = opts(Strategy::EnvVars);
+        o.reload_on_create = true;
+        o.sync_after_restart = true;
+        let p = run(&workload(), &[(cm("app-config"), facts("h1"))], &o);
+        assert_eq!(p.changes[0].cause, Cause::Created);
+        let current = with_env(workload(), 1, "STAKATER_APP_CONFIG_CONFIGMAP", "h1");
+        assert!(run(&current, &[(cm("app-config"), facts("h1"))], &o).template.is_none());
+    }
+
+    #[test]
+    fn reload_on_delete_removes_the_variable_once() {
+        let mut o = opts(Strategy::EnvVars);
+        o.reload_on_delete = true;
+        let w = with_record(
+            with_env(workload(), 1, "STAKATER_APP_CONFIG_CONFIGMAP", "h1"),
+            &[(cm("app-config"), "h1")],
+        );
+        let p = run(&w, &[(cm("app-config"), None)], &o);
+        assert_eq!(
+            p.template,
+            Some(TemplateWrite::EnvVars {
+                set: vec![],
+                remove: vec![EnvRemoval {
+                    container: "sidecar".into(),
+                    name: "STAKATER_APP_CONFIG_CONFIGMAP".into()
+                }]
+            })
+        );
+        assert_eq!(p.record, record_of(&[]));
+        // Without the flag a deletion changes nothing.
+        assert!(run(&w, &[(cm("app-config"), None)], &opts(Strategy::EnvVars)).is_noop());
+        // After the removal there is nothing left to do.
+        let after = with_record(workload(), &[]);
+        assert!(run(&after, &[(cm("app-config"), None)], &o).template.is_none());
+    }
+
+    #[test]
+    fn annotations_strategy_writes_last_reloaded_from_and_skips_when_current() {
+        let w = with_record(workload(), &[(cm("app-config"), "h1")]);
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &opts(Strategy::Annotations));
+        let Some(TemplateWrite::Annotation { key, value }) = &p.template else { panic!("{p:?}") };
+        assert_eq!(key, LRF);
+        assert_eq!(
+            value,
+            r#"{"type":"CONFIGMAP","name":"app-config","namespace":"shop","hash":"h2","containerRefs":["sidecar"],"observedAt":1700000000}"#
+        );
+        // A workload the other program reloaded: kind, name and hash match, nothing is written.
+        let mut migrated = workload();
+        migrated.template_annotations.insert(LRF.into(), value.clone());
+        let p = run(&migrated, &[(cm("app-config"), facts("h2"))], &opts(Strategy::Annotations));
+        assert!(p.template.is_none(), "{p:?}");
+    }
+
+    #[test]
+    fn annotations_strategy_marks_deletions_with_the_marker_hash() {
+        let mut o = opts(Strategy::Annotations);
+        o.reload_on_delete = true;
+        let w = with_record(workload(), &[(cm("app-config"), "h1")]);
+        let p = run(&w, &[(cm("app-config"), None)], &o);
+        let Some(TemplateWrite::Annotation { value, .. }) = &p.template else { panic!("{p:?}") };
+        assert!(value.contains(&hash::delete_marker_hash()), "{value}");
+        let marker = hash::delete_marker_hash();
+        let done = with_record(workload(), &[(cm("app-config"), marker.as_str())]);
+        assert!(run(&done, &[(cm("app-config"), None)], &o).is_noop());
+    }
+
+    fn keyed(hash: &str, keys: &[(&str, &str)]) -> Option<SourceFacts> {
+        let mut f = facts(hash)?;
+        f.key_hashes = keys.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Some(f)
+    }
+
+    #[test]
+    fn key_precise_references_ignore_keys_the_workload_does_not_use() {
+        let mut w = workload();
+        w.used_keys.insert(cm("app-config"), ["url".to_string()].into());
+        let used =
+            hash::keyed_hash(&[("url".to_string(), "u1".to_string())].into(), &["url".into()]);
+        let w = with_record(
+            with_env(w, 1, "STAKATER_APP_CONFIG_CONFIGMAP", &used),
+            &[(cm("app-config"), used.as_str())],
+        );
+        let mut o = opts(Strategy::EnvVars);
+        o.key_precise = true;
+        // Another key changed (the full hash moved): nothing to do.
+        let p = run(&w, &[(cm("app-config"), keyed("full-2", &[("url", "u1"), ("x", "x2")]))], &o);
+        assert!(p.is_noop(), "{p:?}");
+        // The used key changed: one rollout, the variable is the hash of the used keys.
+        let p = run(&w, &[(cm("app-config"), keyed("full-3", &[("url", "u2"), ("x", "x2")]))], &o);
+        let Some(TemplateWrite::EnvVars { set, .. }) = &p.template else { panic!("{p:?}") };
+        let want =
+            hash::keyed_hash(&[("url".to_string(), "u2".to_string())].into(), &["url".into()]);
+        assert_eq!(set[0].value, want);
+        // Off (the default): the full hash counts, as in stakater/Reloader.
+        let p = run(
+            &w,
+            &[(cm("app-config"), keyed("full-2", &[("url", "u1")]))],
+            &opts(Strategy::EnvVars),
+        );
+        let Some(TemplateWrite::EnvVars { set, .. }) = &p.template else { panic!("{p:?}") };
+        assert_eq!(set[0].value, "full-2");
+    }
+
+    #[test]
+    fn stamping_writes_the_current_hash_where_a_baseline_would_be_taken() {
+        let mut o = opts(Strategy::EnvVars);
+        o.stamp = true;
+        let p = run(&workload(), &[(cm("app-config"), facts("h1"))], &o);
+        assert_eq!(
+            p.template,
+            Some(TemplateWrite::EnvVars {
+                set: vec![EnvWrite {
+                    container: "sidecar".into(),
+                    name: "STAKATER_APP_CONFIG_CONFIGMAP".into(),
+                    value: "h1".into()
+                }],
+                remove: vec![]
+            })
+        );
+        assert_eq!(p.record, record_of(&[(cm("app-config"), "h1")]));
+        // Already current: nothing to stamp.
+        let w = with_record(
+            with_env(workload(), 1, "STAKATER_APP_CONFIG_CONFIGMAP", "h1"),
+            &[(cm("app-config"), "h1")],
+        );
+        assert!(run(&w, &[(cm("app-config"), facts("h1"))], &o).is_noop());
+    }
+
+    #[test]
+    fn keyed_mode_writes_and_compares_the_keyed_value() {
+        let key = hash::HashKey::new(&[7u8; 32]).unwrap();
+        let mut o = opts(Strategy::EnvVars);
+        let hasher = hash::Hasher::HmacSha256(key);
+        o.hasher = hasher.clone();
+        let keyed = |sha1: &str| hasher.apply(sha1);
+        // A baseline records the keyed value, never the SHA-1.
+        let p = run(&workload(), &[(cm("app-config"), facts("h1"))], &o);
+        assert_eq!(p.record, record_of(&[(cm("app-config"), keyed("h1").as_str())]));
+        // A change writes the keyed value into the variable, the record and the change.
+        let w = with_record(workload(), &[(cm("app-config"), keyed("h1").as_str())]);
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &o);
+        let Some(TemplateWrite::EnvVars { set, .. }) = &p.template else { panic!("{p:?}") };
+        assert_eq!(set[0].value, keyed("h2"));
+        assert_eq!(p.changes[0].hash, keyed("h2"));
+        assert_ne!(set[0].value, "h2");
+        // Current under the keyed value: nothing to do.
+        let w = with_record(
+            with_env(workload(), 1, "STAKATER_APP_CONFIG_CONFIGMAP", &keyed("h2")),
+            &[(cm("app-config"), keyed("h2").as_str())],
+        );
+        assert!(run(&w, &[(cm("app-config"), facts("h2"))], &o).is_noop());
+        // A SHA-1 left by the other program (or by sha1 mode) rolls once, to the keyed value.
+        let w = with_env(workload(), 1, "STAKATER_APP_CONFIG_CONFIGMAP", "h2");
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &o);
+        let Some(TemplateWrite::EnvVars { set, .. }) = &p.template else { panic!("{p:?}") };
+        assert_eq!(set[0].value, keyed("h2"));
+        // Key-precise hashes are keyed too.
+        let mut w = workload();
+        w.used_keys.insert(cm("app-config"), ["url".to_string()].into());
+        o.key_precise = true;
+        let f = keyed_facts("full", &[("url", "u1")]);
+        let want = keyed(&hash::keyed_hash(
+            &[("url".to_string(), "u1".to_string())].into(),
+            &["url".into()],
+        ));
+        let p = run(&w, &[(cm("app-config"), f)], &o);
+        assert_eq!(p.record, record_of(&[(cm("app-config"), want.as_str())]));
+    }
+
+    fn keyed_facts(hash: &str, keys: &[(&str, &str)]) -> Option<SourceFacts> {
+        keyed(hash, keys)
+    }
+
+    #[test]
+    fn restart_strategy_sets_restarted_at() {
+        let w = with_record(workload(), &[(cm("app-config"), "h1")]);
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &opts(Strategy::Restart));
+        assert_eq!(
+            p.template,
+            Some(TemplateWrite::Annotation {
+                key: RESTARTED_AT_ANNOTATION.into(),
+                value: "2023-11-14T22:13:20Z".into()
+            })
+        );
+        assert_eq!(p.record, record_of(&[(cm("app-config"), "h2")]));
+    }
+}

@@ -1,0 +1,606 @@
+//! ReloadPolicy selection and planning, pure: which policies target a workload, which sources a
+//! policy resolves to, and what a policy asks of one target (level-triggered, like annotation
+//! mode, with its own record so the two never mistake each other's hashes).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use crate::decide::hash;
+use crate::decide::plan::{Cause, Change, EnvWrite, ReloadSource, SourceFacts, TemplateWrite};
+use crate::model::naming::env_var_name;
+use crate::model::policy::{
+    PolicySource, PolicySourceKind, PolicyStrategy, PolicyTarget, PolicyTargetKind,
+    ReloadPolicySpec,
+};
+use crate::model::source::{SourceKind, SourceRef};
+use crate::model::workload::{RESTARTED_AT_ANNOTATION, WorkloadInfo, WorkloadKind};
+
+/// The workload-metadata annotation with the per-policy record: `<policy>/<kind>/<name>` → the
+/// hash (of the selected keys) the workload was last brought up to date with.
+pub const POLICY_RECORD_ANNOTATION: &str = "reloader.rs/policy-hashes";
+
+/// A policy as the engine holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActivePolicy {
+    pub namespace: String,
+    pub name: String,
+    pub generation: Option<i64>,
+    pub spec: ReloadPolicySpec,
+}
+
+/// Whether `labels` satisfy `selector` (matchLabels and matchExpressions; an empty selector
+/// matches everything).
+pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    let by_labels = selector.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
+    let by_expressions = selector.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
+            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
+            "Exists" => labels.contains_key(&e.key),
+            "DoesNotExist" => !labels.contains_key(&e.key),
+            _ => false,
+        }
+    });
+    by_labels && by_expressions
+}
+
+pub fn target_kind(kind: PolicyTargetKind) -> WorkloadKind {
+    match kind {
+        PolicyTargetKind::Deployment => WorkloadKind::Deployment,
+        PolicyTargetKind::StatefulSet => WorkloadKind::StatefulSet,
+        PolicyTargetKind::DaemonSet => WorkloadKind::DaemonSet,
+        PolicyTargetKind::CronJob => WorkloadKind::CronJob,
+        PolicyTargetKind::Rollout => WorkloadKind::Rollout,
+    }
+}
+
+pub fn source_kind(kind: PolicySourceKind) -> SourceKind {
+    match kind {
+        PolicySourceKind::ConfigMap => SourceKind::ConfigMap,
+        PolicySourceKind::Secret => SourceKind::Secret,
+    }
+}
+
+/// The target entry of `spec` that selects `info`, if any.
+pub fn target_for<'a>(spec: &'a ReloadPolicySpec, info: &WorkloadInfo) -> Option<&'a PolicyTarget> {
+    spec.targets.iter().find(|t| {
+        target_kind(t.kind) == info.key.kind
+            && match (&t.name, &t.selector) {
+                (Some(name), _) => *name == info.key.name,
+                (None, Some(selector)) => selector_matches(selector, &info.labels),
+                (None, None) => false,
+            }
+    })
+}
+
+/// Whether the policy source entry selects the source `name` with `labels`.
+pub fn source_entry_selects(
+    entry: &PolicySource,
+    source: &SourceRef,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    source_kind(entry.kind) == source.kind
+        && match (&entry.name, &entry.selector) {
+            (Some(name), _) => *name == source.name,
+            (None, Some(selector)) => selector_matches(selector, labels),
+            (None, None) => false,
+        }
+}
+
+/// A source a policy resolved to, with the hash that counts for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub source: SourceRef,
+    /// The full hash, or the hash of the selected keys when the entry has `keys` (hash mode
+    /// applied).
+    pub hash: String,
+    pub changed_at: Option<i64>,
+    /// The entry's `keys` filter, if any.
+    pub keys: Option<Vec<String>>,
+    /// SHA-1 per data key (for key-precise references); never the data, never written.
+    pub key_hashes: BTreeMap<String, String>,
+    /// See [`SourceFacts::keys_untracked`]: key filters use the whole hash.
+    pub keys_untracked: bool,
+    /// The policy's hash mode, applied to every hash that leaves this value.
+    pub hasher: hash::Hasher,
+}
+
+impl Resolved {
+    /// The hash that counts for `info`: with key-precise references, a source the target
+    /// consumes only key by key is hashed over those keys (within the entry's `keys` filter).
+    pub fn hash_for(&self, info: &WorkloadInfo, key_precise: bool) -> String {
+        match info.used_keys.get(&self.source) {
+            Some(used) if key_precise && !self.keys_untracked => {
+                let keys: Vec<String> = used
+                    .iter()
+                    .filter(|k| self.keys.as_ref().is_none_or(|filter| filter.contains(k)))
+                    .cloned()
+                    .collect();
+                self.hasher.apply(&hash::keyed_hash(&self.key_hashes, &keys))
+            }
+            _ => self.hash.clone(),
+        }
+    }
+}
+
+/// Resolves the policy's sources against the namespace's sources, with hashes as `hasher`
+/// writes them; also returns the entries that found nothing (named sources missing, selectors
+/// matching nothing).
+pub fn resolve_sources<'a>(
+    spec: &'a ReloadPolicySpec,
+    sources: &[(SourceRef, SourceFacts)],
+    hasher: &hash::Hasher,
+) -> (Vec<Resolved>, Vec<&'a PolicySource>) {
+    let mut resolved: BTreeMap<SourceRef, Resolved> = BTreeMap::new();
+    let mut missing = Vec::new();
+    for entry in &spec.sources {
+        let mut found = false;
+        for (source, facts) in sources {
+            if !source_entry_selects(entry, source, &facts.labels) {
+                continue;
+            }
+            found = true;
+            let sha1 = match &entry.keys {
+                Some(keys) if !facts.keys_untracked => hash::keyed_hash(&facts.key_hashes, keys),
+                _ => facts.state.hash.clone(),
+            };
+            resolved.insert(
+                source.clone(),
+                Resolved {
+                    source: source.clone(),
+                    hash: hasher.apply(&sha1),
+                    changed_at: facts.changed_at,
+                    keys: entry.keys.clone(),
+                    key_hashes: facts.key_hashes.clone(),
+                    keys_untracked: facts.keys_untracked,
+                    hasher: hasher.clone(),
+                },
+            );
+        }
+        if !found {
+            missing.push(entry);
+        }
+    }
+    (resolved.into_values().collect(), missing)
+}
+
+/// One value that changes when any resolved source changes.
+pub fn combined_hash(resolved: &[Resolved]) -> String {
+    let parts: Vec<String> = resolved.iter().map(|r| format!("{}={}", r.source, r.hash)).collect();
+    hash::sha1_hex(&parts.join(";"))
+}
+
+pub fn record_key(policy: &str, source: &SourceRef) -> String {
+    format!("{policy}/{source}")
+}
+
+pub fn parse_policy_record(info: &WorkloadInfo) -> BTreeMap<String, String> {
+    info.metadata_annotations
+        .get(POLICY_RECORD_ANNOTATION)
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default()
+}
+
+/// What one policy asks of one target.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PolicyPlan {
+    pub changes: Vec<Change>,
+    pub template: Option<TemplateWrite>,
+    /// This policy's record entries for the target, as they should be.
+    pub record: BTreeMap<String, String>,
+}
+
+/// Plans one policy for one target. `env_owned_by_annotations` names the variables annotation
+/// mode already manages on this workload: the policy leaves them to it (one writer per
+/// variable), and its rollout, if any, is the same write.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_policy(
+    info: &WorkloadInfo,
+    policy: &ActivePolicy,
+    target: &PolicyTarget,
+    resolved: &[Resolved],
+    env_owned_by_annotations: &[String],
+    now: i64,
+    now_rfc3339: &str,
+    last_reloaded_from_key: &str,
+    stamp: bool,
+) -> PolicyPlan {
+    let record = parse_policy_record(info);
+    let key_precise = policy.spec.key_precise_references;
+    let mut out = PolicyPlan::default();
+    let containers: Vec<&str> = info
+        .containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .filter(|c| target.containers.as_ref().is_none_or(|list| list.iter().any(|l| l == c)))
+        .collect();
+    let mut rolled: Vec<(&Resolved, String)> = Vec::new();
+    for r in resolved {
+        let current = r.hash_for(info, key_precise);
+        let key = record_key(&policy.name, &r.source);
+        let env = env_var_name(r.source.kind, &r.source.name);
+        let from_env = match policy.spec.strategy {
+            PolicyStrategy::EnvVar => containers.iter().find_map(|c| {
+                info.containers
+                    .iter()
+                    .find(|ci| ci.name == *c)
+                    .and_then(|ci| ci.reloader_env.get(&env))
+            }),
+            _ => None,
+        };
+        let stored =
+            record.get(&key).or(from_env.filter(|_| !env_owned_by_annotations.contains(&env)));
+        let roll = match stored {
+            Some(h) if *h == current => None,
+            Some(_) => Some(Cause::Changed),
+            None if stamp => Some(Cause::Changed),
+            None if r.changed_at.is_some_and(|at| at >= info.created) => Some(Cause::Changed),
+            None => None,
+        };
+        out.record.insert(key, current.clone());
+        if let Some(cause) = roll {
+            out.changes.push(Change { source: r.source.clone(), cause, hash: current.clone() });
+            rolled.push((r, current));
+        }
+    }
+    if rolled.is_empty() {
+        return out;
+    }
+    out.template = Some(match policy.spec.strategy {
+        PolicyStrategy::EnvVar => {
+            let mut set = Vec::new();
+            for r in resolved {
+                let env = env_var_name(r.source.kind, &r.source.name);
+                if env_owned_by_annotations.contains(&env) {
+                    continue;
+                }
+                let value = r.hash_for(info, key_precise);
+                for c in &containers {
+                    set.push(EnvWrite {
+                        container: c.to_string(),
+                        name: env.clone(),
+                        value: value.clone(),
+                    });
+                }
+            }
+            TemplateWrite::EnvVars { set, remove: vec![] }
+        }
+        PolicyStrategy::Annotation => {
+            let (r, hash) = &rolled[0];
+            let value = ReloadSource {
+                kind: r.source.kind.env_suffix(),
+                name: &r.source.name,
+                namespace: &info.key.namespace,
+                hash,
+                container_refs: containers.clone(),
+                observed_at: now,
+            };
+            TemplateWrite::Annotation {
+                key: last_reloaded_from_key.to_string(),
+                value: serde_json::to_string(&value).expect("serialisable"),
+            }
+        }
+        PolicyStrategy::Restart => TemplateWrite::Annotation {
+            key: RESTARTED_AT_ANNOTATION.to_string(),
+            value: now_rfc3339.to_string(),
+        },
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::source::SourceState;
+    use crate::model::workload::{ContainerInfo, WorkloadKey};
+    use serde_json::json;
+
+    fn spec(v: serde_json::Value) -> ReloadPolicySpec {
+        serde_json::from_value(v).unwrap()
+    }
+    fn facts(hash: &str, labels: &[(&str, &str)], keys: &[(&str, &str)]) -> SourceFacts {
+        SourceFacts {
+            state: SourceState { hash: hash.into(), matches_search: false, ignored: false },
+            created_after_start: false,
+            created: 0,
+            changed_at: None,
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            key_hashes: keys.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            keys_untracked: false,
+        }
+    }
+    fn cm(n: &str) -> SourceRef {
+        SourceRef::new(SourceKind::ConfigMap, n)
+    }
+    fn workload(labels: &[(&str, &str)]) -> WorkloadInfo {
+        WorkloadInfo {
+            key: WorkloadKey {
+                kind: WorkloadKind::Deployment,
+                namespace: "ns".into(),
+                name: "api".into(),
+            },
+            resource_version: None,
+            uid: None,
+            created: 10,
+            metadata_annotations: BTreeMap::new(),
+            template_annotations: BTreeMap::new(),
+            containers: vec![
+                ContainerInfo { name: "app".into(), reloader_env: BTreeMap::new() },
+                ContainerInfo { name: "side".into(), reloader_env: BTreeMap::new() },
+            ],
+            references: BTreeMap::new(),
+            suspended: false,
+            paused: false,
+            workload_ref: None,
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            used_keys: BTreeMap::new(),
+            references_left_out: 0,
+        }
+    }
+    fn active(spec: ReloadPolicySpec) -> ActivePolicy {
+        ActivePolicy { namespace: "ns".into(), name: "p".into(), generation: Some(1), spec }
+    }
+
+    #[test]
+    fn selectors_match_labels_and_expressions() {
+        let labels: BTreeMap<String, String> =
+            [("app".to_string(), "api".to_string()), ("tier".to_string(), "web".to_string())]
+                .into();
+        let sel = |v: serde_json::Value| -> LabelSelector { serde_json::from_value(v).unwrap() };
+        assert!(selector_matches(&sel(json!({})), &labels));
+        assert!(selector_matches(&sel(json!({"matchLabels": {"app": "api"}})), &labels));
+        assert!(!selector_matches(&sel(json!({"matchLabels": {"app": "db"}})), &labels));
+        assert!(selector_matches(
+            &sel(
+                json!({"matchExpressions": [{"key": "tier", "operator": "In", "values": ["web", "x"]}]})
+            ),
+            &labels
+        ));
+        assert!(!selector_matches(
+            &sel(
+                json!({"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["web"]}]})
+            ),
+            &labels
+        ));
+        assert!(selector_matches(
+            &sel(json!({"matchExpressions": [{"key": "env", "operator": "DoesNotExist"}]})),
+            &labels
+        ));
+        assert!(!selector_matches(
+            &sel(json!({"matchExpressions": [{"key": "env", "operator": "Exists"}]})),
+            &labels
+        ));
+    }
+
+    #[test]
+    fn targets_by_name_and_selector_and_kind() {
+        let s = spec(json!({"sources": [{"kind": "ConfigMap", "name": "c"}], "targets": [
+            {"kind": "StatefulSet", "name": "api"}, {"kind": "Deployment", "selector": {"matchLabels": {"app": "api"}}}]}));
+        assert!(target_for(&s, &workload(&[("app", "api")])).is_some());
+        assert!(target_for(&s, &workload(&[("app", "other")])).is_none());
+    }
+
+    #[test]
+    fn sources_resolve_by_name_and_selector_with_key_filters() {
+        let s = spec(json!({"sources": [
+            {"kind": "ConfigMap", "name": "settings", "keys": ["flags"]},
+            {"kind": "ConfigMap", "selector": {"matchLabels": {"team": "shop"}}},
+            {"kind": "Secret", "name": "missing"}], "targets": [{"kind": "Deployment", "name": "api"}]}));
+        let sources = vec![
+            (cm("settings"), facts("full", &[], &[("flags", "f1"), ("other", "o1")])),
+            (cm("shop-a"), facts("a", &[("team", "shop")], &[])),
+            (cm("unrelated"), facts("u", &[], &[])),
+        ];
+        let (resolved, missing) = resolve_sources(&s, &sources, &hash::Hasher::Sha1);
+        let names: Vec<_> = resolved.iter().map(|r| r.source.name.as_str()).collect();
+        assert_eq!(names, ["settings", "shop-a"]);
+        assert_eq!(resolved[0].hash, hash::keyed_hash(&sources[0].1.key_hashes, &["flags".into()]));
+        assert_eq!(resolved[1].hash, "a");
+        assert_eq!(missing.len(), 1);
+        assert_eq!(missing[0].name.as_deref(), Some("missing"));
+    }
+
+    fn resolved(hash: &str, changed_at: Option<i64>) -> Vec<Resolved> {
+        vec![Resolved {
+            source: cm("c"),
+            hash: hash.into(),
+            changed_at,
+            keys: None,
+            key_hashes: BTreeMap::new(),
+            keys_untracked: false,
+            hasher: hash::Hasher::Sha1,
+        }]
+    }
+
+    #[test]
+    fn policy_plan_baselines_then_rolls_every_container() {
+        let p = active(spec(
+            json!({"sources": [{"kind": "ConfigMap", "name": "c"}], "targets": [{"kind": "Deployment", "name": "api"}]}),
+        ));
+        let w = workload(&[]);
+        let t = &p.spec.targets[0];
+        let first = plan_policy(&w, &p, t, &resolved("h1", None), &[], 0, "", "lrf", false);
+        assert!(first.template.is_none());
+        assert_eq!(first.record, BTreeMap::from([("p/configmap/c".to_string(), "h1".to_string())]));
+
+        let mut w = w;
+        w.metadata_annotations
+            .insert(POLICY_RECORD_ANNOTATION.into(), r#"{"p/configmap/c":"h1"}"#.into());
+        let next = plan_policy(&w, &p, t, &resolved("h2", None), &[], 0, "", "lrf", false);
+        let Some(TemplateWrite::EnvVars { set, .. }) = next.template else { panic!("{next:?}") };
+        assert_eq!(set.iter().map(|s| s.container.as_str()).collect::<Vec<_>>(), ["app", "side"]);
+        assert!(set.iter().all(|s| s.name == "STAKATER_C_CONFIGMAP" && s.value == "h2"));
+    }
+
+    #[test]
+    fn policy_plan_limits_containers_and_yields_variables_to_annotation_mode() {
+        let p = active(spec(json!({"sources": [{"kind": "ConfigMap", "name": "c"}],
+            "targets": [{"kind": "Deployment", "name": "api", "containers": ["side"]}]})));
+        let mut w = workload(&[]);
+        w.metadata_annotations
+            .insert(POLICY_RECORD_ANNOTATION.into(), r#"{"p/configmap/c":"h1"}"#.into());
+        let t = &p.spec.targets[0];
+        let plan = plan_policy(&w, &p, t, &resolved("h2", None), &[], 0, "", "lrf", false);
+        let Some(TemplateWrite::EnvVars { set, .. }) = plan.template else { panic!() };
+        assert_eq!(set.len(), 1);
+        assert_eq!(set[0].container, "side");
+        let shared = plan_policy(
+            &w,
+            &p,
+            t,
+            &resolved("h2", None),
+            &["STAKATER_C_CONFIGMAP".into()],
+            0,
+            "",
+            "lrf",
+            false,
+        );
+        assert_eq!(shared.template, Some(TemplateWrite::EnvVars { set: vec![], remove: vec![] }));
+        assert_eq!(
+            shared.changes.len(),
+            1,
+            "the change still counts (and joins annotation mode's rollout)"
+        );
+    }
+
+    #[test]
+    fn key_precise_references_are_on_by_default_and_respect_the_keys_filter() {
+        let s = spec(
+            json!({"sources": [{"kind": "ConfigMap", "name": "c"}], "targets": [{"kind": "Deployment", "name": "api"}]}),
+        );
+        assert!(s.key_precise_references, "on unless turned off");
+        let mut w = workload(&[]);
+        w.used_keys.insert(cm("c"), ["url".to_string()].into());
+        let r = |url: &str, other: &str, keys: Option<Vec<String>>| Resolved {
+            source: cm("c"),
+            hash: format!("full-{url}-{other}"),
+            changed_at: None,
+            keys,
+            key_hashes: [
+                ("url".to_string(), url.to_string()),
+                ("x".to_string(), other.to_string()),
+            ]
+            .into(),
+            keys_untracked: false,
+            hasher: hash::Hasher::Sha1,
+        };
+        let url_only = |url: &str| {
+            hash::keyed_hash(&[("url".to_string(), url.to_string())].into(), &["url".into()])
+        };
+        assert_eq!(r("u1", "x1", None).hash_for(&w, true), r("u1", "x2", None).hash_for(&w, true));
+        assert_eq!(r("u1", "x1", None).hash_for(&w, true), url_only("u1"));
+        assert_ne!(r("u1", "x1", None).hash_for(&w, true), r("u2", "x1", None).hash_for(&w, true));
+        // Turned off: the full hash.
+        assert_eq!(r("u1", "x1", None).hash_for(&w, false), "full-u1-x1");
+        // A keys filter that leaves out the used key: nothing this target uses counts.
+        let filtered = r("u1", "x1", Some(vec!["x".into()]));
+        assert_eq!(filtered.hash_for(&w, true), hash::EMPTY_HASH);
+        // A workload that uses the source whole: the entry's hash.
+        assert_eq!(r("u1", "x1", None).hash_for(&workload(&[]), true), "full-u1-x1");
+        // The plan: the record holds the key-precise hash.
+        let p = active(s);
+        let plan = plan_policy(
+            &w,
+            &p,
+            &p.spec.targets[0],
+            &[r("u1", "x1", None)],
+            &[],
+            0,
+            "",
+            "lrf",
+            false,
+        );
+        assert_eq!(plan.record.get("p/configmap/c"), Some(&url_only("u1")));
+    }
+
+    #[test]
+    fn hash_mode_defaults_to_hmac_and_keys_every_written_hash() {
+        let s = spec(json!({"sources": [
+            {"kind": "Secret", "name": "db"},
+            {"kind": "ConfigMap", "name": "c", "keys": ["url"]}],
+            "targets": [{"kind": "Deployment", "name": "api"}]}));
+        assert_eq!(
+            s.hash_mode,
+            crate::model::policy::PolicyHashMode::HmacSha256,
+            "keyed by default"
+        );
+        let sha1: ReloadPolicySpec = spec(json!({"sources": [{"kind": "Secret", "name": "db"}],
+            "targets": [{"kind": "Deployment", "name": "api"}], "hashMode": "SHA1"}));
+        assert_eq!(sha1.hash_mode, crate::model::policy::PolicyHashMode::Sha1);
+        let hasher = hash::Hasher::HmacSha256(hash::HashKey::new(&[9u8; 32]).unwrap());
+        let sources = vec![
+            (SourceRef::new(SourceKind::Secret, "db"), facts("s1", &[], &[("pw", "k1")])),
+            (cm("c"), facts("c1", &[], &[("url", "u1"), ("x", "x1")])),
+        ];
+        let (resolved, _) = resolve_sources(&s, &sources, &hasher);
+        let url = hash::keyed_hash(&sources[1].1.key_hashes, &["url".into()]);
+        assert_eq!(resolved[0].hash, hasher.apply(&url), "keys filter, then keyed");
+        assert_eq!(resolved[1].hash, hasher.apply("s1"));
+        // Key-precise hashes of a target are keyed too.
+        let mut w = workload(&[]);
+        w.used_keys.insert(SourceRef::new(SourceKind::Secret, "db"), ["pw".to_string()].into());
+        let pw = hash::keyed_hash(&sources[0].1.key_hashes, &["pw".into()]);
+        assert_eq!(resolved[1].hash_for(&w, true), hasher.apply(&pw));
+        // The plan records and writes only keyed values.
+        let p = active(s);
+        let mut w = workload(&[]);
+        w.metadata_annotations.insert(
+            POLICY_RECORD_ANNOTATION.into(),
+            r#"{"p/secret/db":"old","p/configmap/c":"old"}"#.into(),
+        );
+        let plan = plan_policy(&w, &p, &p.spec.targets[0], &resolved, &[], 0, "", "lrf", false);
+        assert_eq!(plan.record.get("p/secret/db"), Some(&hasher.apply("s1")));
+        let Some(TemplateWrite::EnvVars { set, .. }) = plan.template else { panic!() };
+        assert!(set.iter().all(|e| e.value.len() == 64), "{set:?}");
+        assert!(set.iter().all(|e| e.value != "s1"));
+    }
+
+    #[test]
+    fn policy_plan_restart_and_annotation_strategies_and_late_changes() {
+        let mut s = spec(
+            json!({"sources": [{"kind": "ConfigMap", "name": "c"}], "targets": [{"kind": "Deployment", "name": "api"}], "strategy": "Restart"}),
+        );
+        let w = workload(&[]);
+        // Never recorded, but the change was seen after the workload existed: roll.
+        let p = active(s.clone());
+        let plan = plan_policy(
+            &w,
+            &p,
+            &p.spec.targets[0],
+            &resolved("h2", Some(20)),
+            &[],
+            0,
+            "2026-01-01T00:00:00Z",
+            "lrf",
+            false,
+        );
+        assert_eq!(
+            plan.template,
+            Some(TemplateWrite::Annotation {
+                key: RESTARTED_AT_ANNOTATION.into(),
+                value: "2026-01-01T00:00:00Z".into()
+            })
+        );
+        s.strategy = PolicyStrategy::Annotation;
+        let p = active(s);
+        let plan = plan_policy(
+            &w,
+            &p,
+            &p.spec.targets[0],
+            &resolved("h2", Some(20)),
+            &[],
+            7,
+            "",
+            "lrf",
+            false,
+        );
+        let Some(TemplateWrite::Annotation { key, value }) = plan.template else { panic!() };
+        assert_eq!(key, "lrf");
+        assert_eq!(
+            value,
+            r#"{"type":"CONFIGMAP","name":"c","namespace":"ns","hash":"h2","containerRefs":["app","side"],"observedAt":7}"#
+        );
+    }
+}

@@ -1,0 +1,3 @@
+//! In-memory state fed by watch events: what is known of every source and workload.
+
+pub mod store;

@@ -1,0 +1,12 @@
+//! Vocabulary: what the operator talks about, with no behaviour beyond parsing and formatting.
+//! Sources and their references, workload kinds (every per-kind difference), the annotations and
+//! record formats shared with stakater/Reloader, input limits, Go-compatible durations, and the
+//! `ReloadPolicy` CRD types.
+
+pub mod annotations;
+pub mod duration;
+pub mod limits;
+pub mod naming;
+pub mod policy;
+pub mod source;
+pub mod workload;

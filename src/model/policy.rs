@@ -1,0 +1,322 @@
+//! The `ReloadPolicy` custom resource (`reloader.rs/v1alpha1`): which Secrets and ConfigMaps
+//! drive which workloads, and how. The API server validates what it can (schema and CEL rules
+//! generated from these types); the operator reports the rest in the status.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use kube::CustomResource;
+use kube::KubeSchema;
+use serde::{Deserialize, Serialize};
+
+/// Declares that changes to `sources` reload `targets` with `strategy`.
+#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "reloader.rs",
+    version = "v1alpha1",
+    kind = "ReloadPolicy",
+    plural = "reloadpolicies",
+    shortname = "rp",
+    namespaced,
+    status = "ReloadPolicyStatus",
+    printcolumn = r#"{"name":"Strategy","type":"string","jsonPath":".spec.strategy"}"#,
+    printcolumn = r#"{"name":"Sources","type":"integer","jsonPath":".status.resolvedSources","description":"Sources found"}"#,
+    printcolumn = r#"{"name":"Targets","type":"integer","jsonPath":".status.resolvedTargets","description":"Targets found"}"#,
+    printcolumn = r#"{"name":"Last Reload","type":"date","jsonPath":".status.lastReloadTime"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ReloadPolicySpec {
+    /// The ConfigMaps and Secrets whose changes trigger a reload (at least one, at most 32).
+    #[x_kube(validation = Rule::new("size(self) >= 1 && size(self) <= 32").message("sources must list between 1 and 32 entries"))]
+    pub sources: Vec<PolicySource>,
+
+    /// The workloads reloaded when a source changes (at least one, at most 32).
+    #[x_kube(validation = Rule::new("size(self) >= 1 && size(self) <= 32").message("targets must list between 1 and 32 entries"))]
+    pub targets: Vec<PolicyTarget>,
+
+    /// How targets are reloaded: `EnvVar` sets a `STAKATER_<NAME>_<TYPE>` variable to the
+    /// source's hash, `Annotation` sets the `reloader.stakater.com/last-reloaded-from` pod
+    /// annotation, `Restart` sets `kubectl.kubernetes.io/restartedAt`.
+    #[serde(default)]
+    pub strategy: PolicyStrategy,
+
+    /// Changes arriving within this window become one rollout (e.g. `5s`; at most `1h`).
+    /// Defaults to the operator's `--debounce`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) <= duration('1h')").message("debounce must be a duration such as 500ms, 5s or 2m, at most 1h"))]
+    pub debounce: Option<String>,
+
+    /// Churn protection: a target rolls at most once per this interval for this policy's
+    /// changes (e.g. `30s`; at most `24h`; `0s` turns it off). Changes in between are not lost:
+    /// the target rolls to the latest state when the interval has passed. Defaults to the
+    /// operator's `--min-rollout-interval` (5s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) <= duration('24h')").message("minRolloutInterval must be a duration such as 0s, 30s or 5m, at most 24h"))]
+    pub min_rollout_interval: Option<String>,
+
+    /// Churn protection: at most this many rollouts a minute across this policy's targets
+    /// (bursts of as many), on top of the operator's global `--max-rollouts-per-second`.
+    /// Held-back targets roll to the latest state when the budget allows. Unset: no
+    /// per-policy limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 100000").message("maxRolloutsPerMinute must be between 1 and 100000"))]
+    pub max_rollouts_per_minute: Option<i32>,
+
+    /// Stop reloading; sources and targets are still resolved and reported.
+    #[serde(default)]
+    pub suspend: bool,
+
+    /// Record what would be reloaded (status and Events) without changing any workload.
+    #[serde(default)]
+    pub dry_run: bool,
+
+    /// Key-precise references (default `true`): a target that consumes only some keys of a
+    /// source (`env[].valueFrom.configMapKeyRef`/`secretKeyRef`, volume or projected `items`)
+    /// and never the whole object is reloaded only when one of those keys changes; its variable
+    /// holds the hash of those keys. `false`: any change of the source's data counts.
+    #[serde(default = "default_true")]
+    pub key_precise_references: bool,
+
+    /// How source hashes are written into targets, records and this status. `HMAC-SHA256`
+    /// (default): HMAC-SHA-256, under the operator's key (a Secret it creates), of the data's
+    /// SHA-1, so nobody who can read a workload can test guesses of a Secret's value offline.
+    /// `SHA1`: the SHA-1 of the data, as stakater/Reloader writes it.
+    #[serde(default)]
+    pub hash_mode: PolicyHashMode,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// A ConfigMap or Secret, by name or by label selector.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.name) != has(self.selector)").message("set exactly one of name or selector"))]
+pub struct PolicySource {
+    /// `ConfigMap` or `Secret`.
+    pub kind: PolicySourceKind,
+
+    /// The source's name, in the policy's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("size(self) >= 1 && size(self) <= 253").message("name must be 1 to 253 characters"))]
+    pub name: Option<String>,
+
+    /// Every source of this kind whose labels match, in the policy's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+
+    /// Only changes to these data keys count; other keys may change without a reload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("size(self) >= 1").message("keys, when set, must name at least one key"))]
+    pub keys: Option<Vec<String>>,
+}
+
+/// A workload, by name or by label selector.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.name) != has(self.selector)").message("set exactly one of name or selector"))]
+pub struct PolicyTarget {
+    /// `Deployment`, `StatefulSet`, `DaemonSet`, `CronJob` or `Rollout` (Argo Rollouts).
+    pub kind: PolicyTargetKind,
+
+    /// The workload's name, in the policy's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("size(self) >= 1 && size(self) <= 253").message("name must be 1 to 253 characters"))]
+    pub name: Option<String>,
+
+    /// Every workload of this kind whose labels match, in the policy's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+
+    /// With the `EnvVar` strategy: the containers that get the variable (default: every
+    /// container).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containers: Option<Vec<String>>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, schemars::JsonSchema)]
+pub enum PolicySourceKind {
+    ConfigMap,
+    Secret,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, schemars::JsonSchema)]
+pub enum PolicyTargetKind {
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+    CronJob,
+    Rollout,
+}
+
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum PolicyStrategy {
+    #[default]
+    EnvVar,
+    Annotation,
+    Restart,
+}
+
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum PolicyHashMode {
+    #[default]
+    #[serde(rename = "HMAC-SHA256")]
+    HmacSha256,
+    #[serde(rename = "SHA1")]
+    Sha1,
+}
+
+impl PolicyHashMode {
+    pub fn mode(self) -> crate::decide::hash::HashMode {
+        match self {
+            PolicyHashMode::HmacSha256 => crate::decide::hash::HashMode::HmacSha256,
+            PolicyHashMode::Sha1 => crate::decide::hash::HashMode::Sha1,
+        }
+    }
+}
+
+/// What the operator observed and did.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReloadPolicyStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+
+    /// `Ready`, `SourcesResolved`, `TargetsResolved`, `Degraded` and `Throttled` (True while a
+    /// churn limit holds a target's rollout back).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+
+    /// Number of sources found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_sources: Option<i32>,
+
+    /// Number of targets found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_targets: Option<i32>,
+
+    /// Each source found, with the hash of its data (of the selected keys); never the data.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceStatus>,
+
+    /// Each target found and the outcome of its last reload.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<TargetStatus>,
+
+    /// When a target was last reloaded by this policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reload_time: Option<Time>,
+
+    /// Reloads carried out by this policy (a rollout of N targets counts N).
+    #[serde(default)]
+    pub reload_count: i64,
+
+    /// Rollouts of this policy's targets a churn limit held back (each counted once, when it
+    /// was first held).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub throttled_count: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceStatus {
+    pub kind: PolicySourceKind,
+    pub name: String,
+    /// The source's hash as written into targets (only the selected keys when `keys` is set):
+    /// keyed with `hashMode: HMAC-SHA256`, the SHA-1 of the data with `SHA1`.
+    pub hash: String,
+    /// When the operator saw this hash first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_change_time: Option<Time>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetStatus {
+    pub kind: PolicyTargetKind,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reload_time: Option<Time>,
+    /// The combined source hash the target was last reloaded to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reload_hash: Option<String>,
+    /// `Reloaded`, `UpToDate`, `DryRun`, `Suspended`, `Throttled` (a churn limit holds the
+    /// rollout back; `message` says which and for how long) or `Failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The CRD as YAML, as committed in `crd/reloadpolicy.yaml`.
+pub fn crd_yaml() -> String {
+    use kube::CustomResourceExt;
+    let crd = ReloadPolicy::crd();
+    let body = serde_saphyr::to_string(&crd).expect("the CRD serialises");
+    format!("# Generated by `reloader crd` from src/model/policy.rs; do not edit.\n---\n{body}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::CustomResourceExt;
+
+    #[test]
+    fn crd_has_names_columns_status_and_rules() {
+        let crd = serde_json::to_value(ReloadPolicy::crd()).unwrap();
+        assert_eq!(crd["metadata"]["name"], "reloadpolicies.reloader.rs");
+        assert_eq!(crd["spec"]["names"]["shortNames"], serde_json::json!(["rp"]));
+        assert!(crd["spec"]["names"].get("categories").is_none(), "not in `kubectl get all`");
+        let version = &crd["spec"]["versions"][0];
+        assert_eq!(version["subresources"]["status"], serde_json::json!({}));
+        let columns: Vec<&str> = version["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(columns, ["Strategy", "Sources", "Targets", "Last Reload", "Ready", "Age"]);
+        let text = crd.to_string();
+        for rule in ["has(self.name) != has(self.selector)", "duration(self) <= duration('1h')"] {
+            assert!(text.contains(rule), "missing rule {rule}");
+        }
+        let conditions = &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+            ["conditions"];
+        assert_eq!(conditions["x-kubernetes-list-type"], "map");
+        assert_eq!(conditions["x-kubernetes-list-map-keys"], serde_json::json!(["type"]));
+    }
+
+    #[test]
+    fn spec_defaults_and_round_trip() {
+        let spec: ReloadPolicySpec = serde_json::from_value(serde_json::json!({
+            "sources": [{"kind": "ConfigMap", "name": "app", "keys": ["a"]}],
+            "targets": [{"kind": "Deployment", "selector": {"matchLabels": {"app": "x"}}}]
+        }))
+        .unwrap();
+        assert_eq!(spec.strategy, PolicyStrategy::EnvVar);
+        assert!(!spec.suspend && !spec.dry_run && spec.debounce.is_none());
+        let back = serde_json::to_value(&spec).unwrap();
+        assert_eq!(back["sources"][0]["keys"], serde_json::json!(["a"]));
+        assert_eq!(back["dryRun"], false);
+    }
+
+    #[test]
+    fn committed_crd_matches_the_types() {
+        let committed = include_str!("../../crd/reloadpolicy.yaml");
+        assert!(
+            committed == crd_yaml(),
+            "crd/reloadpolicy.yaml is out of date: run `cargo run -- crd > crd/reloadpolicy.yaml`"
+        );
+    }
+}

@@ -1,0 +1,143 @@
+//! `--enable-csi-integration` in the engine: SecretProviderClassPodStatuses are watched (once
+//! their API exists) and folded per class by [`crate::decide::csi::ClassStatuses`] into one source,
+//! `secretproviderclass/<name>`, that workloads mounting the class through the CSI driver
+//! reload on.
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use tracing::debug;
+
+use super::{Engine, WatchItem};
+use crate::decide::csi::{ClassStatuses, PodStatusFacts};
+use crate::decide::plan::SourceFacts;
+use crate::model::source::{SourceKind, SourceRef, SourceState};
+
+/// (namespace, class name) → that class's pod statuses.
+#[derive(Default)]
+pub(super) struct CsiState {
+    classes: Mutex<HashMap<(String, String), ClassStatuses>>,
+    /// (namespace, pod status name) → class name, to find the class on delete.
+    class_of: Mutex<HashMap<(String, String), String>>,
+}
+
+pub fn pod_status_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("secrets-store.csi.x-k8s.io", "v1", "SecretProviderClassPodStatus"),
+        "secretproviderclasspodstatuses",
+    )
+}
+
+impl Engine {
+    /// Waits until the CSI driver's API is served, then watches pod statuses in every scope.
+    pub(super) async fn discover_and_watch_csi(self: Arc<Self>, scopes: Vec<Option<String>>) {
+        let ar = pod_status_resource();
+        self.wait_for_api(&ar).await;
+        let mut watchers = tokio::task::JoinSet::new();
+        for scope in scopes {
+            watchers.spawn(self.clone().watch_pod_statuses(scope, ar.clone()));
+        }
+        while watchers.join_next().await.is_some() {}
+    }
+
+    async fn watch_pod_statuses(self: Arc<Self>, scope: Option<String>, ar: ApiResource) {
+        let api: Api<DynamicObject> = match scope.as_deref() {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        };
+        let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+        let what = ar.kind.clone();
+        // Not counted for readiness: the driver may be installed long after start.
+        self.consume_inner(stream, what, scope.clone(), false, move |engine, event, listed| {
+            match event {
+                WatchItem::Apply(obj) => {
+                    let key = (obj.namespace().unwrap_or_default(), obj.name_any());
+                    let known = engine.csi.class_of.lock().contains_key(&key);
+                    let event_type = if listed && known { "update" } else { "add" };
+                    engine.metrics.event_received(event_type, "SecretProviderClassPodStatus");
+                    engine.apply_pod_status(&obj, listed)
+                }
+                WatchItem::Delete(obj) => {
+                    engine.metrics.event_received("delete", "SecretProviderClassPodStatus");
+                    engine.forget_pod_status(&obj.namespace().unwrap_or_default(), &obj.name_any())
+                }
+                WatchItem::RelistDone(seen) => {
+                    let gone: Vec<(String, String)> = engine
+                        .csi
+                        .class_of
+                        .lock()
+                        .keys()
+                        .filter(|(ns, _)| scope.as_ref().is_none_or(|sc| sc == ns))
+                        .filter(|k| !seen.contains(k))
+                        .cloned()
+                        .collect();
+                    for (ns, name) in gone {
+                        engine.forget_pod_status(&ns, &name);
+                    }
+                }
+            }
+        })
+        .await;
+    }
+
+    fn apply_pod_status(&self, obj: &DynamicObject, after_first_list: bool) {
+        let ns = obj.namespace().unwrap_or_default();
+        if self.ignored_namespace(&ns) {
+            return;
+        }
+        let Some(facts) = PodStatusFacts::from_status(obj.data.get("status")) else {
+            return;
+        };
+        let name = obj.name_any();
+        let created = obj.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second());
+        self.csi.class_of.lock().insert((ns.clone(), name.clone()), facts.class_name.clone());
+        let current = self
+            .csi
+            .classes
+            .lock()
+            .entry((ns.clone(), facts.class_name.clone()))
+            .or_default()
+            .observe(&name, &facts.hash, created, !after_first_list);
+        let Some(hash) = current else {
+            return;
+        };
+        debug!(namespace = %ns, class = %facts.class_name, status = %name, "SecretProviderClass content changed");
+        let source_facts = SourceFacts {
+            state: SourceState { hash, matches_search: false, ignored: false },
+            created_after_start: after_first_list,
+            created,
+            changed_at: after_first_list.then(|| k8s_openapi::jiff::Timestamp::now().as_second()),
+            labels: Default::default(),
+            key_hashes: Default::default(),
+            keys_untracked: false,
+        };
+        let source = SourceRef::new(SourceKind::SecretProviderClass, facts.class_name);
+        self.source_observed(&ns, source, source_facts);
+    }
+
+    /// A pod status went with its pod. When a class has no pods left it is forgotten, quietly:
+    /// pods going away is not a change of the secret.
+    fn forget_pod_status(&self, ns: &str, name: &str) {
+        let Some(class) = self.csi.class_of.lock().remove(&(ns.to_string(), name.to_string()))
+        else {
+            return;
+        };
+        let mut classes = self.csi.classes.lock();
+        let key = (ns.to_string(), class);
+        let emptied = classes.get_mut(&key).is_some_and(|c| {
+            c.forget(name);
+            c.is_empty()
+        });
+        if emptied {
+            classes.remove(&key);
+            drop(classes);
+            let source = SourceRef::new(SourceKind::SecretProviderClass, key.1);
+            self.store.write().remove_source(ns, &source);
+        }
+    }
+}

@@ -1,0 +1,1020 @@
+//! ReloadPolicy in the engine: policies are watched next to annotation mode and add their
+//! sources and strategies to the same per-workload plan, so a workload selected several ways
+//! rolls once. Each policy's status is written by server-side apply from what the engine knows.
+
+use futures::FutureExt;
+use parking_lot::{Mutex, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::events::EventType;
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use tracing::{debug, info, warn};
+
+use super::{Engine, WatchItem};
+use crate::decide::churn::GroupBudget;
+use crate::decide::hash::Hasher;
+use crate::decide::plan::{Plan, TemplateWrite};
+use crate::decide::policy_plan::{
+    ActivePolicy, Resolved, combined_hash, parse_policy_record, plan_policy, resolve_sources,
+    source_entry_selects, target_for, target_kind,
+};
+use crate::model::naming::env_var_name;
+use crate::model::policy::{
+    PolicySource, PolicyTarget, ReloadPolicy, ReloadPolicyStatus, SourceStatus, TargetStatus,
+};
+use crate::model::source::SourceRef;
+use crate::model::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
+
+/// The field manager of policy status writes.
+pub const STATUS_FIELD_MANAGER: &str = "reloader.rs/policy-status";
+
+type PolicyKey = (String, String);
+/// Per target (kind, name): the policy's last outcome there.
+type Outcomes = BTreeMap<(WorkloadKind, String), Outcome>;
+
+/// The outcome of a policy on one target, as reported in its status.
+#[derive(Debug, Clone, PartialEq)]
+struct Outcome {
+    result: &'static str,
+    message: Option<String>,
+    time: Option<i64>,
+    hash: Option<String>,
+}
+
+#[derive(Default)]
+pub(super) struct PolicyState {
+    /// namespace → name → policy.
+    policies: RwLock<HashMap<String, BTreeMap<String, Arc<ActivePolicy>>>>,
+    /// The status last seen on the API server, per policy.
+    observed: Mutex<HashMap<PolicyKey, ReloadPolicyStatus>>,
+    outcomes: Mutex<HashMap<PolicyKey, Outcomes>>,
+    reload_counts: Mutex<HashMap<PolicyKey, i64>>,
+    /// Rollouts a churn limit held back, per policy (`status.throttledCount`).
+    throttled_counts: Mutex<HashMap<PolicyKey, i64>>,
+    /// Dry-run notices already given, so a pending change is announced once.
+    dry_run_seen: Mutex<HashMap<(PolicyKey, WorkloadKey), String>>,
+}
+
+impl PolicyState {
+    /// The policy's last outcome on `target`, as remembered since the operator started.
+    fn outcome(&self, key: &PolicyKey, target: &(WorkloadKind, String)) -> Option<Outcome> {
+        self.outcomes.lock().get(key).and_then(|m| m.get(target).cloned())
+    }
+
+    fn set_outcome(&self, key: &PolicyKey, target: (WorkloadKind, String), outcome: Outcome) {
+        self.outcomes.lock().entry(key.clone()).or_default().insert(target, outcome);
+    }
+}
+
+/// What one policy contributed to a workload's plan, for reporting after the write.
+pub(super) struct PolicyPart {
+    key: PolicyKey,
+    target: WorkloadKey,
+    mode: PartMode,
+    combined: String,
+    changed: Vec<SourceRef>,
+    /// The policy's `debounce` (or the operator's).
+    debounce: Duration,
+    /// The policy's `minRolloutInterval` (or the operator's `--min-rollout-interval`).
+    min_rollout_interval: Duration,
+    /// The policy's `maxRolloutsPerMinute`.
+    max_rollouts_per_minute: Option<u32>,
+}
+
+impl PolicyPart {
+    /// A live policy whose sources changed: it takes part in the rollout.
+    fn carries_changes(&self) -> bool {
+        self.mode == PartMode::Live && !self.changed.is_empty()
+    }
+}
+
+#[derive(PartialEq)]
+enum PartMode {
+    Live,
+    DryRun,
+    Suspended,
+}
+
+impl Engine {
+    pub(super) async fn discover_and_watch_policies(self: Arc<Self>, scopes: Vec<Option<String>>) {
+        // Where the identity may not read ReloadPolicies (Reloader's RBAC), policy mode is off.
+        let (scopes, refused): (Vec<_>, Vec<_>) =
+            scopes.into_iter().partition(|s| self.may_read_policies(s.as_deref()));
+        if !refused.is_empty() {
+            // Said as an Info: the missing rights were each a warning already.
+            info!(namespaces = ?refused, "policy mode off where the identity may not list and watch reloadpolicies.reloader.rs (see the permission-missing lines for the rule to grant)");
+        }
+        if scopes.is_empty() {
+            return;
+        }
+        // Without the CRD the operator runs in annotation mode until the CRD appears.
+        self.wait_for_api(&kube::core::ApiResource::erase::<ReloadPolicy>(&())).await;
+        let mut watchers = tokio::task::JoinSet::new();
+        for scope in scopes {
+            watchers.spawn(self.clone().watch_policies(scope));
+        }
+        while watchers.join_next().await.is_some() {}
+    }
+
+    async fn watch_policies(self: Arc<Self>, scope: Option<String>) {
+        let api: Api<ReloadPolicy> = self.api_for(scope.as_deref());
+        let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+        self.consume_inner(
+            stream,
+            "ReloadPolicy".into(),
+            scope.clone(),
+            false,
+            move |engine, event, _after_first_list| match event {
+                WatchItem::Apply(p) => engine.apply_policy(&p),
+                WatchItem::Delete(p) => {
+                    engine.delete_policy(&p.namespace().unwrap_or_default(), &p.name_any())
+                }
+                WatchItem::RelistDone(seen) => {
+                    let gone: Vec<PolicyKey> = engine
+                        .policy
+                        .policies
+                        .read()
+                        .iter()
+                        .flat_map(|(ns, m)| m.keys().map(move |n| (ns.clone(), n.clone())))
+                        .filter(|(ns, _)| scope.as_ref().is_none_or(|s| s == ns))
+                        .filter(|k| !seen.contains(k))
+                        .collect();
+                    for (ns, name) in gone {
+                        engine.delete_policy(&ns, &name);
+                    }
+                }
+            },
+        )
+        .await;
+    }
+
+    fn apply_policy(&self, p: &ReloadPolicy) {
+        let ns = p.namespace().unwrap_or_default();
+        if self.ignored_namespace(&ns) {
+            return;
+        }
+        let key = (ns.clone(), p.name_any());
+        let active = Arc::new(ActivePolicy {
+            namespace: ns.clone(),
+            name: key.1.clone(),
+            generation: p.meta().generation,
+            spec: p.spec.clone(),
+        });
+        let status = p.status.clone().unwrap_or_default();
+        // The larger of ours and the stored one: a standby follows the leader's count.
+        for (counts, stored) in [
+            (&self.policy.reload_counts, status.reload_count),
+            (&self.policy.throttled_counts, status.throttled_count),
+        ] {
+            let mut counts = counts.lock();
+            let count = counts.entry(key.clone()).or_insert(stored);
+            *count = (*count).max(stored);
+        }
+        self.policy.observed.lock().insert(key.clone(), status);
+        let changed = {
+            let mut policies = self.policy.policies.write();
+            let slot = policies.entry(ns.clone()).or_default();
+            let changed = slot
+                .get(&key.1)
+                .is_none_or(|old| old.spec != active.spec || old.generation != active.generation);
+            slot.insert(key.1.clone(), active);
+            changed
+        };
+        if changed {
+            debug!(policy = %format!("{ns}/{}", key.1), "policy changed");
+            self.enqueue_namespace(&ns);
+        }
+        self.policy_queue.add(key, Duration::ZERO);
+    }
+
+    /// A workload that is gone is no policy's target any more: its last outcome (a failure,
+    /// say) must not hold a policy's conditions.
+    pub(super) fn forget_policy_target(&self, key: &WorkloadKey) {
+        let target = (key.kind, key.name.clone());
+        let mut touched = Vec::new();
+        for (policy, outcomes) in self.policy.outcomes.lock().iter_mut() {
+            if policy.0 == key.namespace && outcomes.remove(&target).is_some() {
+                touched.push(policy.clone());
+            }
+        }
+        self.policy.dry_run_seen.lock().retain(|(_, w), _| w != key);
+        for policy in touched {
+            self.policy_queue.add(policy, Duration::ZERO);
+        }
+    }
+
+    fn delete_policy(&self, ns: &str, name: &str) {
+        let removed =
+            self.policy.policies.write().get_mut(ns).and_then(|m| m.remove(name)).is_some();
+        let key = (ns.to_string(), name.to_string());
+        self.policy.observed.lock().remove(&key);
+        self.policy.outcomes.lock().remove(&key);
+        self.policy.reload_counts.lock().remove(&key);
+        self.policy.throttled_counts.lock().remove(&key);
+        self.policy.dry_run_seen.lock().retain(|(policy, _), _| *policy != key);
+        self.rollouts.lock().forget_group(&format!("{ns}/{name}"));
+        // One series per existing policy: a deleted policy's series goes with it.
+        let _ = self.metrics.policy_reloads.remove_label_values(&[ns, name]);
+        let _ = self.metrics.policy_ready.remove_label_values(&[ns, name]);
+        if removed {
+            // Its record entries are dropped from the targets (a metadata write; nothing rolls).
+            self.enqueue_namespace(ns);
+        }
+    }
+
+    pub(super) fn policy_count(&self) -> usize {
+        self.policy.policies.read().values().map(BTreeMap::len).sum()
+    }
+
+    /// Queues every policy's status for writing.
+    pub(super) fn enqueue_all_policies(&self) {
+        let keys: Vec<PolicyKey> = self
+            .policy
+            .policies
+            .read()
+            .iter()
+            .flat_map(|(ns, m)| m.keys().map(move |name| (ns.clone(), name.clone())))
+            .collect();
+        for key in keys {
+            self.policy_queue.add(key, Duration::ZERO);
+        }
+    }
+
+    fn enqueue_namespace(&self, ns: &str) {
+        if !self.is_synced() {
+            return;
+        }
+        let keys = self.store.read().workload_keys();
+        for key in keys.into_iter().filter(|k| k.namespace == ns) {
+            self.queue.add(key, Duration::ZERO);
+        }
+    }
+
+    fn policies_in(&self, ns: &str) -> Vec<Arc<ActivePolicy>> {
+        self.policy
+            .policies
+            .read()
+            .get(ns)
+            .map(|m| m.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// A source changed: queue the targets of every policy in its namespace that selects it.
+    pub(super) fn enqueue_for_policies(&self, ns: &str, source: &SourceRef) {
+        let policies = self.policies_in(ns);
+        if policies.is_empty() {
+            return;
+        }
+        let labels = self.store.read().source_labels(ns, source).unwrap_or_default();
+        for p in policies {
+            if !p.spec.sources.iter().any(|s| source_entry_selects(s, source, &labels)) {
+                continue;
+            }
+            let targets: Vec<WorkloadKey> = {
+                let store = self.store.read();
+                store
+                    .workload_keys()
+                    .into_iter()
+                    .filter(|k| k.namespace == ns)
+                    .filter(|k| {
+                        store.workload(k).is_some_and(|e| target_for(&p.spec, &e.info).is_some())
+                    })
+                    .collect()
+            };
+            for t in targets {
+                self.queue.add(t, self.policy_debounce(&p));
+            }
+            self.policy_queue.add((ns.to_string(), p.name.clone()), Duration::ZERO);
+        }
+    }
+
+    fn policy_debounce(&self, p: &ActivePolicy) -> Duration {
+        p.spec
+            .debounce
+            .as_deref()
+            .and_then(|d| {
+                crate::model::duration::parse_at_most(
+                    d,
+                    crate::model::duration::MAX_ANNOTATION_DURATION,
+                )
+                .ok()
+            })
+            .unwrap_or(self.config.debounce)
+    }
+
+    fn policy_min_rollout_interval(&self, p: &ActivePolicy) -> Duration {
+        p.spec
+            .min_rollout_interval
+            .as_deref()
+            .and_then(|d| {
+                crate::model::duration::parse_at_most(
+                    d,
+                    crate::model::duration::MAX_ANNOTATION_DURATION,
+                )
+                .ok()
+            })
+            .unwrap_or(self.config.min_rollout_interval)
+    }
+
+    /// Adds every policy that targets `info` to `plan`; returns what each contributed.
+    pub(super) fn add_policies(
+        &self,
+        info: &WorkloadInfo,
+        plan: &mut Plan,
+        now: i64,
+        now_rfc3339: &str,
+        stamp: bool,
+    ) -> Vec<PolicyPart> {
+        let policies = self.policies_in(&info.key.namespace);
+        let existing = parse_policy_record(info);
+        let mut record: BTreeMap<String, String> = existing
+            .iter()
+            .filter(|(k, _)| {
+                let policy = k.split('/').next().unwrap_or_default();
+                policies.iter().any(|p| p.name == policy && target_for(&p.spec, info).is_some())
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        // Copying the namespace's sources is the cost of this call: only when a policy targets
+        // the workload (most workloads have none, and a namespace may hold thousands of sources).
+        let ns_sources = if policies.iter().any(|p| target_for(&p.spec, info).is_some()) {
+            self.store.read().sources_in(&info.key.namespace)
+        } else {
+            Default::default()
+        };
+        // Variables annotation mode manages here: the ones its record covers.
+        let annotation_env: Vec<String> = plan
+            .record
+            .clone()
+            .unwrap_or_else(|| info.record())
+            .keys()
+            .map(|s| env_var_name(s.kind, &s.name))
+            .collect();
+        let mut parts = Vec::new();
+        for p in policies {
+            let Some(target) = target_for(&p.spec, info) else { continue };
+            // A keyed policy without its key is not acted on (its status says why); its
+            // record entries stay as they are.
+            let Ok(hasher) = self.hash_key.hasher(p.spec.hash_mode.mode()) else { continue };
+            let (mut resolved, _) = resolve_sources(&p.spec, &ns_sources, &hasher);
+            if stamp {
+                // Admission answers go to whoever can reach the webhook: they name and hash
+                // only sources the object itself references.
+                resolved.retain(|r| info.references.contains_key(&r.source));
+            }
+            let pp = plan_policy(
+                info,
+                &p,
+                target,
+                &resolved,
+                &annotation_env,
+                now,
+                now_rfc3339,
+                &self.config.keys.last_reloaded_from,
+                stamp,
+            );
+            let mode = if p.spec.suspend {
+                PartMode::Suspended
+            } else if p.spec.dry_run {
+                PartMode::DryRun
+            } else {
+                PartMode::Live
+            };
+            let changed: Vec<SourceRef> = pp.changes.iter().map(|c| c.source.clone()).collect();
+            if mode == PartMode::Live {
+                plan.changes.extend(pp.changes);
+                plan.template = TemplateWrite::combine(plan.template.take(), pp.template);
+                record.extend(pp.record);
+            }
+            // A suspended or dry-run policy writes nothing, not even its record: its existing
+            // entries were kept when `record` was built.
+            parts.push(PolicyPart {
+                key: (p.namespace.clone(), p.name.clone()),
+                target: info.key.clone(),
+                mode,
+                combined: combined_hash(&resolved),
+                changed,
+                debounce: self.policy_debounce(&p),
+                min_rollout_interval: self.policy_min_rollout_interval(&p),
+                max_rollouts_per_minute: p
+                    .spec
+                    .max_rollouts_per_minute
+                    .and_then(|n| u32::try_from(n).ok())
+                    .filter(|n| *n > 0),
+            });
+        }
+        if record != existing {
+            plan.policy_record = Some(record);
+        }
+        parts
+    }
+
+    /// How long a rollout waits for quiet sources: the operator's `--debounce` for changes seen
+    /// by annotation mode, a policy's own `debounce` for its changes; the longest applies.
+    pub(super) fn debounce_window(global: Duration, plan: &Plan, parts: &[PolicyPart]) -> Duration {
+        longest_setting(global, plan, parts, |p| p.debounce)
+    }
+
+    /// The churn limits of a rollout: the longest minimum interval among annotation mode's
+    /// (`--min-rollout-interval`, for changes it saw) and the policies' whose changes it carries,
+    /// and the budgets of those policies.
+    pub(super) fn churn_limits(
+        global_interval: Duration,
+        plan: &Plan,
+        parts: &[PolicyPart],
+    ) -> (Duration, Vec<GroupBudget>) {
+        let interval = longest_setting(global_interval, plan, parts, |p| p.min_rollout_interval);
+        let budgets = parts
+            .iter()
+            .filter(|p| p.carries_changes())
+            .filter_map(|p| {
+                Some(GroupBudget {
+                    group: format!("{}/{}", p.key.0, p.key.1),
+                    per_minute: p.max_rollouts_per_minute?,
+                })
+            })
+            .collect();
+        (interval, budgets)
+    }
+
+    /// Tells the policies taking part in a held-back rollout: their target's result becomes
+    /// `Throttled` until it rolls; the first hold of an episode is counted and an Event.
+    pub(super) async fn report_throttled(&self, parts: &[PolicyPart], why: &str, first: bool) {
+        for part in parts.iter().filter(|p| p.carries_changes()) {
+            let target = (part.target.kind, part.target.name.clone());
+            let previous = self.policy.outcome(&part.key, &target);
+            let outcome = Outcome {
+                result: "Throttled",
+                message: Some(format!(
+                    "rollout held back: {why}; the latest state is applied then"
+                )),
+                time: previous.as_ref().and_then(|o| o.time),
+                hash: previous.and_then(|o| o.hash),
+            };
+            self.policy.set_outcome(&part.key, target, outcome);
+            if first {
+                count_one(&self.policy.throttled_counts, &part.key);
+                let note = format!(
+                    "Rollout of {} held back: {why}; the latest state is applied then",
+                    part.target
+                );
+                self.policy_event(&part.key, EventType::Normal, "ReloadThrottled", note).await;
+            }
+            self.policy_queue.add(part.key.clone(), Duration::from_millis(100));
+        }
+    }
+
+    /// Reports the outcome of a workload reconcile to the policies that took part in it.
+    pub(super) async fn report_policies(&self, parts: Vec<PolicyPart>, error: Option<&str>) {
+        let now = Timestamp::now().as_second();
+        for part in parts {
+            let target = (part.target.kind, part.target.name.clone());
+            let outcome = match (&part.mode, error) {
+                (PartMode::Suspended, _) => {
+                    Outcome { result: "Suspended", message: None, time: None, hash: None }
+                }
+                (PartMode::DryRun, _) if !part.changed.is_empty() => {
+                    let seen_key = (part.key.clone(), part.target.clone());
+                    let first =
+                        self.policy.dry_run_seen.lock().insert(seen_key, part.combined.clone())
+                            != Some(part.combined.clone());
+                    if first {
+                        let note = format!(
+                            "Dry run: would reload {} for {}",
+                            part.target,
+                            part.changed
+                                .iter()
+                                .map(ToString::to_string)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        );
+                        self.policy_event(&part.key, EventType::Normal, "DryRun", note).await;
+                    }
+                    Outcome {
+                        result: "DryRun",
+                        message: Some("would be reloaded".into()),
+                        time: None,
+                        hash: Some(part.combined.clone()),
+                    }
+                }
+                (PartMode::DryRun, _) => {
+                    Outcome { result: "UpToDate", message: None, time: None, hash: None }
+                }
+                (PartMode::Live, Some(e)) if !part.changed.is_empty() => {
+                    self.policy_event(
+                        &part.key,
+                        EventType::Warning,
+                        "ReloadFail",
+                        format!("Reload of {} failed: {e}", part.target),
+                    )
+                    .await;
+                    Outcome {
+                        result: "Failed",
+                        message: Some(e.to_string()),
+                        time: None,
+                        hash: None,
+                    }
+                }
+                (PartMode::Live, None) if !part.changed.is_empty() => {
+                    self.metrics
+                        .policy_reloads
+                        .with_label_values(&[&part.key.0, &part.key.1])
+                        .inc();
+                    count_one(&self.policy.reload_counts, &part.key);
+                    let note = format!(
+                        "Reloaded {} for {}",
+                        part.target,
+                        crate::model::limits::bounded_list(
+                            &part.changed.iter().map(ToString::to_string).collect::<Vec<String>>(),
+                            600
+                        )
+                    );
+                    self.policy_event(&part.key, EventType::Normal, "Reloaded", note).await;
+                    Outcome {
+                        result: "Reloaded",
+                        message: None,
+                        time: Some(now),
+                        hash: Some(part.combined.clone()),
+                    }
+                }
+                _ => {
+                    // Keep the last reload's time and hash when nothing changed.
+                    let previous = self.policy.outcome(&part.key, &target);
+                    // A target reloaded before keeps that result; "UpToDate" means never needed one.
+                    // After a restart the memory is empty: fall back to the written status.
+                    let previous = previous.or_else(|| {
+                        let observed = self.policy.observed.lock();
+                        let t = observed.get(&part.key)?.targets.iter().find(|t| {
+                            t.name == part.target.name && target_kind(t.kind) == part.target.kind
+                        })?;
+                        Some(Outcome {
+                            result: if t.result.as_deref() == Some("Reloaded") {
+                                "Reloaded"
+                            } else {
+                                "UpToDate"
+                            },
+                            message: None,
+                            time: t.last_reload_time.as_ref().map(|x| x.0.as_second()),
+                            hash: t.last_reload_hash.clone(),
+                        })
+                    });
+                    let result = match previous.as_ref().map(|o| o.result) {
+                        Some("Reloaded") => "Reloaded",
+                        _ => "UpToDate",
+                    };
+                    Outcome {
+                        result,
+                        message: None,
+                        time: previous.as_ref().and_then(|o| o.time),
+                        hash: previous.and_then(|o| o.hash).or(Some(part.combined.clone())),
+                    }
+                }
+            };
+            self.policy.set_outcome(&part.key, target, outcome);
+            self.policy_queue.add(part.key, Duration::from_millis(100));
+        }
+    }
+
+    async fn policy_event(&self, key: &PolicyKey, type_: EventType, reason: &str, note: String) {
+        self.publish(
+            "reloader.rs/v1alpha1",
+            "ReloadPolicy",
+            &key.0,
+            &key.1,
+            None,
+            type_,
+            reason,
+            note,
+        )
+        .await;
+    }
+
+    pub(super) async fn policy_status_worker(self: Arc<Self>) {
+        while let Some(key) = self.policy_queue.next().await {
+            if !self.is_leader() {
+                // Standbys never write; taking over queues every policy again.
+                self.policy_queue.done(&key);
+                continue;
+            }
+            // A panic while working out one policy's status is that policy's alone.
+            let written =
+                std::panic::AssertUnwindSafe(self.write_policy_status(&key)).catch_unwind().await;
+            let failed = match written {
+                Ok(Ok(())) => false,
+                Ok(Err(e)) => {
+                    warn!(policy = %format!("{}/{}", key.0, key.1), error = %e, "cannot write policy status; will retry");
+                    true
+                }
+                Err(panic) => {
+                    let policy = format!("ReloadPolicy {}/{}", key.0, key.1);
+                    crate::runtime::containment::report_panic(
+                        &self.metrics,
+                        "policy_status",
+                        &policy,
+                        &*panic,
+                    );
+                    true
+                }
+            };
+            if failed {
+                self.policy_queue.done(&key);
+                self.policy_queue.schedule(key, Duration::from_secs(2));
+                continue;
+            }
+            self.policy_queue.done(&key);
+        }
+    }
+
+    async fn write_policy_status(&self, key: &PolicyKey) -> kube::Result<()> {
+        let Some(policy) =
+            self.policy.policies.read().get(&key.0).and_then(|m| m.get(&key.1).cloned())
+        else {
+            return Ok(());
+        };
+        let ns_sources = self.store.read().sources_in(&key.0);
+        let hasher = self.hash_key.hasher(policy.spec.hash_mode.mode());
+        // Without its key the policy's sources are still resolved, but no hash is reported.
+        let (resolved, missing_sources) =
+            resolve_sources(&policy.spec, &ns_sources, hasher.as_ref().unwrap_or(&Hasher::Sha1));
+        let (targets, missing_targets) = self.resolve_targets(&policy);
+        let observed = self.policy.observed.lock().get(key).cloned().unwrap_or_default();
+        let outcomes = self.policy.outcomes.lock().get(key).cloned().unwrap_or_default();
+        let desired = desired_status(
+            &policy,
+            hasher.as_ref().err().map(String::as_str),
+            &resolved,
+            &missing_sources,
+            &targets,
+            &missing_targets,
+            &outcomes,
+            &observed,
+            *self.policy.reload_counts.lock().get(key).unwrap_or(&0),
+            *self.policy.throttled_counts.lock().get(key).unwrap_or(&0),
+        );
+        let ready = condition_status(&desired, "Ready") == Some("True");
+        self.metrics.policy_ready.with_label_values(&[&key.0, &key.1]).set(i64::from(ready));
+        if desired == observed {
+            return Ok(());
+        }
+        let became_invalid = condition_status(&desired, "Ready") == Some("False")
+            && condition_status(&observed, "Ready") != Some("False");
+        let api: Api<ReloadPolicy> = Api::namespaced(self.client.clone(), &key.0);
+        let body = serde_json::json!({
+            "apiVersion": "reloader.rs/v1alpha1", "kind": "ReloadPolicy",
+            "metadata": {"name": key.1, "namespace": key.0},
+            "status": desired,
+        });
+        api.patch_status(
+            &key.1,
+            &PatchParams::apply(STATUS_FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+        self.policy.observed.lock().insert(key.clone(), desired.clone());
+        if became_invalid {
+            let reason = desired
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Ready")
+                .map(|c| c.message.clone())
+                .unwrap_or_default();
+            self.policy_event(key, EventType::Warning, "Invalid", reason).await;
+        }
+        Ok(())
+    }
+
+    fn resolve_targets<'a>(
+        &self,
+        policy: &'a ActivePolicy,
+    ) -> (Vec<WorkloadInfo>, Vec<&'a PolicyTarget>) {
+        let store = self.store.read();
+        let infos: Vec<WorkloadInfo> = store
+            .workload_keys()
+            .into_iter()
+            .filter(|k| k.namespace == policy.namespace)
+            .filter_map(|k| store.workload(&k))
+            .map(|e| e.info.clone())
+            .filter(|i| target_for(&policy.spec, i).is_some())
+            .collect();
+        let missing = policy
+            .spec
+            .targets
+            .iter()
+            .filter(|t| {
+                !infos.iter().any(|i| {
+                    target_kind(t.kind) == i.key.kind
+                        && match (&t.name, &t.selector) {
+                            (Some(n), _) => *n == i.key.name,
+                            (None, Some(s)) => {
+                                crate::decide::policy_plan::selector_matches(s, &i.labels)
+                            }
+                            _ => false,
+                        }
+                })
+            })
+            .collect();
+        (infos, missing)
+    }
+}
+
+/// The longest of a per-rollout setting: each live policy's own (`pick`) for the changes it
+/// brings, and `global` when annotation mode brings a change no policy does (or nothing does).
+fn longest_setting(
+    global: Duration,
+    plan: &Plan,
+    parts: &[PolicyPart],
+    pick: impl Fn(&PolicyPart) -> Duration,
+) -> Duration {
+    let from_policies: Vec<&PolicyPart> = parts.iter().filter(|p| p.carries_changes()).collect();
+    let by_annotations =
+        plan.changes.iter().any(|c| !from_policies.iter().any(|p| p.changed.contains(&c.source)));
+    from_policies
+        .iter()
+        .map(|p| pick(p))
+        .chain(by_annotations.then_some(global))
+        .max()
+        .unwrap_or(global)
+}
+
+/// Adds one to a policy's count.
+fn count_one(counts: &Mutex<HashMap<PolicyKey, i64>>, key: &PolicyKey) {
+    *counts.lock().entry(key.clone()).or_insert(0) += 1;
+}
+
+fn condition_status<'a>(status: &'a ReloadPolicyStatus, type_: &str) -> Option<&'a str> {
+    status.conditions.iter().find(|c| c.type_ == type_).map(|c| c.status.as_str())
+}
+
+fn describe_source(s: &PolicySource) -> String {
+    match (&s.name, &s.selector) {
+        (Some(n), _) => format!("{:?} {n}", s.kind),
+        _ => format!("{:?} selector", s.kind),
+    }
+}
+
+fn describe_target(t: &PolicyTarget) -> String {
+    match (&t.name, &t.selector) {
+        (Some(n), _) => format!("{:?} {n}", t.kind),
+        _ => format!("{:?} selector", t.kind),
+    }
+}
+
+fn time(seconds: i64) -> Option<Time> {
+    Timestamp::from_second(seconds).ok().map(Time)
+}
+
+/// The status the policy should have now, keeping `lastTransitionTime` of conditions whose
+/// status did not change (so an unchanged state is an unchanged object and no write).
+#[allow(clippy::too_many_arguments)]
+fn desired_status(
+    policy: &ActivePolicy,
+    key_problem: Option<&str>,
+    resolved: &[Resolved],
+    missing_sources: &[&PolicySource],
+    targets: &[WorkloadInfo],
+    missing_targets: &[&PolicyTarget],
+    outcomes: &Outcomes,
+    observed: &ReloadPolicyStatus,
+    reload_count: i64,
+    throttled_count: i64,
+) -> ReloadPolicyStatus {
+    let generation = policy.generation;
+    let now = Timestamp::now();
+    let condition = |type_: &str, ok: bool, reason: &str, message: String| {
+        let status = if ok { "True" } else { "False" };
+        let previous = observed.conditions.iter().find(|c| c.type_ == type_);
+        let last = match previous {
+            Some(p) if p.status == status => p.last_transition_time.clone(),
+            _ => Time(now),
+        };
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            last_transition_time: last,
+            observed_generation: generation,
+        }
+    };
+    let failed: Vec<&String> =
+        outcomes.iter().filter(|(_, o)| o.result == "Failed").map(|((_, n), _)| n).collect();
+    let throttled: Vec<String> = outcomes
+        .iter()
+        .filter(|(_, o)| o.result == "Throttled")
+        .map(|((k, n), _)| format!("{} {n}", k.as_str()))
+        .collect();
+    let sources_ok = missing_sources.is_empty();
+    let targets_ok = missing_targets.is_empty();
+    let sources_msg = if sources_ok {
+        format!("{} source(s) found", resolved.len())
+    } else {
+        format!(
+            "not found: {}",
+            crate::model::limits::bounded_list(
+                &missing_sources.iter().map(|s| describe_source(s)).collect::<Vec<String>>(),
+                600
+            )
+        )
+    };
+    let targets_msg = if targets_ok {
+        format!("{} target(s) found", targets.len())
+    } else {
+        format!(
+            "not found: {}",
+            crate::model::limits::bounded_list(
+                &missing_targets.iter().map(|t| describe_target(t)).collect::<Vec<String>>(),
+                600
+            )
+        )
+    };
+    let (ready, ready_reason, ready_msg) = if let Some(problem) = key_problem {
+        (
+            false,
+            "HashKeyUnavailable",
+            format!(
+                "hashMode HMAC-SHA256 needs the operator's hash key; nothing is reloaded: {problem}"
+            ),
+        )
+    } else if !sources_ok {
+        (false, "SourcesNotFound", sources_msg.clone())
+    } else if !targets_ok {
+        (false, "TargetsNotFound", targets_msg.clone())
+    } else if !failed.is_empty() {
+        (
+            false,
+            "ReloadFailed",
+            format!(
+                "reload failed for: {}",
+                crate::model::limits::bounded_list(
+                    &failed.iter().map(|s| s.to_string()).collect::<Vec<String>>(),
+                    600
+                )
+            ),
+        )
+    } else if policy.spec.suspend {
+        (true, "Suspended", "suspended: changes are observed, nothing is reloaded".to_string())
+    } else if policy.spec.dry_run {
+        (true, "DryRun", "dry run: reloads are recorded, nothing is changed".to_string())
+    } else {
+        (true, "Ready", "sources and targets resolved".to_string())
+    };
+    // kstatus (Argo CD, Flux, `kubectl wait`): Stalled when only a change by the user (or to
+    // the cluster's objects) helps, Reconciling while work toward the spec is still pending.
+    // Each condition carries observedGeneration, so after a spec change the old generation's
+    // Ready does not count until this generation's is written.
+    let stalled = !ready && key_problem.is_none();
+    let (reconciling, reconciling_reason, reconciling_msg) = if key_problem.is_some() {
+        (true, "WaitingForHashKey", "waiting for the operator's hash key".to_string())
+    } else if !throttled.is_empty() {
+        (true, "RolloutsHeldBack", "a churn limit holds back rollouts; they follow".to_string())
+    } else {
+        (false, "Reconciled", "every change is applied".to_string())
+    };
+    let conditions = vec![
+        condition("Ready", ready, ready_reason, ready_msg.clone()),
+        condition(
+            "Stalled",
+            stalled,
+            if stalled { ready_reason } else { "NotStalled" },
+            if stalled { ready_msg } else { "no error that needs a change to the spec".into() },
+        ),
+        condition("Reconciling", reconciling, reconciling_reason, reconciling_msg),
+        condition(
+            "SourcesResolved",
+            sources_ok,
+            if sources_ok { "Found" } else { "SourcesNotFound" },
+            sources_msg,
+        ),
+        condition(
+            "TargetsResolved",
+            targets_ok,
+            if targets_ok { "Found" } else { "TargetsNotFound" },
+            targets_msg,
+        ),
+        condition(
+            "Degraded",
+            !failed.is_empty(),
+            if failed.is_empty() { "AsExpected" } else { "ReloadFailed" },
+            if failed.is_empty() {
+                "no failed reloads".into()
+            } else {
+                format!("{} target(s) failed", failed.len())
+            },
+        ),
+        condition(
+            "Throttled",
+            !throttled.is_empty(),
+            if throttled.is_empty() { "NotThrottled" } else { "RolloutsHeldBack" },
+            if throttled.is_empty() {
+                "no rollout is held back by a churn limit".into()
+            } else {
+                format!(
+                    "a churn limit holds back the rollout of {}; the latest state is applied when it allows",
+                    crate::model::limits::bounded_list(&throttled, 600)
+                )
+            },
+        ),
+    ];
+    let previous_sources: HashMap<(String, String), &SourceStatus> =
+        observed.sources.iter().map(|s| ((format!("{:?}", s.kind), s.name.clone()), s)).collect();
+    let sources = resolved
+        .iter()
+        .filter(|_| key_problem.is_none())
+        .filter_map(|r| {
+            let kind = match r.source.kind {
+                crate::model::source::SourceKind::ConfigMap => {
+                    crate::model::policy::PolicySourceKind::ConfigMap
+                }
+                crate::model::source::SourceKind::Secret => {
+                    crate::model::policy::PolicySourceKind::Secret
+                }
+                crate::model::source::SourceKind::SecretProviderClass => return None,
+            };
+            let prev = previous_sources.get(&(format!("{kind:?}"), r.source.name.clone()));
+            let last_change_time = match prev {
+                Some(p) if p.hash == r.hash => p.last_change_time.clone(),
+                _ => r.changed_at.and_then(time).or_else(|| prev.is_some().then_some(Time(now))),
+            };
+            Some(SourceStatus {
+                kind,
+                name: r.source.name.clone(),
+                hash: r.hash.clone(),
+                last_change_time,
+            })
+        })
+        // `resolvedSources` counts them all; the list shows the first ones.
+        .take(crate::model::limits::MAX_STATUS_ITEMS)
+        .collect();
+    let previous_targets: HashMap<(crate::model::policy::PolicyTargetKind, &str), &TargetStatus> =
+        observed.targets.iter().map(|p| ((p.kind, p.name.as_str()), p)).collect();
+    let mut target_status: Vec<TargetStatus> = targets
+        .iter()
+        .filter_map(|t| {
+            let kind = match t.key.kind {
+                WorkloadKind::Deployment => crate::model::policy::PolicyTargetKind::Deployment,
+                WorkloadKind::StatefulSet => crate::model::policy::PolicyTargetKind::StatefulSet,
+                WorkloadKind::DaemonSet => crate::model::policy::PolicyTargetKind::DaemonSet,
+                WorkloadKind::CronJob => crate::model::policy::PolicyTargetKind::CronJob,
+                WorkloadKind::Rollout => crate::model::policy::PolicyTargetKind::Rollout,
+                _ => return None,
+            };
+            let outcome = outcomes.get(&(t.key.kind, t.key.name.clone()));
+            let previous = previous_targets.get(&(kind, t.key.name.as_str())).copied();
+            Some(TargetStatus {
+                kind,
+                name: t.key.name.clone(),
+                last_reload_time: outcome
+                    .and_then(|o| o.time.and_then(time))
+                    .or_else(|| previous.and_then(|p| p.last_reload_time.clone())),
+                last_reload_hash: outcome
+                    .and_then(|o| o.hash.clone())
+                    .or_else(|| previous.and_then(|p| p.last_reload_hash.clone())),
+                result: outcome
+                    .map(|o| o.result.to_string())
+                    .or_else(|| previous.and_then(|p| p.result.clone())),
+                message: outcome.and_then(|o| o.message.as_deref()).map(|m| {
+                    crate::model::limits::truncate(m, crate::model::limits::MAX_EVENT_NOTE)
+                }),
+            })
+        })
+        .collect();
+    // `resolvedTargets` counts them all; the list shows the ones needing attention first.
+    if target_status.len() > crate::model::limits::MAX_STATUS_ITEMS {
+        let attention =
+            |t: &TargetStatus| matches!(t.result.as_deref(), Some("Failed") | Some("Throttled"));
+        let needing = target_status.iter().filter(|t| attention(t)).count();
+        let mut room = crate::model::limits::MAX_STATUS_ITEMS.saturating_sub(needing);
+        target_status.retain(|t| {
+            if attention(t) {
+                return true;
+            }
+            let keep = room > 0;
+            room = room.saturating_sub(1);
+            keep
+        });
+        target_status.truncate(crate::model::limits::MAX_STATUS_ITEMS);
+    }
+    let last_reload_time = target_status
+        .iter()
+        .filter_map(|t| t.last_reload_time.clone())
+        .max_by_key(|t| t.0)
+        .or_else(|| observed.last_reload_time.clone());
+    ReloadPolicyStatus {
+        observed_generation: generation,
+        conditions,
+        resolved_sources: Some(resolved.len() as i32),
+        resolved_targets: Some(targets.len() as i32),
+        sources,
+        targets: target_status,
+        last_reload_time,
+        reload_count,
+        throttled_count,
+    }
+}

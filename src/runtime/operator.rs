@@ -1,0 +1,258 @@
+//! The one place that wires the operator together.
+
+use crate::cli::Cli;
+use crate::decide::hash::HashMode;
+use crate::kube::leader::{Election, Elector, PollingElection, sole_leader};
+use crate::kube::ratelimit::RateLimitLayer;
+use crate::runtime::engine::{Engine, EngineConfig};
+use crate::{Error, Result};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::ListParams;
+use kube::{Api, Client};
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// Connects to the API server and runs the engine until SIGTERM or SIGINT.
+pub async fn run(cli: Cli) -> Result<()> {
+    // Handlers first: a signal that arrives while connecting must stop us cleanly, not kill us.
+    let shutdown = shutdown_signal()?;
+    let plain_http = cli.reload.webhook_url.as_deref().is_some_and(|u| u.starts_with("http://"));
+    if plain_http && !cli.alerts.allow_plain_http {
+        return Err(Error::Settings(
+            "--webhook-url is http://: reload payloads would cross the network in clear; use \
+             https:// or allow it with --allow-plain-http (RELOADER_ALLOW_PLAIN_HTTP)"
+                .into(),
+        ));
+    }
+    let config = kube::Config::infer().await.map_err(|e| Error::Config(Box::new(e)))?;
+    let cluster_url = config.cluster_url.to_string();
+    let election = match cli.ha.leader_config()? {
+        Some(leader) => {
+            // Lease requests are bounded so a renewal that hangs fails before the Lease ends.
+            let mut lease_config = config.clone();
+            let timeout = Some(leader.request_timeout());
+            (lease_config.connect_timeout, lease_config.read_timeout, lease_config.write_timeout) =
+                (timeout, timeout, timeout);
+            Some((leader, lease_config))
+        }
+        None => None,
+    };
+    let host = config.cluster_url.authority().map(|a| a.to_string()).unwrap_or_default();
+    let requests = crate::report::metrics::RequestMetrics::new(&host);
+    // A request is timed from its call, which the rate limiter lets through only once it has
+    // a token: the time is the API server's, not the bucket's.
+    let client = kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&crate::report::metrics::RequestMetricsLayer(requests.clone()));
+    let client = match RateLimitLayer::new(cli.kube_api_qps, cli.kube_api_burst) {
+        Some(limit) => client.with_layer(&limit).build(),
+        None => client.build(),
+    };
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(|source| Error::Connect { url: cluster_url.clone(), source })?;
+    info!(
+        cluster = %cluster_url,
+        server_version = %version.git_version,
+        "connected to the Kubernetes API server"
+    );
+    if cli.enable_pprof || cli.pprof_addr.is_some() {
+        warn!(
+            "--enable-pprof and --pprof-addr are accepted for compatibility and ignored: profiling is never served"
+        );
+    }
+
+    // An invalid namespace selector would fail every Namespace watch forever: ask the API
+    // server's own parser now, and stop with its message.
+    if let Some(selector) = crate::cli::namespace_selector(&cli.reload.namespace_selector) {
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let probe = ListParams::default().labels(&selector).limit(1);
+        if let Err(kube::Error::Api(status)) = namespaces.list_metadata(&probe).await
+            && status.code == 400
+        {
+            return Err(Error::Settings(format!(
+                "--namespace-selector {selector:?} is not a valid label selector: {}",
+                status.message
+            )));
+        }
+    }
+
+    // With Reloader's Lease rights (get and update, no watch or patch) the Lease is polled.
+    let mut lease_missing = Vec::new();
+    let (leadership, election) = match election {
+        Some((leader, lease_config)) => {
+            let rights =
+                crate::kube::access::lease_rights(&client, &leader.namespace, &leader.lease_name)
+                    .await;
+            lease_missing = rights.missing;
+            let election = if rights.poll {
+                let retry = cli.ha.leader_election_retry_period.unwrap_or(Duration::from_secs(2));
+                Elector::Polling(PollingElection::new(
+                    Client::try_from(lease_config)?,
+                    leader,
+                    retry,
+                )?)
+            } else {
+                Elector::Watching(
+                    Election::new(Client::try_from(lease_config)?, client.clone(), leader).await?,
+                )
+            };
+            (election.leadership(), Some(election))
+        }
+        None => (sole_leader(), None),
+    };
+    let mut engine_config = EngineConfig::from_args(&cli.reload);
+    if let Some(ns) = cli.ha.pod_namespace.as_ref().filter(|s| !s.is_empty())
+        && cli.reload.hash_key_namespace.as_deref().is_none_or(str::is_empty)
+    {
+        engine_config.hash_key_namespace = ns.clone();
+    }
+    let webhook = crate::serve::webhook::settings(&cli, &engine_config)?;
+    let webhook_leadership = leadership.clone();
+    let key_leadership = leadership.clone();
+    let ha = election.is_some();
+    let engine = Engine::new(client.clone(), engine_config, leadership);
+    engine.metrics().register_requests(&requests);
+    engine.report_lease_rights(&lease_missing);
+    let key_slot = engine.hash_key();
+    // Annotation mode's keyed hashes need the key before anything is planned: a replica that
+    // may create it (no HA) does so now, and any error is fatal; a standby only checks that it
+    // may read it, and waits for the leader to create it. In sha1 mode, only keyed policies
+    // need it: loaded in the background, never holding up readiness.
+    if cli.reload.hash_mode == HashMode::HmacSha256 {
+        key_slot.load_once(&client, !ha).await?;
+    }
+    let stop_key = Arc::new(tokio::sync::Notify::new());
+    let key_task = {
+        let stop = stop_key.clone();
+        let maintain =
+            crate::kube::hash_key::maintain(client.clone(), key_slot, key_leadership, async move {
+                stop.notified().await
+            });
+        // In sha1 mode the key serves keyed ReloadPolicies only: not looked for when policy
+        // mode is off (an identity that may not read policies, such as Reloader's).
+        let keyed_annotations = cli.reload.hash_mode == HashMode::HmacSha256;
+        let mut policy_mode = engine.policy_mode();
+        tokio::spawn(async move {
+            let needed = keyed_annotations
+                || matches!(policy_mode.wait_for(Option::is_some).await.as_deref(), Ok(Some(true)));
+            if needed {
+                maintain.await;
+            }
+        })
+    };
+    let webhook_mode = cli.reload.webhook_url.as_deref().is_some_and(|u| !u.is_empty());
+    let alerts =
+        crate::report::alerts::start_from_args(&cli.alerts, webhook_mode, engine.metrics());
+    let alert_delivery = alerts.map(|(alerter, delivery)| {
+        engine.send_alerts(alerter);
+        delivery
+    });
+    let stop_http = Arc::new(tokio::sync::Notify::new());
+    let (bound, http) = {
+        let stop = stop_http.clone();
+        let health = crate::serve::http::Health { ready: engine.ready(), live: engine.live() };
+        crate::serve::http::serve(cli.metrics_addr, engine.metrics(), health, async move {
+            stop.notified().await
+        })
+        .await
+        .map_err(|source| Error::Listen { addr: cli.metrics_addr, source })?
+    };
+    info!(address = %bound, "serving /metrics, /live and /readyz");
+    let http = tokio::spawn(http);
+    // Every replica serves the webhook from its warm memory; only the leader writes its
+    // certificate Secret and configuration.
+    let stop_webhook = Arc::new(tokio::sync::Notify::new());
+    let webhook = match webhook {
+        Some((source, scope)) => {
+            let slot = Arc::new(crate::serve::webhook::CertSlot::default());
+            let stop = stop_webhook.clone();
+            // The configuration's own rule: exclusions apply when no namespaces are listed
+            // (listed ones are checked by the engine either way).
+            let excluded = if scope.namespaces.is_empty() {
+                scope.excluded_namespaces.clone()
+            } else {
+                Vec::new()
+            };
+            let guard = crate::serve::webhook::Guard {
+                excluded_namespaces: excluded,
+                client_ca: cli.webhook.webhook_client_ca.clone(),
+            };
+            let (bound, server) = crate::serve::webhook::serve(
+                cli.webhook.webhook_addr,
+                engine.clone(),
+                slot.clone(),
+                guard,
+                async move { stop.notified().await },
+            )
+            .await
+            .map_err(|source| crate::serve::webhook::WebhookError::Listen {
+                addr: cli.webhook.webhook_addr,
+                source,
+            })?;
+            info!(address = %bound, path = crate::serve::webhook::MUTATE_PATH, "serving the admission webhook");
+            let stop = stop_webhook.clone();
+            let upkeep = crate::serve::webhook::maintain_certificates(
+                client.clone(),
+                source,
+                scope,
+                slot,
+                webhook_leadership,
+                async move { stop.notified().await },
+            );
+            Some((tokio::spawn(server), tokio::spawn(upkeep)))
+        }
+        None => None,
+    };
+    let mut ready = engine.ready();
+    tokio::spawn(async move {
+        if ready.wait_for(|r| *r == crate::runtime::engine::Readiness::Ready).await.is_ok() {
+            info!("ready");
+        }
+    });
+    // The signal stops the engine first (in-flight writes finish), then the election, which
+    // releases the Lease so a standby takes over at once.
+    let stop_election = Arc::new(tokio::sync::Notify::new());
+    let election = election.map(|e| {
+        let stop = stop_election.clone();
+        tokio::spawn(e.run(async move { stop.notified().await }))
+    });
+    engine
+        .run(async {
+            shutdown.await;
+            info!("shutdown signal received, exiting");
+        })
+        .await;
+    if let Some(election) = election {
+        stop_election.notify_one();
+        let _ = election.await;
+    }
+    // After the Lease is released: queued alerts must not delay the standby's takeover.
+    if let Some(delivery) = alert_delivery {
+        delivery.finish(Duration::from_secs(5)).await;
+    }
+    if let Some((server, upkeep)) = webhook {
+        stop_webhook.notify_waiters();
+        let _ = server.await;
+        let _ = upkeep.await;
+    }
+    stop_key.notify_one();
+    let _ = key_task.await;
+    stop_http.notify_one();
+    let _ = http.await;
+    Ok(())
+}
+
+/// Installs SIGTERM and SIGINT handlers now; the future resolves on the first of them.
+pub fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(Error::Signal)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(Error::Signal)?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+    })
+}
