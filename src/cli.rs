@@ -2,10 +2,15 @@
 
 use std::time::Duration;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{ArgAction, Parser, ValueEnum};
 
 use crate::decide::plan::Strategy;
 use crate::model::annotations::AnnotationKeys;
+use crate::model::workload::HashMode;
+use crate::model::workload::WorkloadKind;
+use crate::runtime::engine::EngineConfig;
+use crate::serve::webhook::{CertSource, Endpoint, Scope, WebhookError, parse_labels, url_host};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -90,7 +95,7 @@ pub struct ReloadArgs {
 
     /// How a reload is triggered: `env-vars` (STAKATER_* variable), `annotations`
     /// (`reloader.stakater.com/last-reloaded-from`) or `restart` (`kubectl.kubernetes.io/restartedAt`).
-    #[arg(long, env = "RELOADER_RELOAD_STRATEGY", value_enum, default_value_t = Strategy::EnvVars)]
+    #[arg(long, env = "RELOADER_RELOAD_STRATEGY", value_parser = one_of::<Strategy>(Strategy::ALL.map(Strategy::as_str)), default_value_t = Strategy::EnvVars)]
     pub reload_strategy: Strategy,
 
     /// Also reload when a referenced ConfigMap/Secret is created.
@@ -209,8 +214,8 @@ pub struct ReloadArgs {
     /// stakater/Reloader does, so migrating rolls nothing; `hmac-sha256` writes HMAC-SHA-256 of
     /// that SHA-1 under the operator's key, so nobody who can read a workload can test guesses
     /// of a Secret's value offline (switching rolls every selected workload once).
-    #[arg(long, env = "RELOADER_HASH_MODE", value_enum, default_value_t = crate::decide::hash::HashMode::Sha1)]
-    pub hash_mode: crate::decide::hash::HashMode,
+    #[arg(long, env = "RELOADER_HASH_MODE", value_parser = one_of::<HashMode>(HashMode::ALL.map(HashMode::as_str)), default_value_t = HashMode::Sha1)]
+    pub hash_mode: HashMode,
 
     /// The Secret holding the key of keyed hashes (created with 32 random bytes when absent).
     #[arg(long, env = "RELOADER_HASH_KEY_SECRET", default_value = "reloader-hash-key")]
@@ -308,7 +313,7 @@ impl HaArgs {
         }
         let required = |v: &Option<String>, name: &str| {
             v.clone().filter(|s| !s.is_empty()).ok_or_else(|| {
-                crate::Error::Leader(format!(
+                crate::kube::leader::LeaderError(format!(
                     "--enable-ha needs {name} (set it from the downward API)"
                 ))
             })
@@ -421,6 +426,158 @@ pub struct AlertArgs {
 }
 
 impl ReloadArgs {
+    /// The engine's settings from these flags.
+    pub fn engine_config(&self) -> EngineConfig {
+        let args = self;
+        let ignored: std::collections::HashSet<WorkloadKind> = args
+            .ignored_workload_types
+            .iter()
+            .filter_map(|t| WorkloadKind::from_plural(t))
+            .collect();
+        let kinds = [
+            WorkloadKind::Deployment,
+            WorkloadKind::DaemonSet,
+            WorkloadKind::StatefulSet,
+            WorkloadKind::CronJob,
+            WorkloadKind::Job,
+            WorkloadKind::DeploymentConfig,
+        ]
+        .into_iter()
+        .chain(args.is_argo_rollouts.then_some(WorkloadKind::Rollout))
+        .filter(|k| !ignored.contains(k))
+        .collect();
+        let mut namespaces: Vec<String> = args
+            .namespaces
+            .iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if let Some(ns) = args.kubernetes_namespace.as_ref().filter(|s| !s.is_empty())
+            && namespaces.is_empty()
+        {
+            namespaces.push(ns.clone());
+        }
+        EngineConfig {
+            keys: args.annotation_keys(),
+            strategy: args.reload_strategy,
+            auto_reload_all: args.auto_reload_all,
+            reload_on_create: args.reload_on_create,
+            reload_on_delete: args.reload_on_delete,
+            sync_after_restart: args.sync_after_restart,
+            watch_configmaps: args.resources_to_ignore.as_deref() != Some("configmaps"),
+            watch_secrets: args.resources_to_ignore.as_deref() != Some("secrets"),
+            kinds,
+            namespaces,
+            namespaces_to_ignore: args.namespaces_to_ignore.iter().cloned().collect(),
+            resource_label_selector: args.resource_label_selector.clone().filter(|s| !s.is_empty()),
+            namespace_selector: namespace_selector(&args.namespace_selector),
+            webhook_url: args.webhook_url.clone().filter(|s| !s.is_empty()),
+            debounce: args.debounce,
+            debounce_max_wait: args.debounce_max_wait,
+            min_rollout_interval: args.min_rollout_interval,
+            max_rollouts_per_second: args.max_rollouts_per_second,
+            rollout_burst: args.rollout_burst,
+            resync_period: args.resync_period,
+            workers: args.workers.into(),
+            api_discovery_interval: args.api_discovery_interval,
+            metrics_count_by_namespace: args.metrics_count_by_namespace,
+            csi_integration: args.enable_csi_integration,
+            key_precise_references: args.key_precise_references,
+            hash_mode: args.hash_mode,
+            // `default` for local runs; the operator puts POD_NAMESPACE here when it is set.
+            hash_key_namespace: args
+                .hash_key_namespace
+                .clone()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "default".into()),
+            hash_key_secret: args.hash_key_secret.clone(),
+        }
+    }
+}
+
+/// The webhook's certificate source and scope from the command line; `None` without
+/// `--enable-webhook`.
+impl Cli {
+    pub fn webhook_settings(
+        &self,
+        engine: &EngineConfig,
+    ) -> Result<Option<(CertSource, Scope)>, WebhookError> {
+        let cli = self;
+        let args = &cli.webhook;
+        if !args.enable_webhook {
+            return Ok(None);
+        }
+        let own_namespace = cli.ha.pod_namespace.clone().filter(|s| !s.is_empty());
+        let source = match &args.webhook_cert_dir {
+            Some(dir) => CertSource::Files(dir.clone()),
+            None => {
+                let namespace = own_namespace.clone().ok_or_else(|| {
+                WebhookError::Settings(
+                    "--enable-webhook needs POD_NAMESPACE for its certificate Secret (or --webhook-cert-dir)".into(),
+                )
+            })?;
+                let endpoint = match (&args.webhook_client_url, &args.webhook_service) {
+                    (Some(url), _) if url_host(url).is_some() => Endpoint::Url(url.clone()),
+                    (Some(url), _) => {
+                        return Err(WebhookError::Settings(format!(
+                            "--webhook-client-url must be an https:// URL with a host, got {url:?}"
+                        )));
+                    }
+                    (None, Some(name)) => Endpoint::Service {
+                        name: name.clone(),
+                        namespace: namespace.clone(),
+                        port: args.webhook_service_port,
+                    },
+                    (None, None) => {
+                        return Err(WebhookError::Settings(
+                        "--enable-webhook needs --webhook-service or --webhook-client-url (or --webhook-cert-dir with a configuration of your own)".into(),
+                    ));
+                    }
+                };
+                CertSource::Managed {
+                    namespace,
+                    secret: args.webhook_secret_name.clone(),
+                    configuration: args.webhook_configuration_name.clone(),
+                    endpoint,
+                }
+            }
+        };
+        let mut excluded: Vec<String> =
+            ["kube-system".to_string()].into_iter().chain(own_namespace).collect();
+        excluded.extend(engine.namespaces_to_ignore.iter().cloned());
+        excluded.sort();
+        excluded.dedup();
+        let scope = Scope {
+            kinds: engine
+                .kinds
+                .iter()
+                .copied()
+                .filter(|k| crate::runtime::engine::admitted_kind_of(*k))
+                .collect(),
+            namespaces: engine.namespaces.clone(),
+            excluded_namespaces: excluded,
+            object_labels: parse_labels(&args.webhook_object_selector)?,
+        };
+        Ok(Some((source, scope)))
+    }
+}
+
+impl AlertArgs {
+    /// The alert settings, for `report::alerts` to check.
+    pub fn settings(&self) -> crate::report::alerts::AlertSettings {
+        crate::report::alerts::AlertSettings {
+            alert_on_reload: self.alert_on_reload,
+            alert_webhook_url: self.alert_webhook_url.clone(),
+            allow_plain_http: self.allow_plain_http,
+            alert_webhook_url_file: self.alert_webhook_url_file.clone(),
+            alert_sink: self.alert_sink.clone(),
+            alert_webhook_proxy: self.alert_webhook_proxy.clone(),
+            alert_additional_info: self.alert_additional_info.clone(),
+        }
+    }
+}
+
+impl ReloadArgs {
     /// The annotation keys after renaming flags.
     pub fn annotation_keys(&self) -> AnnotationKeys {
         AnnotationKeys {
@@ -437,6 +594,16 @@ impl ReloadArgs {
             ..AnnotationKeys::default()
         }
     }
+}
+
+/// A value parser accepting exactly `names` (listed in `--help`) and turning the one given into
+/// `T` through its `FromStr`: the enumerations of the decision layer stay free of clap.
+fn one_of<T>(names: impl IntoIterator<Item = &'static str>) -> impl TypedValueParser<Value = T>
+where
+    T: std::str::FromStr + Clone + Send + Sync + 'static,
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    PossibleValuesParser::new(names).try_map(|name| name.parse::<T>())
 }
 
 /// A boolean as Go's `strconv.ParseBool` reads it (`1`, `t`, `T`, `TRUE`, `true`, `True`, and
@@ -620,7 +787,7 @@ mod tests {
     #[test]
     fn hash_mode_defaults_to_the_compatible_sha1() {
         let cli = Cli::try_parse_from(["reloader"]).unwrap();
-        assert_eq!(cli.reload.hash_mode, crate::decide::hash::HashMode::Sha1);
+        assert_eq!(cli.reload.hash_mode, crate::model::workload::HashMode::Sha1);
         assert_eq!(cli.reload.hash_key_secret, "reloader-hash-key");
         let keyed = Cli::try_parse_from([
             "reloader",
@@ -632,8 +799,8 @@ mod tests {
             "ops",
         ])
         .unwrap();
-        assert_eq!(keyed.reload.hash_mode, crate::decide::hash::HashMode::HmacSha256);
-        let config = crate::runtime::engine::EngineConfig::from_args(&keyed.reload);
+        assert_eq!(keyed.reload.hash_mode, crate::model::workload::HashMode::HmacSha256);
+        let config = keyed.reload.engine_config();
         assert_eq!(
             (config.hash_key_namespace.as_str(), config.hash_key_secret.as_str()),
             ("ops", "k")

@@ -40,8 +40,8 @@ pub enum Error {
     Settings(String),
 
     /// Leader election is misconfigured or its Lease cannot be set up.
-    #[error("leader election: {0}")]
-    Leader(String),
+    #[error(transparent)]
+    Leader(#[from] crate::kube::leader::LeaderError),
 
     /// The admission webhook is misconfigured or cannot start.
     #[error(transparent)]

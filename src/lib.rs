@@ -4,11 +4,12 @@
 //! only the ones after it in this list (checked by the `layers` test below):
 //!
 //! 1. `runtime/`: wiring and the engine ([`runtime::operator::run`] starts everything);
-//! 2. `kube/`, `report/`, `serve/`: the API besides the engine's writes, what is told (metrics,
-//!    alerts), what is served (health, admission webhook);
-//! 3. `index/`: in-memory state fed by watch events;
-//! 4. `decide/`: every rule, values in and values out;
-//! 5. `model/`: the vocabulary.
+//! 2. `serve/`: what is served (metrics and health endpoints, the admission webhook);
+//! 3. `report/`: what is told (metrics, alerts);
+//! 4. `kube/`: the API besides the engine's writes (rights, leader election, hash key, budget);
+//! 5. `index/`: in-memory state fed by watch events;
+//! 6. `decide/`: every rule, values in and values out;
+//! 7. `model/`: the vocabulary.
 //!
 //! [`cli`] owns the command line and its environment variables and is the only module that knows
 //! clap; [`telemetry`] owns logging; [`error`] is the operator's top-level error.
@@ -25,3 +26,198 @@ pub mod serve;
 pub mod telemetry;
 
 pub use error::{Error, Result};
+
+/// The layering above, checked on the source text: no module imports a layer before its own, the
+/// first three layers use no runtime, API client or clap, and modules import each other in no
+/// cycle.
+#[cfg(test)]
+mod layers {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::Path;
+
+    /// Rank of a module path's layer; `None` for the edges (`cli`, `error`, `telemetry`, `lib`,
+    /// `main`), which may import anything and which no layer imports.
+    fn rank(module: &str) -> Option<u8> {
+        match module.split("::").next()? {
+            "model" => Some(0),
+            "decide" => Some(1),
+            "index" => Some(2),
+            "kube" => Some(3),
+            "report" => Some(4),
+            "serve" => Some(5),
+            "runtime" => Some(6),
+            _ => None,
+        }
+    }
+
+    /// The wiring may read the command line and return the top-level error.
+    const EDGE_IMPORTS_ALLOWED: [(&str, &str); 2] =
+        [("runtime::operator", "cli"), ("runtime::operator", "error")];
+
+    /// Words the pure layers must not use: a runtime, a server, an API client, clap.
+    const IMPURE: [&str; 8] =
+        ["tokio", "clap", "warp", "hyper", "reqwest", "prometheus", "kube::Client", "kube::Api"];
+
+    /// Every module's code without comments and without its `mod tests`.
+    fn modules() -> BTreeMap<String, String> {
+        fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<String, String>) {
+            for entry in std::fs::read_dir(dir).expect("src is readable") {
+                let path = entry.expect("a directory entry").path();
+                if path.is_dir() {
+                    walk(&path, root, out);
+                    continue;
+                }
+                if path.extension().is_none_or(|e| e != "rs") {
+                    continue;
+                }
+                let relative = path.strip_prefix(root).expect("under src").with_extension("");
+                let mut parts: Vec<String> =
+                    relative.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+                if parts.last().is_some_and(|p| p == "mod") {
+                    parts.pop();
+                }
+                let text = std::fs::read_to_string(&path).expect("a readable source file");
+                let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+                let code: String = code
+                    .lines()
+                    .map(|line| line.split("//").next().unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                out.insert(parts.join("::"), code);
+            }
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut out = BTreeMap::new();
+        walk(&root, &root, &mut out);
+        out
+    }
+
+    /// The modules each module names through `crate::` (the longest known prefix of each path).
+    fn imports(modules: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
+        let mut graph = BTreeMap::new();
+        for (name, code) in modules {
+            let mut targets = BTreeSet::new();
+            for (at, _) in code.match_indices("crate::") {
+                let rest = &code[at + "crate::".len()..];
+                let path: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == ':')
+                    .collect();
+                let parts: Vec<&str> = path.split("::").filter(|p| !p.is_empty()).collect();
+                if parts.first().is_some_and(|p| *p == "Error" || *p == "Result") {
+                    targets.insert("error".to_string());
+                    continue;
+                }
+                let known = (1..=parts.len())
+                    .rev()
+                    .map(|n| parts[..n].join("::"))
+                    .find(|candidate| modules.contains_key(candidate));
+                if let Some(target) = known.filter(|t| t != name) {
+                    targets.insert(target);
+                }
+            }
+            graph.insert(name.clone(), targets);
+        }
+        graph
+    }
+
+    /// Imports against the layering, as `from -> to`.
+    fn upward(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+        let top = |m: &str| m.split("::").next().unwrap_or_default().to_string();
+        let mut wrong = Vec::new();
+        for (from, targets) in graph {
+            for to in targets {
+                let allowed = match (rank(from), rank(to)) {
+                    (None, _) => true,
+                    (Some(_), None) => EDGE_IMPORTS_ALLOWED.contains(&(from.as_str(), to.as_str())),
+                    (Some(a), Some(b)) => b < a || top(from) == top(to),
+                };
+                if !allowed {
+                    wrong.push(format!("{from} -> {to}"));
+                }
+            }
+        }
+        wrong
+    }
+
+    /// One import cycle, if there is any.
+    fn first_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+        // Depth-first search; a module met again while on the path closes a cycle.
+        fn visit<'a>(
+            node: &'a str,
+            graph: &'a BTreeMap<String, BTreeSet<String>>,
+            path: &mut Vec<&'a str>,
+            done: &mut BTreeSet<&'a str>,
+        ) -> Option<Vec<String>> {
+            if let Some(at) = path.iter().position(|n| *n == node) {
+                return Some(
+                    path[at..].iter().map(|n| n.to_string()).chain([node.into()]).collect(),
+                );
+            }
+            if !done.insert(node) {
+                return None;
+            }
+            path.push(node);
+            for next in graph.get(node).into_iter().flatten() {
+                if let Some(cycle) = visit(next, graph, path, done) {
+                    return Some(cycle);
+                }
+            }
+            path.pop();
+            None
+        }
+        let mut done = BTreeSet::new();
+        graph.keys().find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+    }
+
+    #[test]
+    fn no_module_imports_a_layer_before_its_own() {
+        let wrong = upward(&imports(&modules()));
+        assert!(wrong.is_empty(), "imports against the layering (see lib.rs): {wrong:#?}");
+    }
+
+    #[test]
+    fn modules_import_each_other_in_no_cycle() {
+        let cycle = first_cycle(&imports(&modules()));
+        assert!(cycle.is_none(), "import cycle: {}", cycle.unwrap_or_default().join(" -> "));
+    }
+
+    #[test]
+    fn model_decide_and_index_use_no_runtime_client_or_clap() {
+        let mut wrong = Vec::new();
+        for (name, code) in modules() {
+            if rank(&name).is_none_or(|r| r > 2) {
+                continue;
+            }
+            for word in IMPURE {
+                let used = code.match_indices(word).any(|(at, _)| {
+                    let before = code[..at].chars().next_back();
+                    let after = code[at + word.len()..].chars().next();
+                    let boundary =
+                        |c: Option<char>| c.is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+                    boundary(before) && boundary(after)
+                });
+                if used {
+                    wrong.push(format!("{name} uses {word}"));
+                }
+            }
+        }
+        assert!(wrong.is_empty(), "{wrong:#?}");
+    }
+
+    #[test]
+    fn the_checks_see_an_upward_import_and_a_cycle() {
+        let source = |code: &str| code.to_string();
+        let modules = BTreeMap::from([
+            ("model::source".to_string(), source("use crate::decide::plan::Plan;")),
+            ("decide::plan".to_string(), source("use crate::model::source::SourceRef;")),
+            ("cli".to_string(), source("use crate::runtime::engine;")),
+            ("runtime::engine".to_string(), source("let x = crate::cli::Cli::parse();")),
+        ]);
+        let graph = imports(&modules);
+        assert_eq!(upward(&graph), ["model::source -> decide::plan", "runtime::engine -> cli"]);
+        let cycle = first_cycle(&graph).expect("a cycle");
+        assert_eq!(cycle.first(), cycle.last());
+        assert_eq!(cycle.len(), 3);
+    }
+}

@@ -9,11 +9,9 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use tokio::time::Instant;
-
-use crate::kube::ratelimit::TokenBucket;
+use crate::decide::token_bucket::TokenBucket;
 
 /// Which limit held a rollout back (`reloader_rollouts_throttled_total{reason}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

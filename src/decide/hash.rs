@@ -9,6 +9,8 @@
 //! itself (`sha1`, compatible) or HMAC-SHA-256 of it under the operator's key (`hmac-sha256`).
 
 use std::collections::BTreeMap;
+
+use crate::model::workload::HashMode;
 use std::sync::Arc;
 
 use base64::Engine as _;
@@ -131,20 +133,6 @@ pub fn delete_marker_hash() -> String {
 /// SHA-1 of arbitrary text, for combining several hashes into one value.
 pub fn sha1_hex(text: &str) -> String {
     hash_entries(vec![text.as_bytes().to_vec()])
-}
-
-/// How a hash is written where others can read it (pod templates, records, policy status,
-/// `--webhook-url` payloads).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum HashMode {
-    /// The SHA-1 itself, as stakater/Reloader writes it (migrating rolls nothing).
-    #[default]
-    #[value(name = "sha1")]
-    Sha1,
-    /// HMAC-SHA-256 of the SHA-1 under the operator's key: readers of a workload cannot test
-    /// guesses of a Secret's value offline.
-    #[value(name = "hmac-sha256")]
-    HmacSha256,
 }
 
 /// Bytes of a generated hash key.

@@ -17,3 +17,4 @@ pub mod plan;
 pub mod policy_plan;
 pub mod selection;
 pub mod template;
+pub mod token_bucket;

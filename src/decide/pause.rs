@@ -5,18 +5,10 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use crate::decide::plan::Plan;
+use crate::decide::plan::{PauseWrite, Plan};
 use crate::model::annotations::AnnotationKeys;
 use crate::model::duration::{MAX_ANNOTATION_DURATION, parse_at_most};
 use crate::model::workload::{WorkloadInfo, WorkloadKind};
-
-/// A change to `spec.paused` and the `paused-at` annotation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PauseWrite {
-    pub paused: bool,
-    /// `Some` sets `paused-at`, `None` removes it.
-    pub paused_at: Option<String>,
-}
 
 /// Adds the pause or resume to `plan` and returns when the workload must be looked at again
 /// (seconds since the epoch), or an error text for an unparsable period.

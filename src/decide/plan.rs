@@ -12,21 +12,44 @@ use crate::decide::hash;
 use crate::decide::selection::{Selection, Via};
 use crate::model::naming::env_var_name;
 use crate::model::source::{SourceRef, SourceState};
-use crate::model::workload::{RESTARTED_AT_ANNOTATION, WorkloadInfo};
+use crate::model::workload::{RESTARTED_AT_ANNOTATION, UnknownValue, WorkloadInfo};
 
 /// How a rollout is triggered in the pod template.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Strategy {
     /// Set `STAKATER_<NAME>_<TYPE>` to the source's hash in one container.
     #[default]
-    #[value(name = "env-vars")]
     EnvVars,
     /// Set the `reloader.stakater.com/last-reloaded-from` pod-template annotation.
-    #[value(name = "annotations")]
     Annotations,
     /// Set `kubectl.kubernetes.io/restartedAt`, as `kubectl rollout restart` does.
-    #[value(name = "restart")]
     Restart,
+}
+
+impl Strategy {
+    pub const ALL: [Strategy; 3] = [Strategy::EnvVars, Strategy::Annotations, Strategy::Restart];
+
+    /// The flag value naming the strategy.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::EnvVars => "env-vars",
+            Strategy::Annotations => "annotations",
+            Strategy::Restart => "restart",
+        }
+    }
+}
+
+impl std::fmt::Display for Strategy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = UnknownValue;
+    fn from_str(text: &str) -> Result<Self, UnknownValue> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text).ok_or_else(|| UnknownValue(text.into()))
+    }
 }
 
 /// What the engine knows of a candidate source.
@@ -189,7 +212,7 @@ pub struct Plan {
     /// Selected sources that have no container to write to (workload without containers).
     pub unwritable: Vec<SourceRef>,
     /// Pausing or resuming a Deployment with a pause period (see [`crate::decide::pause`]).
-    pub pause: Option<crate::decide::pause::PauseWrite>,
+    pub pause: Option<PauseWrite>,
     /// The new per-policy record, when it differs (see [`crate::decide::policy_plan`]).
     pub policy_record: Option<BTreeMap<String, String>>,
 }
@@ -471,6 +494,14 @@ fn plan_annotation(
             }
         }
     });
+}
+
+/// A change to `spec.paused` and the `paused-at` annotation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PauseWrite {
+    pub paused: bool,
+    /// `Some` sets `paused-at`, `None` removes it.
+    pub paused_at: Option<String>,
 }
 
 #[cfg(test)]

@@ -14,11 +14,9 @@ use crate::model::policy::{
     ReloadPolicySpec,
 };
 use crate::model::source::{SourceKind, SourceRef};
-use crate::model::workload::{RESTARTED_AT_ANNOTATION, WorkloadInfo, WorkloadKind};
-
-/// The workload-metadata annotation with the per-policy record: `<policy>/<kind>/<name>` → the
-/// hash (of the selected keys) the workload was last brought up to date with.
-pub const POLICY_RECORD_ANNOTATION: &str = "reloader.rs/policy-hashes";
+use crate::model::workload::{
+    POLICY_RECORD_ANNOTATION, RESTARTED_AT_ANNOTATION, WorkloadInfo, WorkloadKind,
+};
 
 /// A policy as the engine holds it.
 #[derive(Debug, Clone, PartialEq)]

@@ -125,8 +125,7 @@ pub fn record_annotations(plan: &Plan) -> Map<String, Value> {
     }
     if let Some(record) = &plan.policy_record {
         let text = serde_json::to_string(record).expect("a string map serialises");
-        annotations
-            .insert(crate::decide::policy_plan::POLICY_RECORD_ANNOTATION.into(), json!(text));
+        annotations.insert(crate::model::workload::POLICY_RECORD_ANNOTATION.into(), json!(text));
     }
     annotations
 }
@@ -283,7 +282,7 @@ mod tests {
     #[test]
     fn pause_sets_spec_paused_and_paused_at() {
         let plan = Plan {
-            pause: Some(crate::decide::pause::PauseWrite {
+            pause: Some(crate::decide::plan::PauseWrite {
                 paused: true,
                 paused_at: Some("t".into()),
             }),
@@ -293,7 +292,7 @@ mod tests {
         assert_eq!(patch["spec"]["paused"], true);
         assert_eq!(patch["metadata"]["annotations"]["p"], "t");
         let resume = Plan {
-            pause: Some(crate::decide::pause::PauseWrite { paused: false, paused_at: None }),
+            pause: Some(crate::decide::plan::PauseWrite { paused: false, paused_at: None }),
             ..Plan::default()
         };
         let patch = workload_patch(&info(WorkloadKind::Deployment), &resume, "p").unwrap();

@@ -22,7 +22,8 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::decide::hash::{HashKey, HashKeyError, HashMode, Hasher};
+use crate::decide::hash::{HashKey, HashKeyError, Hasher};
+use crate::model::workload::HashMode;
 
 /// The data key holding the key bytes.
 pub const DATA_KEY: &str = "key";

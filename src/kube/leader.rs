@@ -24,7 +24,12 @@ use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::{Error, Result};
+/// Leader election is misconfigured or its Lease cannot be set up.
+#[derive(Debug, thiserror::Error)]
+#[error("leader election: {0}")]
+pub struct LeaderError(pub String);
+
+type Result<T, E = LeaderError> = std::result::Result<T, E>;
 
 /// How long a replica must see itself in the Lease before it writes: longer than a watch event
 /// takes to reach the replica it replaced.
@@ -49,7 +54,7 @@ impl LeaderConfig {
     pub fn validate(&self) -> Result<()> {
         let (lease, renew) = (self.lease_duration.as_secs(), self.renew_deadline.as_secs());
         if renew == 0 || lease <= renew {
-            return Err(Error::Leader(format!(
+            return Err(LeaderError(format!(
                 "the renew deadline ({renew}s) must be at least 1s and shorter than the lease duration ({lease}s)"
             )));
         }
@@ -154,7 +159,7 @@ impl Election {
             .build()
             .await
             .map_err(|e| {
-                Error::Leader(format!(
+                LeaderError(format!(
                     "cannot set up Lease {}/{}: {e}",
                     config.namespace, config.lease_name
                 ))

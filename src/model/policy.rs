@@ -172,10 +172,10 @@ pub enum PolicyHashMode {
 }
 
 impl PolicyHashMode {
-    pub fn mode(self) -> crate::decide::hash::HashMode {
+    pub fn mode(self) -> crate::model::workload::HashMode {
         match self {
-            PolicyHashMode::HmacSha256 => crate::decide::hash::HashMode::HmacSha256,
-            PolicyHashMode::Sha1 => crate::decide::hash::HashMode::Sha1,
+            PolicyHashMode::HmacSha256 => crate::model::workload::HashMode::HmacSha256,
+            PolicyHashMode::Sha1 => crate::model::workload::HashMode::Sha1,
         }
     }
 }

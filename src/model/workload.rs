@@ -17,6 +17,10 @@ use crate::model::source::{SourceKind, SourceRef};
 /// It lives outside the pod template, so writing it rolls nothing.
 pub const RECORD_ANNOTATION: &str = "reloader.rs/source-hashes";
 
+/// The workload-metadata annotation with the per-policy record: `<policy>/<kind>/<name>` → the
+/// hash (of the selected keys) the workload was last brought up to date with.
+pub const POLICY_RECORD_ANNOTATION: &str = "reloader.rs/policy-hashes";
+
 /// The pod-template annotation `kubectl rollout restart` sets; the restart strategy writes it.
 pub const RESTARTED_AT_ANNOTATION: &str = "kubectl.kubernetes.io/restartedAt";
 
@@ -141,7 +145,7 @@ impl WorkloadInfo {
     ) -> Self {
         let mut wanted = keys.workload_keys();
         wanted.push(RECORD_ANNOTATION);
-        wanted.push(crate::decide::policy_plan::POLICY_RECORD_ANNOTATION);
+        wanted.push(POLICY_RECORD_ANNOTATION);
         wanted.push(RESTARTED_AT_ANNOTATION);
         let filter = |annotations: Option<&BTreeMap<String, String>>| {
             annotations
@@ -200,6 +204,48 @@ impl WorkloadInfo {
         self.containers.iter().find_map(|c| c.reloader_env.get(env_name).map(String::as_str))
     }
 }
+
+/// How a hash is written where others can read it (pod templates, records, policy status,
+/// `--webhook-url` payloads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HashMode {
+    /// The SHA-1 itself, as stakater/Reloader writes it (migrating rolls nothing).
+    #[default]
+    Sha1,
+    /// HMAC-SHA-256 of the SHA-1 under the operator's key: readers of a workload cannot test
+    /// guesses of a Secret's value offline.
+    HmacSha256,
+}
+
+impl HashMode {
+    pub const ALL: [HashMode; 2] = [HashMode::Sha1, HashMode::HmacSha256];
+
+    /// The flag and field value naming the mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HashMode::Sha1 => "sha1",
+            HashMode::HmacSha256 => "hmac-sha256",
+        }
+    }
+}
+
+impl std::fmt::Display for HashMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for HashMode {
+    type Err = UnknownValue;
+    fn from_str(text: &str) -> Result<Self, UnknownValue> {
+        Self::ALL.into_iter().find(|m| m.as_str() == text).ok_or_else(|| UnknownValue(text.into()))
+    }
+}
+
+/// A value that names none of an enumeration's members.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown value {0:?}")]
+pub struct UnknownValue(pub String);
 
 #[cfg(test)]
 impl WorkloadInfo {

@@ -17,7 +17,6 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{Notify, mpsc};
 use tracing::{debug, info, warn};
 
-use crate::cli::AlertArgs;
 use crate::model::source::SourceRef;
 use crate::model::workload::WorkloadKey;
 use crate::report::metrics::Metrics;
@@ -152,6 +151,19 @@ pub enum AlertConfigError {
     Client(String),
 }
 
+/// The alert flags as given (`cli::AlertArgs`, stakater/Reloader's `ALERT_*` variables), checked
+/// by [`AlertConfig::from_args`].
+#[derive(Debug, Clone, Default)]
+pub struct AlertSettings {
+    pub alert_on_reload: bool,
+    pub alert_webhook_url: Option<String>,
+    pub allow_plain_http: bool,
+    pub alert_webhook_url_file: Option<std::path::PathBuf>,
+    pub alert_sink: String,
+    pub alert_webhook_proxy: Option<String>,
+    pub alert_additional_info: Option<String>,
+}
+
 /// Validated alert settings.
 #[derive(Clone)]
 pub struct AlertConfig {
@@ -163,7 +175,7 @@ pub struct AlertConfig {
 
 impl AlertConfig {
     /// `Ok(None)` when alerts are off. A URL file is read now, once.
-    pub fn from_args(args: &AlertArgs) -> Result<Option<Self>, AlertConfigError> {
+    pub fn from_args(args: &AlertSettings) -> Result<Option<Self>, AlertConfigError> {
         if !args.alert_on_reload {
             return Ok(None);
         }
@@ -316,8 +328,8 @@ pub fn start(
 /// The operator's alerts from its flags: `None` when off, and also when misconfigured or in
 /// `--webhook-url` mode (nothing is reloaded there); a warning then says why. Reloads go on
 /// either way.
-pub fn start_from_args(
-    args: &AlertArgs,
+pub fn start_from_settings(
+    args: &AlertSettings,
     webhook_mode: bool,
     metrics: Arc<Metrics>,
 ) -> Option<(Alerter, AlertDelivery)> {
@@ -514,8 +526,8 @@ mod tests {
         assert_eq!(Sink::parse(""), Sink::Raw);
     }
 
-    fn args(url: Option<&str>) -> AlertArgs {
-        AlertArgs {
+    fn args(url: Option<&str>) -> AlertSettings {
+        AlertSettings {
             alert_on_reload: true,
             alert_webhook_url: url.map(String::from),
             alert_webhook_url_file: None,
@@ -529,7 +541,7 @@ mod tests {
     #[test]
     fn settings_are_validated_without_showing_the_url() {
         assert!(
-            AlertConfig::from_args(&AlertArgs { alert_on_reload: false, ..args(None) })
+            AlertConfig::from_args(&AlertSettings { alert_on_reload: false, ..args(None) })
                 .unwrap()
                 .is_none()
         );
@@ -547,9 +559,9 @@ mod tests {
             Err(AlertConfigError::PlainHttp)
         ));
         let plain_allowed =
-            AlertArgs { allow_plain_http: true, ..args(Some("http://hooks.example/t")) };
+            AlertSettings { allow_plain_http: true, ..args(Some("http://hooks.example/t")) };
         assert!(AlertConfig::from_args(&plain_allowed).unwrap().is_some());
-        let bad_proxy = AlertArgs {
+        let bad_proxy = AlertSettings {
             alert_webhook_proxy: Some("http://[nope".into()),
             ..args(Some("https://a/"))
         };
@@ -569,7 +581,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("url");
         std::fs::write(&path, "https://hooks.example/T0/B0/token\n").unwrap();
-        let from_file = AlertArgs { alert_webhook_url_file: Some(path.clone()), ..args(None) };
+        let from_file = AlertSettings { alert_webhook_url_file: Some(path.clone()), ..args(None) };
         let config = AlertConfig::from_args(&from_file).unwrap().unwrap();
         assert_eq!(config.url.as_str(), "https://hooks.example/T0/B0/token");
         std::fs::write(&path, " \n").unwrap();
@@ -585,7 +597,7 @@ mod tests {
     #[tokio::test]
     async fn webhook_mode_sends_no_alerts() {
         let metrics = Arc::new(Metrics::new(false));
-        assert!(start_from_args(&args(Some("http://127.0.0.1:9/")), true, metrics).is_none());
+        assert!(start_from_settings(&args(Some("http://127.0.0.1:9/")), true, metrics).is_none());
     }
 
     /// One request as the server read it.
@@ -661,7 +673,7 @@ mod tests {
         limits: DeliveryLimits,
     ) -> (Alerter, AlertDelivery, Arc<Metrics>) {
         let metrics = Arc::new(Metrics::new(false));
-        let config = AlertConfig::from_args(&AlertArgs {
+        let config = AlertConfig::from_args(&AlertSettings {
             alert_sink: sink.into(),
             alert_additional_info: Some("prod".into()),
             allow_plain_http: true,
@@ -769,7 +781,7 @@ mod tests {
     async fn attempt_errors_say_why_without_the_url() {
         let (url, _accepted) = hanging_server().await;
         let url = format!("{url}/secret-token");
-        let plain = AlertArgs { allow_plain_http: true, ..args(Some(&url)) };
+        let plain = AlertSettings { allow_plain_http: true, ..args(Some(&url)) };
         let config = AlertConfig::from_args(&plain).unwrap().unwrap();
         let limits = DeliveryLimits { timeout: Duration::from_millis(100), ..quick() };
         let client = reqwest::Client::builder().timeout(limits.timeout).build().unwrap();

@@ -11,8 +11,6 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::runtime::queue::QueueMetrics;
-
 /// Buckets for API write and reconcile times.
 const WRITE_BUCKETS: &[f64] =
     &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
@@ -484,6 +482,14 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new(false)
     }
+}
+
+/// What a queue reports: every add, and how long a key waited from its first add until a
+/// worker took it (debounce included).
+#[derive(Clone)]
+pub struct QueueMetrics {
+    pub adds: prometheus::IntCounter,
+    pub latency: prometheus::Histogram,
 }
 
 #[cfg(test)]

@@ -32,7 +32,6 @@ mod policies;
 
 pub use admission::{AdmissionError, admission_patch, admitted_kind, admitted_kind_of};
 
-use crate::cli::ReloadArgs;
 use crate::decide::churn::{RolloutLimiter, ThrottleReason};
 use crate::decide::hash;
 use crate::decide::jobs::{
@@ -40,7 +39,6 @@ use crate::decide::jobs::{
 };
 use crate::decide::pause;
 use crate::decide::plan::{Cause, Plan, PlanOptions, SourceFacts, Strategy, TemplateWrite, plan};
-use crate::decide::policy_plan::POLICY_RECORD_ANNOTATION;
 use crate::decide::selection::Selection;
 use crate::decide::template::{
     WORKLOAD_FIELD_MANAGER, apply_to_template, record_annotations, record_patch, workload_patch,
@@ -50,9 +48,11 @@ use crate::kube::access::Follow;
 use crate::model::annotations::AnnotationKeys;
 use crate::model::limits::{LimitViolation, MAX_KEY_HASHES, MAX_SOURCE_LABELS};
 use crate::model::source::{SourceKind, SourceRef, SourceState};
+use crate::model::workload::POLICY_RECORD_ANNOTATION;
 use crate::model::workload::{RECORD_ANNOTATION, WorkloadInfo, WorkloadKey, WorkloadKind};
 use crate::report::metrics::SkipReason;
 use crate::runtime::queue::WorkQueue;
+use crate::serve::http::Readiness;
 
 /// Engine settings, derived from the command line.
 #[derive(Debug, Clone)]
@@ -90,88 +90,10 @@ pub struct EngineConfig {
     /// `--key-precise-references`: only the keys a workload consumes count for it.
     pub key_precise_references: bool,
     /// `--hash-mode`: how annotation mode writes hashes.
-    pub hash_mode: crate::decide::hash::HashMode,
+    pub hash_mode: crate::model::workload::HashMode,
     /// The key Secret of keyed hashes: namespace and name.
     pub hash_key_namespace: String,
     pub hash_key_secret: String,
-}
-
-impl EngineConfig {
-    pub fn from_args(args: &ReloadArgs) -> Self {
-        let ignored: HashSet<WorkloadKind> = args
-            .ignored_workload_types
-            .iter()
-            .filter_map(|t| WorkloadKind::from_plural(t))
-            .collect();
-        let kinds = [
-            WorkloadKind::Deployment,
-            WorkloadKind::DaemonSet,
-            WorkloadKind::StatefulSet,
-            WorkloadKind::CronJob,
-            WorkloadKind::Job,
-            WorkloadKind::DeploymentConfig,
-        ]
-        .into_iter()
-        .chain(args.is_argo_rollouts.then_some(WorkloadKind::Rollout))
-        .filter(|k| !ignored.contains(k))
-        .collect();
-        let mut namespaces: Vec<String> = args
-            .namespaces
-            .iter()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect();
-        if let Some(ns) = args.kubernetes_namespace.as_ref().filter(|s| !s.is_empty())
-            && namespaces.is_empty()
-        {
-            namespaces.push(ns.clone());
-        }
-        EngineConfig {
-            keys: args.annotation_keys(),
-            strategy: args.reload_strategy,
-            auto_reload_all: args.auto_reload_all,
-            reload_on_create: args.reload_on_create,
-            reload_on_delete: args.reload_on_delete,
-            sync_after_restart: args.sync_after_restart,
-            watch_configmaps: args.resources_to_ignore.as_deref() != Some("configmaps"),
-            watch_secrets: args.resources_to_ignore.as_deref() != Some("secrets"),
-            kinds,
-            namespaces,
-            namespaces_to_ignore: args.namespaces_to_ignore.iter().cloned().collect(),
-            resource_label_selector: args.resource_label_selector.clone().filter(|s| !s.is_empty()),
-            namespace_selector: crate::cli::namespace_selector(&args.namespace_selector),
-            webhook_url: args.webhook_url.clone().filter(|s| !s.is_empty()),
-            debounce: args.debounce,
-            debounce_max_wait: args.debounce_max_wait,
-            min_rollout_interval: args.min_rollout_interval,
-            max_rollouts_per_second: args.max_rollouts_per_second,
-            rollout_burst: args.rollout_burst,
-            resync_period: args.resync_period,
-            workers: args.workers.into(),
-            api_discovery_interval: args.api_discovery_interval,
-            metrics_count_by_namespace: args.metrics_count_by_namespace,
-            csi_integration: args.enable_csi_integration,
-            key_precise_references: args.key_precise_references,
-            hash_mode: args.hash_mode,
-            // `default` for local runs; the operator puts POD_NAMESPACE here when it is set.
-            hash_key_namespace: args
-                .hash_key_namespace
-                .clone()
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| "default".into()),
-            hash_key_secret: args.hash_key_secret.clone(),
-        }
-    }
-}
-
-/// What `/readyz` answers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Readiness {
-    /// The first lists are still arriving.
-    Syncing,
-    Ready,
-    /// The identity's rights do not let annotation mode do its job (the reason says why).
-    Unable(String),
 }
 
 /// Shared state of the running engine.
@@ -245,7 +167,7 @@ impl Engine {
         let rollouts = Mutex::new(RolloutLimiter::new(
             config.max_rollouts_per_second,
             config.rollout_burst,
-            tokio::time::Instant::now(),
+            tokio::time::Instant::now().into_std(),
         ));
         let (source_reports, source_reports_rx) = tokio::sync::mpsc::channel(256);
         Arc::new(Engine {
@@ -1453,8 +1375,12 @@ impl Engine {
         let key = &info.key;
         let (min_interval, budgets) =
             Self::churn_limits(self.config.min_rollout_interval, plan, parts);
-        let admitted =
-            self.rollouts.lock().admit(key, min_interval, &budgets, tokio::time::Instant::now());
+        let admitted = self.rollouts.lock().admit(
+            key,
+            min_interval,
+            &budgets,
+            tokio::time::Instant::now().into_std(),
+        );
         let held = match admitted {
             Ok(()) => {
                 self.throttled.lock().remove(key);

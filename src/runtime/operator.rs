@@ -1,10 +1,10 @@
 //! The one place that wires the operator together.
 
 use crate::cli::Cli;
-use crate::decide::hash::HashMode;
 use crate::kube::leader::{Election, Elector, PollingElection, sole_leader};
 use crate::kube::ratelimit::RateLimitLayer;
-use crate::runtime::engine::{Engine, EngineConfig};
+use crate::model::workload::HashMode;
+use crate::runtime::engine::Engine;
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::ListParams;
@@ -102,13 +102,13 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         None => (sole_leader(), None),
     };
-    let mut engine_config = EngineConfig::from_args(&cli.reload);
+    let mut engine_config = cli.reload.engine_config();
     if let Some(ns) = cli.ha.pod_namespace.as_ref().filter(|s| !s.is_empty())
         && cli.reload.hash_key_namespace.as_deref().is_none_or(str::is_empty)
     {
         engine_config.hash_key_namespace = ns.clone();
     }
-    let webhook = crate::serve::webhook::settings(&cli, &engine_config)?;
+    let webhook = cli.webhook_settings(&engine_config)?;
     let webhook_leadership = leadership.clone();
     let key_leadership = leadership.clone();
     let ha = election.is_some();
@@ -143,8 +143,11 @@ pub async fn run(cli: Cli) -> Result<()> {
         })
     };
     let webhook_mode = cli.reload.webhook_url.as_deref().is_some_and(|u| !u.is_empty());
-    let alerts =
-        crate::report::alerts::start_from_args(&cli.alerts, webhook_mode, engine.metrics());
+    let alerts = crate::report::alerts::start_from_settings(
+        &cli.alerts.settings(),
+        webhook_mode,
+        engine.metrics(),
+    );
     let alert_delivery = alerts.map(|(alerter, delivery)| {
         engine.send_alerts(alerter);
         delivery
@@ -207,7 +210,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     };
     let mut ready = engine.ready();
     tokio::spawn(async move {
-        if ready.wait_for(|r| *r == crate::runtime::engine::Readiness::Ready).await.is_ok() {
+        if ready.wait_for(|r| *r == crate::serve::http::Readiness::Ready).await.is_ok() {
             info!("ready");
         }
     });

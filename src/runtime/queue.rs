@@ -9,6 +9,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::report::metrics::QueueMetrics;
+
 struct Pending {
     due: Instant,
     first: Instant,
@@ -29,14 +31,6 @@ pub struct WorkQueue<K> {
     notify: Notify,
     max_wait: Duration,
     metrics: Option<QueueMetrics>,
-}
-
-/// What a queue reports: every add, and how long a key waited from its first add until a
-/// worker took it (debounce included).
-#[derive(Clone)]
-pub struct QueueMetrics {
-    pub adds: prometheus::IntCounter,
-    pub latency: prometheus::Histogram,
 }
 
 impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {

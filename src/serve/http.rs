@@ -1,6 +1,6 @@
 //! The HTTP endpoint: `/metrics` (Prometheus text), `/live` (503 once a reconcile worker is
-//! lost, see [`crate::runtime::containment`]) and `/readyz` (ready once every watched kind is in memory and the identity's rights let
-//! annotation mode work).
+//! lost, see `runtime::containment`) and `/readyz` (ready once every watched kind is in memory
+//! and the identity's rights let annotation mode work).
 //! Nothing else is served here, profiling included.
 
 use std::net::SocketAddr;
@@ -11,7 +11,16 @@ use warp::Filter;
 use warp::http::StatusCode;
 
 use crate::report::metrics::Metrics;
-use crate::runtime::engine::Readiness;
+
+/// What `/readyz` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    /// The first lists are still arriving.
+    Syncing,
+    Ready,
+    /// The identity's rights do not let annotation mode do its job (the reason says why).
+    Unable(String),
+}
 
 /// What `/live` and `/readyz` report.
 pub struct Health {

@@ -31,7 +31,6 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::model::workload::WorkloadKind;
-use crate::runtime::engine::Engine;
 use crate::serve::certs::{self, Bundle, Renewal};
 
 /// The path the API server posts AdmissionReviews to.
@@ -121,7 +120,7 @@ impl Endpoint {
 }
 
 /// The host of `https://host:port/path` (brackets of IPv6 literals removed).
-fn url_host(url: &str) -> Option<String> {
+pub fn url_host(url: &str) -> Option<String> {
     let rest = url.strip_prefix("https://")?;
     let authority = rest.split(['/', '?']).next()?;
     let host = match authority.strip_prefix('[') {
@@ -272,11 +271,18 @@ pub struct Guard {
     pub client_ca: Option<PathBuf>,
 }
 
+/// What answers an AdmissionReview: the engine, from its memory (`runtime::engine::admission`).
+pub trait Reviewer: Send + Sync + 'static {
+    type Error: std::fmt::Display + Send;
+    /// The AdmissionReview answering `body`; `excluded` namespaces are admitted unchanged.
+    fn review(&self, body: &[u8], excluded: &[String]) -> Result<serde_json::Value, Self::Error>;
+}
+
 /// Binds `addr` now and returns the bound address and the server future (until `shutdown`).
 /// Handshakes fail until `certs` holds a certificate; the API server then admits unchanged.
 pub async fn serve(
     addr: SocketAddr,
-    engine: Arc<Engine>,
+    engine: Arc<impl Reviewer>,
     certs: Arc<CertSlot>,
     guard: Guard,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
@@ -361,7 +367,7 @@ pub async fn serve(
 }
 
 async fn handle(
-    engine: Arc<Engine>,
+    engine: Arc<impl Reviewer>,
     reviews: Arc<tokio::sync::Semaphore>,
     excluded: Arc<[String]>,
     req: Request<Incoming>,
@@ -430,70 +436,6 @@ async fn handle(
             reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", b"review failed".to_vec())
         }
     }
-}
-
-/// The webhook's certificate source and scope from the command line; `None` without
-/// `--enable-webhook`.
-pub fn settings(
-    cli: &crate::cli::Cli,
-    engine: &crate::runtime::engine::EngineConfig,
-) -> Result<Option<(CertSource, Scope)>, WebhookError> {
-    let args = &cli.webhook;
-    if !args.enable_webhook {
-        return Ok(None);
-    }
-    let own_namespace = cli.ha.pod_namespace.clone().filter(|s| !s.is_empty());
-    let source = match &args.webhook_cert_dir {
-        Some(dir) => CertSource::Files(dir.clone()),
-        None => {
-            let namespace = own_namespace.clone().ok_or_else(|| {
-                WebhookError::Settings(
-                    "--enable-webhook needs POD_NAMESPACE for its certificate Secret (or --webhook-cert-dir)".into(),
-                )
-            })?;
-            let endpoint = match (&args.webhook_client_url, &args.webhook_service) {
-                (Some(url), _) if url_host(url).is_some() => Endpoint::Url(url.clone()),
-                (Some(url), _) => {
-                    return Err(WebhookError::Settings(format!(
-                        "--webhook-client-url must be an https:// URL with a host, got {url:?}"
-                    )));
-                }
-                (None, Some(name)) => Endpoint::Service {
-                    name: name.clone(),
-                    namespace: namespace.clone(),
-                    port: args.webhook_service_port,
-                },
-                (None, None) => {
-                    return Err(WebhookError::Settings(
-                        "--enable-webhook needs --webhook-service or --webhook-client-url (or --webhook-cert-dir with a configuration of your own)".into(),
-                    ));
-                }
-            };
-            CertSource::Managed {
-                namespace,
-                secret: args.webhook_secret_name.clone(),
-                configuration: args.webhook_configuration_name.clone(),
-                endpoint,
-            }
-        }
-    };
-    let mut excluded: Vec<String> =
-        ["kube-system".to_string()].into_iter().chain(own_namespace).collect();
-    excluded.extend(engine.namespaces_to_ignore.iter().cloned());
-    excluded.sort();
-    excluded.dedup();
-    let scope = Scope {
-        kinds: engine
-            .kinds
-            .iter()
-            .copied()
-            .filter(|k| crate::runtime::engine::admitted_kind_of(*k))
-            .collect(),
-        namespaces: engine.namespaces.clone(),
-        excluded_namespaces: excluded,
-        object_labels: parse_labels(&args.webhook_object_selector)?,
-    };
-    Ok(Some((source, scope)))
 }
 
 /// Keeps the served certificate current until `stop`: from files, or from the Secret, which

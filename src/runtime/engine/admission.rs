@@ -53,6 +53,13 @@ pub fn admitted_kind_of(kind: WorkloadKind) -> bool {
     )
 }
 
+impl crate::serve::webhook::Reviewer for Engine {
+    type Error = AdmissionError;
+    fn review(&self, body: &[u8], excluded: &[String]) -> Result<Value, AdmissionError> {
+        self.review(body, excluded)
+    }
+}
+
 impl Engine {
     /// Answers one serialized AdmissionReview. `Err` only when the body is not an
     /// AdmissionReview with a request (the caller answers 400; with `failurePolicy: Ignore` the
@@ -448,11 +455,8 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let cli = crate::cli::Cli::parse_from(["reloader"].iter().chain(args));
-        let engine = Engine::new(
-            client,
-            super::super::EngineConfig::from_args(&cli.reload),
-            crate::kube::leader::sole_leader(),
-        );
+        let engine =
+            Engine::new(client, cli.reload.engine_config(), crate::kube::leader::sole_leader());
         engine.synced.store(true, std::sync::atomic::Ordering::SeqCst);
         let facts = crate::decide::plan::SourceFacts {
             state: crate::model::source::SourceState {

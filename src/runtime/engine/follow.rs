@@ -24,11 +24,12 @@ use kube::{Api, ResourceExt};
 use parking_lot::{Mutex, RwLock};
 use tracing::{debug, error, info, warn};
 
-use super::{Engine, Readiness};
+use super::Engine;
 use crate::kube::access::{self, Access, Follow, Resource, Right, Verb};
 use crate::model::source::{SourceKind, SourceRef};
 use crate::model::workload::{WorkloadKey, WorkloadKind};
 use crate::runtime::queue::WorkQueue;
+use crate::serve::http::Readiness;
 
 /// Workloads of a list-on-change kind are listed in pages of this size.
 const SCAN_PAGE_SIZE: u32 = 500;
