@@ -3,7 +3,7 @@
 //!
 //! - [`selection`]: which sources a workload's annotations select (stakater/Reloader's precedence);
 //! - [`plan`]: annotation mode, stored hashes versus current ones → roll or not, and how;
-//! - [`policy_plan`]: the same for a `ReloadPolicy`'s targets;
+//! - [`policy_plan`]: the same for a `ReloadPolicy`'s targets; [`policy_status`]: its status;
 //! - [`template`]: a plan turned into the pod-template write (env var or annotation strategy);
 //! - [`pause`], [`churn`]: pausing after a reload, and the rollout budgets;
 //! - [`hash`], [`csi`], [`jobs`]: source hashes, SecretProviderClass hashes, Job re-creation.
@@ -15,6 +15,7 @@ pub mod jobs;
 pub mod pause;
 pub mod plan;
 pub mod policy_plan;
+pub mod policy_status;
 pub mod selection;
 pub mod template;
 pub mod token_bucket;

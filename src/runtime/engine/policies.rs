@@ -8,7 +8,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
@@ -22,13 +21,12 @@ use crate::decide::churn::GroupBudget;
 use crate::decide::hash::Hasher;
 use crate::decide::plan::{Plan, TemplateWrite};
 use crate::decide::policy_plan::{
-    ActivePolicy, Resolved, combined_hash, parse_policy_record, plan_policy, resolve_sources,
+    ActivePolicy, combined_hash, parse_policy_record, plan_policy, resolve_sources,
     source_entry_selects, target_for, target_kind,
 };
+use crate::decide::policy_status::{Outcome, Outcomes, condition_status, desired_status};
 use crate::model::naming::env_var_name;
-use crate::model::policy::{
-    PolicySource, PolicyTarget, ReloadPolicy, ReloadPolicyStatus, SourceStatus, TargetStatus,
-};
+use crate::model::policy::{PolicyTarget, ReloadPolicy, ReloadPolicyStatus};
 use crate::model::source::SourceRef;
 use crate::model::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
 
@@ -36,17 +34,6 @@ use crate::model::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
 pub const STATUS_FIELD_MANAGER: &str = "reloader.rs/policy-status";
 
 type PolicyKey = (String, String);
-/// Per target (kind, name): the policy's last outcome there.
-type Outcomes = BTreeMap<(WorkloadKind, String), Outcome>;
-
-/// The outcome of a policy on one target, as reported in its status.
-#[derive(Debug, Clone, PartialEq)]
-struct Outcome {
-    result: &'static str,
-    message: Option<String>,
-    time: Option<i64>,
-    hash: Option<String>,
-}
 
 #[derive(Default)]
 pub(super) struct PolicyState {
@@ -657,6 +644,7 @@ impl Engine {
             &observed,
             *self.policy.reload_counts.lock().get(key).unwrap_or(&0),
             *self.policy.throttled_counts.lock().get(key).unwrap_or(&0),
+            Timestamp::now(),
         );
         let ready = condition_status(&desired, "Ready") == Some("True");
         self.metrics.policy_ready.with_label_values(&[&key.0, &key.1]).set(i64::from(ready));
@@ -746,275 +734,4 @@ fn longest_setting(
 /// Adds one to a policy's count.
 fn count_one(counts: &Mutex<HashMap<PolicyKey, i64>>, key: &PolicyKey) {
     *counts.lock().entry(key.clone()).or_insert(0) += 1;
-}
-
-fn condition_status<'a>(status: &'a ReloadPolicyStatus, type_: &str) -> Option<&'a str> {
-    status.conditions.iter().find(|c| c.type_ == type_).map(|c| c.status.as_str())
-}
-
-fn describe_source(s: &PolicySource) -> String {
-    match (&s.name, &s.selector) {
-        (Some(n), _) => format!("{:?} {n}", s.kind),
-        _ => format!("{:?} selector", s.kind),
-    }
-}
-
-fn describe_target(t: &PolicyTarget) -> String {
-    match (&t.name, &t.selector) {
-        (Some(n), _) => format!("{:?} {n}", t.kind),
-        _ => format!("{:?} selector", t.kind),
-    }
-}
-
-fn time(seconds: i64) -> Option<Time> {
-    Timestamp::from_second(seconds).ok().map(Time)
-}
-
-/// The status the policy should have now, keeping `lastTransitionTime` of conditions whose
-/// status did not change (so an unchanged state is an unchanged object and no write).
-#[allow(clippy::too_many_arguments)]
-fn desired_status(
-    policy: &ActivePolicy,
-    key_problem: Option<&str>,
-    resolved: &[Resolved],
-    missing_sources: &[&PolicySource],
-    targets: &[WorkloadInfo],
-    missing_targets: &[&PolicyTarget],
-    outcomes: &Outcomes,
-    observed: &ReloadPolicyStatus,
-    reload_count: i64,
-    throttled_count: i64,
-) -> ReloadPolicyStatus {
-    let generation = policy.generation;
-    let now = Timestamp::now();
-    let condition = |type_: &str, ok: bool, reason: &str, message: String| {
-        let status = if ok { "True" } else { "False" };
-        let previous = observed.conditions.iter().find(|c| c.type_ == type_);
-        let last = match previous {
-            Some(p) if p.status == status => p.last_transition_time.clone(),
-            _ => Time(now),
-        };
-        Condition {
-            type_: type_.into(),
-            status: status.into(),
-            reason: reason.into(),
-            message,
-            last_transition_time: last,
-            observed_generation: generation,
-        }
-    };
-    let failed: Vec<&String> =
-        outcomes.iter().filter(|(_, o)| o.result == "Failed").map(|((_, n), _)| n).collect();
-    let throttled: Vec<String> = outcomes
-        .iter()
-        .filter(|(_, o)| o.result == "Throttled")
-        .map(|((k, n), _)| format!("{} {n}", k.as_str()))
-        .collect();
-    let sources_ok = missing_sources.is_empty();
-    let targets_ok = missing_targets.is_empty();
-    let sources_msg = if sources_ok {
-        format!("{} source(s) found", resolved.len())
-    } else {
-        format!(
-            "not found: {}",
-            crate::model::limits::bounded_list(
-                &missing_sources.iter().map(|s| describe_source(s)).collect::<Vec<String>>(),
-                600
-            )
-        )
-    };
-    let targets_msg = if targets_ok {
-        format!("{} target(s) found", targets.len())
-    } else {
-        format!(
-            "not found: {}",
-            crate::model::limits::bounded_list(
-                &missing_targets.iter().map(|t| describe_target(t)).collect::<Vec<String>>(),
-                600
-            )
-        )
-    };
-    let (ready, ready_reason, ready_msg) = if let Some(problem) = key_problem {
-        (
-            false,
-            "HashKeyUnavailable",
-            format!(
-                "hashMode HMAC-SHA256 needs the operator's hash key; nothing is reloaded: {problem}"
-            ),
-        )
-    } else if !sources_ok {
-        (false, "SourcesNotFound", sources_msg.clone())
-    } else if !targets_ok {
-        (false, "TargetsNotFound", targets_msg.clone())
-    } else if !failed.is_empty() {
-        (
-            false,
-            "ReloadFailed",
-            format!(
-                "reload failed for: {}",
-                crate::model::limits::bounded_list(
-                    &failed.iter().map(|s| s.to_string()).collect::<Vec<String>>(),
-                    600
-                )
-            ),
-        )
-    } else if policy.spec.suspend {
-        (true, "Suspended", "suspended: changes are observed, nothing is reloaded".to_string())
-    } else if policy.spec.dry_run {
-        (true, "DryRun", "dry run: reloads are recorded, nothing is changed".to_string())
-    } else {
-        (true, "Ready", "sources and targets resolved".to_string())
-    };
-    // kstatus (Argo CD, Flux, `kubectl wait`): Stalled when only a change by the user (or to
-    // the cluster's objects) helps, Reconciling while work toward the spec is still pending.
-    // Each condition carries observedGeneration, so after a spec change the old generation's
-    // Ready does not count until this generation's is written.
-    let stalled = !ready && key_problem.is_none();
-    let (reconciling, reconciling_reason, reconciling_msg) = if key_problem.is_some() {
-        (true, "WaitingForHashKey", "waiting for the operator's hash key".to_string())
-    } else if !throttled.is_empty() {
-        (true, "RolloutsHeldBack", "a churn limit holds back rollouts; they follow".to_string())
-    } else {
-        (false, "Reconciled", "every change is applied".to_string())
-    };
-    let conditions = vec![
-        condition("Ready", ready, ready_reason, ready_msg.clone()),
-        condition(
-            "Stalled",
-            stalled,
-            if stalled { ready_reason } else { "NotStalled" },
-            if stalled { ready_msg } else { "no error that needs a change to the spec".into() },
-        ),
-        condition("Reconciling", reconciling, reconciling_reason, reconciling_msg),
-        condition(
-            "SourcesResolved",
-            sources_ok,
-            if sources_ok { "Found" } else { "SourcesNotFound" },
-            sources_msg,
-        ),
-        condition(
-            "TargetsResolved",
-            targets_ok,
-            if targets_ok { "Found" } else { "TargetsNotFound" },
-            targets_msg,
-        ),
-        condition(
-            "Degraded",
-            !failed.is_empty(),
-            if failed.is_empty() { "AsExpected" } else { "ReloadFailed" },
-            if failed.is_empty() {
-                "no failed reloads".into()
-            } else {
-                format!("{} target(s) failed", failed.len())
-            },
-        ),
-        condition(
-            "Throttled",
-            !throttled.is_empty(),
-            if throttled.is_empty() { "NotThrottled" } else { "RolloutsHeldBack" },
-            if throttled.is_empty() {
-                "no rollout is held back by a churn limit".into()
-            } else {
-                format!(
-                    "a churn limit holds back the rollout of {}; the latest state is applied when it allows",
-                    crate::model::limits::bounded_list(&throttled, 600)
-                )
-            },
-        ),
-    ];
-    let previous_sources: HashMap<(String, String), &SourceStatus> =
-        observed.sources.iter().map(|s| ((format!("{:?}", s.kind), s.name.clone()), s)).collect();
-    let sources = resolved
-        .iter()
-        .filter(|_| key_problem.is_none())
-        .filter_map(|r| {
-            let kind = match r.source.kind {
-                crate::model::source::SourceKind::ConfigMap => {
-                    crate::model::policy::PolicySourceKind::ConfigMap
-                }
-                crate::model::source::SourceKind::Secret => {
-                    crate::model::policy::PolicySourceKind::Secret
-                }
-                crate::model::source::SourceKind::SecretProviderClass => return None,
-            };
-            let prev = previous_sources.get(&(format!("{kind:?}"), r.source.name.clone()));
-            let last_change_time = match prev {
-                Some(p) if p.hash == r.hash => p.last_change_time.clone(),
-                _ => r.changed_at.and_then(time).or_else(|| prev.is_some().then_some(Time(now))),
-            };
-            Some(SourceStatus {
-                kind,
-                name: r.source.name.clone(),
-                hash: r.hash.clone(),
-                last_change_time,
-            })
-        })
-        // `resolvedSources` counts them all; the list shows the first ones.
-        .take(crate::model::limits::MAX_STATUS_ITEMS)
-        .collect();
-    let previous_targets: HashMap<(crate::model::policy::PolicyTargetKind, &str), &TargetStatus> =
-        observed.targets.iter().map(|p| ((p.kind, p.name.as_str()), p)).collect();
-    let mut target_status: Vec<TargetStatus> = targets
-        .iter()
-        .filter_map(|t| {
-            let kind = match t.key.kind {
-                WorkloadKind::Deployment => crate::model::policy::PolicyTargetKind::Deployment,
-                WorkloadKind::StatefulSet => crate::model::policy::PolicyTargetKind::StatefulSet,
-                WorkloadKind::DaemonSet => crate::model::policy::PolicyTargetKind::DaemonSet,
-                WorkloadKind::CronJob => crate::model::policy::PolicyTargetKind::CronJob,
-                WorkloadKind::Rollout => crate::model::policy::PolicyTargetKind::Rollout,
-                _ => return None,
-            };
-            let outcome = outcomes.get(&(t.key.kind, t.key.name.clone()));
-            let previous = previous_targets.get(&(kind, t.key.name.as_str())).copied();
-            Some(TargetStatus {
-                kind,
-                name: t.key.name.clone(),
-                last_reload_time: outcome
-                    .and_then(|o| o.time.and_then(time))
-                    .or_else(|| previous.and_then(|p| p.last_reload_time.clone())),
-                last_reload_hash: outcome
-                    .and_then(|o| o.hash.clone())
-                    .or_else(|| previous.and_then(|p| p.last_reload_hash.clone())),
-                result: outcome
-                    .map(|o| o.result.to_string())
-                    .or_else(|| previous.and_then(|p| p.result.clone())),
-                message: outcome.and_then(|o| o.message.as_deref()).map(|m| {
-                    crate::model::limits::truncate(m, crate::model::limits::MAX_EVENT_NOTE)
-                }),
-            })
-        })
-        .collect();
-    // `resolvedTargets` counts them all; the list shows the ones needing attention first.
-    if target_status.len() > crate::model::limits::MAX_STATUS_ITEMS {
-        let attention =
-            |t: &TargetStatus| matches!(t.result.as_deref(), Some("Failed") | Some("Throttled"));
-        let needing = target_status.iter().filter(|t| attention(t)).count();
-        let mut room = crate::model::limits::MAX_STATUS_ITEMS.saturating_sub(needing);
-        target_status.retain(|t| {
-            if attention(t) {
-                return true;
-            }
-            let keep = room > 0;
-            room = room.saturating_sub(1);
-            keep
-        });
-        target_status.truncate(crate::model::limits::MAX_STATUS_ITEMS);
-    }
-    let last_reload_time = target_status
-        .iter()
-        .filter_map(|t| t.last_reload_time.clone())
-        .max_by_key(|t| t.0)
-        .or_else(|| observed.last_reload_time.clone());
-    ReloadPolicyStatus {
-        observed_generation: generation,
-        conditions,
-        resolved_sources: Some(resolved.len() as i32),
-        resolved_targets: Some(targets.len() as i32),
-        sources,
-        targets: target_status,
-        last_reload_time,
-        reload_count,
-        throttled_count,
-    }
 }

@@ -1,0 +1,700 @@
+//! A `ReloadPolicy`'s status from what is known of it: conditions (Ready, Stalled, Reconciling
+//! for kstatus; SourcesResolved, TargetsResolved, Degraded, Throttled), the sources and targets
+//! lists, counts. `lastTransitionTime` and `lastChangeTime` are kept when nothing changed, so an
+//! unchanged state is an unchanged object and no write.
+
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::decide::policy_plan::{ActivePolicy, Resolved};
+use crate::model::policy::{
+    PolicySource, PolicyTarget, ReloadPolicyStatus, SourceStatus, TargetStatus,
+};
+use crate::model::workload::{WorkloadInfo, WorkloadKind};
+
+/// Per target (kind, name): the policy's last outcome there.
+pub type Outcomes = BTreeMap<(WorkloadKind, String), Outcome>;
+
+/// The outcome of a policy on one target, as reported in its status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub result: &'static str,
+    pub message: Option<String>,
+    pub time: Option<i64>,
+    pub hash: Option<String>,
+}
+
+pub fn condition_status<'a>(status: &'a ReloadPolicyStatus, type_: &str) -> Option<&'a str> {
+    status.conditions.iter().find(|c| c.type_ == type_).map(|c| c.status.as_str())
+}
+
+fn describe_source(s: &PolicySource) -> String {
+    match (&s.name, &s.selector) {
+        (Some(n), _) => format!("{:?} {n}", s.kind),
+        _ => format!("{:?} selector", s.kind),
+    }
+}
+
+fn describe_target(t: &PolicyTarget) -> String {
+    match (&t.name, &t.selector) {
+        (Some(n), _) => format!("{:?} {n}", t.kind),
+        _ => format!("{:?} selector", t.kind),
+    }
+}
+
+fn time(seconds: i64) -> Option<Time> {
+    Timestamp::from_second(seconds).ok().map(Time)
+}
+
+/// The status the policy should have now, keeping `lastTransitionTime` of conditions whose
+/// status did not change (so an unchanged state is an unchanged object and no write). `now`
+/// stamps what changes.
+#[allow(clippy::too_many_arguments)]
+pub fn desired_status(
+    policy: &ActivePolicy,
+    key_problem: Option<&str>,
+    resolved: &[Resolved],
+    missing_sources: &[&PolicySource],
+    targets: &[WorkloadInfo],
+    missing_targets: &[&PolicyTarget],
+    outcomes: &Outcomes,
+    observed: &ReloadPolicyStatus,
+    reload_count: i64,
+    throttled_count: i64,
+    now: Timestamp,
+) -> ReloadPolicyStatus {
+    let generation = policy.generation;
+    let condition = |type_: &str, ok: bool, reason: &str, message: String| {
+        let status = if ok { "True" } else { "False" };
+        let previous = observed.conditions.iter().find(|c| c.type_ == type_);
+        let last = match previous {
+            Some(p) if p.status == status => p.last_transition_time.clone(),
+            _ => Time(now),
+        };
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            last_transition_time: last,
+            observed_generation: generation,
+        }
+    };
+    let failed: Vec<&String> =
+        outcomes.iter().filter(|(_, o)| o.result == "Failed").map(|((_, n), _)| n).collect();
+    let throttled: Vec<String> = outcomes
+        .iter()
+        .filter(|(_, o)| o.result == "Throttled")
+        .map(|((k, n), _)| format!("{} {n}", k.as_str()))
+        .collect();
+    let sources_ok = missing_sources.is_empty();
+    let targets_ok = missing_targets.is_empty();
+    let sources_msg = if sources_ok {
+        format!("{} source(s) found", resolved.len())
+    } else {
+        format!(
+            "not found: {}",
+            crate::model::limits::bounded_list(
+                &missing_sources.iter().map(|s| describe_source(s)).collect::<Vec<String>>(),
+                600
+            )
+        )
+    };
+    let targets_msg = if targets_ok {
+        format!("{} target(s) found", targets.len())
+    } else {
+        format!(
+            "not found: {}",
+            crate::model::limits::bounded_list(
+                &missing_targets.iter().map(|t| describe_target(t)).collect::<Vec<String>>(),
+                600
+            )
+        )
+    };
+    let (ready, ready_reason, ready_msg) = if let Some(problem) = key_problem {
+        (
+            false,
+            "HashKeyUnavailable",
+            format!(
+                "hashMode HMAC-SHA256 needs the operator's hash key; nothing is reloaded: {problem}"
+            ),
+        )
+    } else if !sources_ok {
+        (false, "SourcesNotFound", sources_msg.clone())
+    } else if !targets_ok {
+        (false, "TargetsNotFound", targets_msg.clone())
+    } else if !failed.is_empty() {
+        (
+            false,
+            "ReloadFailed",
+            format!(
+                "reload failed for: {}",
+                crate::model::limits::bounded_list(
+                    &failed.iter().map(|s| s.to_string()).collect::<Vec<String>>(),
+                    600
+                )
+            ),
+        )
+    } else if policy.spec.suspend {
+        (true, "Suspended", "suspended: changes are observed, nothing is reloaded".to_string())
+    } else if policy.spec.dry_run {
+        (true, "DryRun", "dry run: reloads are recorded, nothing is changed".to_string())
+    } else {
+        (true, "Ready", "sources and targets resolved".to_string())
+    };
+    // kstatus (Argo CD, Flux, `kubectl wait`): Stalled when only a change by the user (or to
+    // the cluster's objects) helps, Reconciling while work toward the spec is still pending.
+    // Each condition carries observedGeneration, so after a spec change the old generation's
+    // Ready does not count until this generation's is written.
+    let stalled = !ready && key_problem.is_none();
+    let (reconciling, reconciling_reason, reconciling_msg) = if key_problem.is_some() {
+        (true, "WaitingForHashKey", "waiting for the operator's hash key".to_string())
+    } else if !throttled.is_empty() {
+        (true, "RolloutsHeldBack", "a churn limit holds back rollouts; they follow".to_string())
+    } else {
+        (false, "Reconciled", "every change is applied".to_string())
+    };
+    let conditions = vec![
+        condition("Ready", ready, ready_reason, ready_msg.clone()),
+        condition(
+            "Stalled",
+            stalled,
+            if stalled { ready_reason } else { "NotStalled" },
+            if stalled { ready_msg } else { "no error that needs a change to the spec".into() },
+        ),
+        condition("Reconciling", reconciling, reconciling_reason, reconciling_msg),
+        condition(
+            "SourcesResolved",
+            sources_ok,
+            if sources_ok { "Found" } else { "SourcesNotFound" },
+            sources_msg,
+        ),
+        condition(
+            "TargetsResolved",
+            targets_ok,
+            if targets_ok { "Found" } else { "TargetsNotFound" },
+            targets_msg,
+        ),
+        condition(
+            "Degraded",
+            !failed.is_empty(),
+            if failed.is_empty() { "AsExpected" } else { "ReloadFailed" },
+            if failed.is_empty() {
+                "no failed reloads".into()
+            } else {
+                format!("{} target(s) failed", failed.len())
+            },
+        ),
+        condition(
+            "Throttled",
+            !throttled.is_empty(),
+            if throttled.is_empty() { "NotThrottled" } else { "RolloutsHeldBack" },
+            if throttled.is_empty() {
+                "no rollout is held back by a churn limit".into()
+            } else {
+                format!(
+                    "a churn limit holds back the rollout of {}; the latest state is applied when it allows",
+                    crate::model::limits::bounded_list(&throttled, 600)
+                )
+            },
+        ),
+    ];
+    let previous_sources: HashMap<(String, String), &SourceStatus> =
+        observed.sources.iter().map(|s| ((format!("{:?}", s.kind), s.name.clone()), s)).collect();
+    let sources = resolved
+        .iter()
+        .filter(|_| key_problem.is_none())
+        .filter_map(|r| {
+            let kind = match r.source.kind {
+                crate::model::source::SourceKind::ConfigMap => {
+                    crate::model::policy::PolicySourceKind::ConfigMap
+                }
+                crate::model::source::SourceKind::Secret => {
+                    crate::model::policy::PolicySourceKind::Secret
+                }
+                crate::model::source::SourceKind::SecretProviderClass => return None,
+            };
+            let prev = previous_sources.get(&(format!("{kind:?}"), r.source.name.clone()));
+            let last_change_time = match prev {
+                Some(p) if p.hash == r.hash => p.last_change_time.clone(),
+                _ => r.changed_at.and_then(time).or_else(|| prev.is_some().then_some(Time(now))),
+            };
+            Some(SourceStatus {
+                kind,
+                name: r.source.name.clone(),
+                hash: r.hash.clone(),
+                last_change_time,
+            })
+        })
+        // `resolvedSources` counts them all; the list shows the first ones.
+        .take(crate::model::limits::MAX_STATUS_ITEMS)
+        .collect();
+    let previous_targets: HashMap<(crate::model::policy::PolicyTargetKind, &str), &TargetStatus> =
+        observed.targets.iter().map(|p| ((p.kind, p.name.as_str()), p)).collect();
+    let mut target_status: Vec<TargetStatus> = targets
+        .iter()
+        .filter_map(|t| {
+            let kind = match t.key.kind {
+                WorkloadKind::Deployment => crate::model::policy::PolicyTargetKind::Deployment,
+                WorkloadKind::StatefulSet => crate::model::policy::PolicyTargetKind::StatefulSet,
+                WorkloadKind::DaemonSet => crate::model::policy::PolicyTargetKind::DaemonSet,
+                WorkloadKind::CronJob => crate::model::policy::PolicyTargetKind::CronJob,
+                WorkloadKind::Rollout => crate::model::policy::PolicyTargetKind::Rollout,
+                _ => return None,
+            };
+            let outcome = outcomes.get(&(t.key.kind, t.key.name.clone()));
+            let previous = previous_targets.get(&(kind, t.key.name.as_str())).copied();
+            Some(TargetStatus {
+                kind,
+                name: t.key.name.clone(),
+                last_reload_time: outcome
+                    .and_then(|o| o.time.and_then(time))
+                    .or_else(|| previous.and_then(|p| p.last_reload_time.clone())),
+                last_reload_hash: outcome
+                    .and_then(|o| o.hash.clone())
+                    .or_else(|| previous.and_then(|p| p.last_reload_hash.clone())),
+                result: outcome
+                    .map(|o| o.result.to_string())
+                    .or_else(|| previous.and_then(|p| p.result.clone())),
+                message: outcome.and_then(|o| o.message.as_deref()).map(|m| {
+                    crate::model::limits::truncate(m, crate::model::limits::MAX_EVENT_NOTE)
+                }),
+            })
+        })
+        .collect();
+    // `resolvedTargets` counts them all; the list shows the ones needing attention first.
+    if target_status.len() > crate::model::limits::MAX_STATUS_ITEMS {
+        let attention =
+            |t: &TargetStatus| matches!(t.result.as_deref(), Some("Failed") | Some("Throttled"));
+        let needing = target_status.iter().filter(|t| attention(t)).count();
+        let mut room = crate::model::limits::MAX_STATUS_ITEMS.saturating_sub(needing);
+        target_status.retain(|t| {
+            if attention(t) {
+                return true;
+            }
+            let keep = room > 0;
+            room = room.saturating_sub(1);
+            keep
+        });
+        target_status.truncate(crate::model::limits::MAX_STATUS_ITEMS);
+    }
+    let last_reload_time = target_status
+        .iter()
+        .filter_map(|t| t.last_reload_time.clone())
+        .max_by_key(|t| t.0)
+        .or_else(|| observed.last_reload_time.clone());
+    ReloadPolicyStatus {
+        observed_generation: generation,
+        conditions,
+        resolved_sources: Some(resolved.len() as i32),
+        resolved_targets: Some(targets.len() as i32),
+        sources,
+        targets: target_status,
+        last_reload_time,
+        reload_count,
+        throttled_count,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decide::hash::Hasher;
+    use crate::model::limits::MAX_STATUS_ITEMS;
+    use crate::model::policy::{PolicyTargetKind, ReloadPolicySpec};
+    use crate::model::source::{SourceKind, SourceRef};
+    use serde_json::json;
+
+    const T0: i64 = 1_700_000_000;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(seconds).unwrap()
+    }
+
+    fn policy(extra: serde_json::Value) -> ActivePolicy {
+        let mut spec = json!({
+            "sources": [{"kind": "ConfigMap", "name": "cfg"}, {"kind": "Secret", "name": "creds"}],
+            "targets": [{"kind": "Deployment", "name": "api"}],
+        });
+        spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let spec: ReloadPolicySpec = serde_json::from_value(spec).unwrap();
+        ActivePolicy { namespace: "ns".into(), name: "p".into(), generation: Some(3), spec }
+    }
+
+    fn resolved(kind: SourceKind, name: &str, hash: &str, changed_at: Option<i64>) -> Resolved {
+        Resolved {
+            source: SourceRef::new(kind, name),
+            hash: hash.into(),
+            changed_at,
+            keys: None,
+            key_hashes: BTreeMap::new(),
+            keys_untracked: false,
+            hasher: Hasher::Sha1,
+        }
+    }
+
+    fn target(name: &str) -> WorkloadInfo {
+        WorkloadInfo::bare(WorkloadKind::Deployment, "ns", name)
+    }
+
+    fn outcome(result: &'static str, time: Option<i64>, hash: Option<&str>) -> Outcome {
+        Outcome {
+            result,
+            message: Some(format!("{result} here")),
+            time,
+            hash: hash.map(Into::into),
+        }
+    }
+
+    /// What one status computation is given; each test changes what it is about.
+    struct Given {
+        policy: ActivePolicy,
+        key_problem: Option<&'static str>,
+        resolved: Vec<Resolved>,
+        missing_sources: Vec<PolicySource>,
+        targets: Vec<WorkloadInfo>,
+        missing_targets: Vec<PolicyTarget>,
+        outcomes: Outcomes,
+        observed: ReloadPolicyStatus,
+        reload_count: i64,
+        throttled_count: i64,
+    }
+
+    impl Given {
+        fn healthy() -> Self {
+            Given {
+                policy: policy(json!({})),
+                key_problem: None,
+                resolved: vec![
+                    resolved(SourceKind::ConfigMap, "cfg", "h1", Some(T0)),
+                    resolved(SourceKind::Secret, "creds", "h2", None),
+                ],
+                missing_sources: vec![],
+                targets: vec![target("api")],
+                missing_targets: vec![],
+                outcomes: Outcomes::new(),
+                observed: ReloadPolicyStatus::default(),
+                reload_count: 0,
+                throttled_count: 0,
+            }
+        }
+
+        fn status(&self, now: i64) -> ReloadPolicyStatus {
+            desired_status(
+                &self.policy,
+                self.key_problem,
+                &self.resolved,
+                &self.missing_sources.iter().collect::<Vec<_>>(),
+                &self.targets,
+                &self.missing_targets.iter().collect::<Vec<_>>(),
+                &self.outcomes,
+                &self.observed,
+                self.reload_count,
+                self.throttled_count,
+                at(now),
+            )
+        }
+    }
+
+    fn condition<'a>(status: &'a ReloadPolicyStatus, type_: &str) -> &'a Condition {
+        status.conditions.iter().find(|c| c.type_ == type_).unwrap_or_else(|| panic!("{type_}"))
+    }
+
+    /// (type, status, reason) of every condition, in order.
+    fn summary(status: &ReloadPolicyStatus) -> Vec<(String, String, String)> {
+        status
+            .conditions
+            .iter()
+            .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+            .collect()
+    }
+
+    fn missing_source() -> PolicySource {
+        serde_json::from_value(json!({"kind": "ConfigMap", "name": "gone"})).unwrap()
+    }
+
+    fn missing_target() -> PolicyTarget {
+        serde_json::from_value(json!({"kind": "Deployment", "name": "nowhere"})).unwrap()
+    }
+
+    #[test]
+    fn every_condition_and_reason() {
+        type Case = (&'static str, fn(&mut Given), [(&'static str, &'static str, &'static str); 7]);
+        let cases: Vec<Case> = vec![
+            (
+                "healthy",
+                |_| {},
+                [
+                    ("Ready", "True", "Ready"),
+                    ("Stalled", "False", "NotStalled"),
+                    ("Reconciling", "False", "Reconciled"),
+                    ("SourcesResolved", "True", "Found"),
+                    ("TargetsResolved", "True", "Found"),
+                    ("Degraded", "False", "AsExpected"),
+                    ("Throttled", "False", "NotThrottled"),
+                ],
+            ),
+            (
+                "no hash key",
+                |g| g.key_problem = Some("Secret unreadable"),
+                [
+                    ("Ready", "False", "HashKeyUnavailable"),
+                    ("Stalled", "False", "NotStalled"),
+                    ("Reconciling", "True", "WaitingForHashKey"),
+                    ("SourcesResolved", "True", "Found"),
+                    ("TargetsResolved", "True", "Found"),
+                    ("Degraded", "False", "AsExpected"),
+                    ("Throttled", "False", "NotThrottled"),
+                ],
+            ),
+            (
+                "a source missing",
+                |g| g.missing_sources.push(missing_source()),
+                [
+                    ("Ready", "False", "SourcesNotFound"),
+                    ("Stalled", "True", "SourcesNotFound"),
+                    ("Reconciling", "False", "Reconciled"),
+                    ("SourcesResolved", "False", "SourcesNotFound"),
+                    ("TargetsResolved", "True", "Found"),
+                    ("Degraded", "False", "AsExpected"),
+                    ("Throttled", "False", "NotThrottled"),
+                ],
+            ),
+            (
+                "a target missing",
+                |g| g.missing_targets.push(missing_target()),
+                [
+                    ("Ready", "False", "TargetsNotFound"),
+                    ("Stalled", "True", "TargetsNotFound"),
+                    ("Reconciling", "False", "Reconciled"),
+                    ("SourcesResolved", "True", "Found"),
+                    ("TargetsResolved", "False", "TargetsNotFound"),
+                    ("Degraded", "False", "AsExpected"),
+                    ("Throttled", "False", "NotThrottled"),
+                ],
+            ),
+            (
+                "a reload failed",
+                |g| {
+                    g.outcomes.insert(
+                        (WorkloadKind::Deployment, "api".into()),
+                        outcome("Failed", Some(T0), None),
+                    );
+                },
+                [
+                    ("Ready", "False", "ReloadFailed"),
+                    ("Stalled", "True", "ReloadFailed"),
+                    ("Reconciling", "False", "Reconciled"),
+                    ("SourcesResolved", "True", "Found"),
+                    ("TargetsResolved", "True", "Found"),
+                    ("Degraded", "True", "ReloadFailed"),
+                    ("Throttled", "False", "NotThrottled"),
+                ],
+            ),
+            (
+                "throttled",
+                |g| {
+                    g.outcomes.insert(
+                        (WorkloadKind::Deployment, "api".into()),
+                        outcome("Throttled", None, None),
+                    );
+                },
+                [
+                    ("Ready", "True", "Ready"),
+                    ("Stalled", "False", "NotStalled"),
+                    ("Reconciling", "True", "RolloutsHeldBack"),
+                    ("SourcesResolved", "True", "Found"),
+                    ("TargetsResolved", "True", "Found"),
+                    ("Degraded", "False", "AsExpected"),
+                    ("Throttled", "True", "RolloutsHeldBack"),
+                ],
+            ),
+            (
+                "suspended",
+                |g| g.policy = policy(json!({"suspend": true})),
+                [
+                    ("Ready", "True", "Suspended"),
+                    ("Stalled", "False", "NotStalled"),
+                    ("Reconciling", "False", "Reconciled"),
+                    ("SourcesResolved", "True", "Found"),
+                    ("TargetsResolved", "True", "Found"),
+                    ("Degraded", "False", "AsExpected"),
+                    ("Throttled", "False", "NotThrottled"),
+                ],
+            ),
+            (
+                "dry run",
+                |g| g.policy = policy(json!({"dryRun": true})),
+                [
+                    ("Ready", "True", "DryRun"),
+                    ("Stalled", "False", "NotStalled"),
+                    ("Reconciling", "False", "Reconciled"),
+                    ("SourcesResolved", "True", "Found"),
+                    ("TargetsResolved", "True", "Found"),
+                    ("Degraded", "False", "AsExpected"),
+                    ("Throttled", "False", "NotThrottled"),
+                ],
+            ),
+            // The first problem in the ladder names Ready: the key before sources before targets.
+            (
+                "no key and nothing found",
+                |g| {
+                    g.key_problem = Some("no key");
+                    g.missing_sources.push(missing_source());
+                    g.missing_targets.push(missing_target());
+                },
+                [
+                    ("Ready", "False", "HashKeyUnavailable"),
+                    ("Stalled", "False", "NotStalled"),
+                    ("Reconciling", "True", "WaitingForHashKey"),
+                    ("SourcesResolved", "False", "SourcesNotFound"),
+                    ("TargetsResolved", "False", "TargetsNotFound"),
+                    ("Degraded", "False", "AsExpected"),
+                    ("Throttled", "False", "NotThrottled"),
+                ],
+            ),
+        ];
+        for (name, change, expected) in cases {
+            let mut given = Given::healthy();
+            change(&mut given);
+            let status = given.status(T0);
+            let expected: Vec<(String, String, String)> = expected
+                .iter()
+                .map(|(t, s, r)| (t.to_string(), s.to_string(), r.to_string()))
+                .collect();
+            assert_eq!(summary(&status), expected, "{name}");
+            assert!(
+                status.conditions.iter().all(|c| c.observed_generation == Some(3)),
+                "{name}: every condition carries the generation it describes"
+            );
+            assert_eq!(status.observed_generation, Some(3), "{name}");
+        }
+    }
+
+    #[test]
+    fn messages_name_what_is_missing_or_failed_and_never_a_hash() {
+        let mut given = Given::healthy();
+        given.missing_sources.push(missing_source());
+        let status = given.status(T0);
+        assert_eq!(condition(&status, "SourcesResolved").message, "not found: ConfigMap gone");
+        assert_eq!(condition(&status, "TargetsResolved").message, "1 target(s) found");
+
+        let mut given = Given::healthy();
+        given
+            .outcomes
+            .insert((WorkloadKind::Deployment, "api".into()), outcome("Failed", None, None));
+        let status = given.status(T0);
+        assert_eq!(condition(&status, "Ready").message, "reload failed for: api");
+        assert_eq!(condition(&status, "Degraded").message, "1 target(s) failed");
+        assert!(status.conditions.iter().all(|c| !c.message.contains("h1")));
+    }
+
+    #[test]
+    fn last_transition_time_is_kept_while_a_condition_keeps_its_status() {
+        let mut given = Given::healthy();
+        let first = given.status(T0);
+        assert_eq!(condition(&first, "Ready").last_transition_time, Time(at(T0)));
+        given.observed = first.clone();
+        let later = given.status(T0 + 60);
+        assert_eq!(later, first, "nothing changed: the same object, so no write");
+
+        given.missing_targets.push(missing_target());
+        let broken = given.status(T0 + 120);
+        assert_eq!(condition(&broken, "Ready").last_transition_time, Time(at(T0 + 120)));
+        assert_eq!(condition(&broken, "SourcesResolved").last_transition_time, Time(at(T0)));
+    }
+
+    #[test]
+    fn sources_keep_their_change_time_until_their_hash_changes() {
+        let mut given = Given::healthy();
+        let first = given.status(T0);
+        let times: Vec<Option<Time>> =
+            first.sources.iter().map(|s| s.last_change_time.clone()).collect();
+        // The ConfigMap's change time is known; the Secret's is not (seen before the operator).
+        assert_eq!(times, [Some(Time(at(T0))), None]);
+
+        given.observed = first;
+        given.resolved[1].hash = "h2-new".into();
+        let second = given.status(T0 + 30);
+        assert_eq!(second.sources[0].last_change_time, Some(Time(at(T0))));
+        // A new hash with no known change time is stamped now.
+        assert_eq!(second.sources[1].last_change_time, Some(Time(at(T0 + 30))));
+        assert_eq!(second.sources[1].hash, "h2-new");
+    }
+
+    #[test]
+    fn no_hash_is_shown_while_the_hash_key_is_missing() {
+        let mut given = Given::healthy();
+        given.key_problem = Some("no key");
+        let status = given.status(T0);
+        assert!(status.sources.is_empty());
+        assert_eq!(status.resolved_sources, Some(2));
+    }
+
+    #[test]
+    fn targets_show_the_latest_outcome_else_the_previous_one() {
+        let mut given = Given::healthy();
+        given.targets.push(target("web"));
+        given.outcomes.insert(
+            (WorkloadKind::Deployment, "api".into()),
+            outcome("Reloaded", Some(T0), Some("h1")),
+        );
+        given.reload_count = 4;
+        given.throttled_count = 1;
+        let first = given.status(T0);
+        assert_eq!(first.targets.len(), 2);
+        let api = &first.targets[0];
+        assert_eq!((api.kind, api.name.as_str()), (PolicyTargetKind::Deployment, "api"));
+        assert_eq!(api.result.as_deref(), Some("Reloaded"));
+        assert_eq!(api.last_reload_hash.as_deref(), Some("h1"));
+        assert_eq!(api.last_reload_time, Some(Time(at(T0))));
+        assert_eq!(first.targets[1].result, None);
+        assert_eq!(first.last_reload_time, Some(Time(at(T0))));
+        assert_eq!((first.reload_count, first.throttled_count), (4, 1));
+
+        // After a restart the outcomes are gone; the status keeps what it said.
+        given.observed = first.clone();
+        given.outcomes.clear();
+        let after_restart = given.status(T0 + 600);
+        let kept = |t: &TargetStatus| {
+            (
+                t.name.clone(),
+                t.result.clone(),
+                t.last_reload_time.clone(),
+                t.last_reload_hash.clone(),
+            )
+        };
+        assert_eq!(
+            after_restart.targets.iter().map(kept).collect::<Vec<_>>(),
+            first.targets.iter().map(kept).collect::<Vec<_>>()
+        );
+        // The message belongs to the outcome seen by this process (it is not carried over).
+        assert_eq!(after_restart.targets[0].message, None);
+        assert_eq!(after_restart.last_reload_time, first.last_reload_time);
+    }
+
+    #[test]
+    fn a_long_target_list_shows_the_ones_needing_attention_first() {
+        let mut given = Given::healthy();
+        given.targets = (0..MAX_STATUS_ITEMS + 50).map(|i| target(&format!("t{i:03}"))).collect();
+        for i in [MAX_STATUS_ITEMS + 10, MAX_STATUS_ITEMS + 40] {
+            given.outcomes.insert(
+                (WorkloadKind::Deployment, format!("t{i:03}")),
+                outcome("Failed", None, None),
+            );
+        }
+        let status = given.status(T0);
+        assert_eq!(status.targets.len(), MAX_STATUS_ITEMS);
+        assert_eq!(status.resolved_targets, Some((MAX_STATUS_ITEMS + 50) as i32));
+        let failed: Vec<&str> = status
+            .targets
+            .iter()
+            .filter(|t| t.result.as_deref() == Some("Failed"))
+            .map(|t| t.name.as_str())
+            .collect();
+        assert_eq!(failed.len(), 2, "both failed targets are listed past the cut");
+        assert!(failed.iter().all(|m| status.targets.iter().any(|t| t.name == *m)));
+    }
+}

@@ -1,0 +1,352 @@
+//! One workload's reconcile: from its key to a plan (decide/), held by pause, debounce, leadership
+//! and the churn budgets, then applied (write.rs) and reported (events.rs).
+
+use super::*;
+
+impl Engine {
+    /// Counts one more consecutive failure of `key` and returns the backoff before its retry.
+    pub(super) fn next_retry(&self, key: &WorkloadKey) -> Duration {
+        let mut failures = self.failures.lock();
+        let n = failures.entry(key.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        retry_delay(*n)
+    }
+
+    /// `None` while `--hash-mode hmac-sha256` waits for its key (a standby before the leader
+    /// created it): nothing is planned then, and everything is looked at once it arrives.
+    pub(super) fn plan_options(&self, key: &WorkloadKey) -> Option<PlanOptions> {
+        let hasher = self.hash_key.hasher(self.config.hash_mode).ok()?;
+        // Removed once the workload's first pass really ran (see `worker`), not when deferred.
+        let first_pass = self.startup_pass.lock().contains(key);
+        let now = k8s_openapi::jiff::Timestamp::now();
+        Some(PlanOptions {
+            strategy: self.config.strategy,
+            auto_reload_all: self.config.auto_reload_all,
+            reload_on_create: self.config.reload_on_create,
+            reload_on_delete: self.config.reload_on_delete,
+            sync_after_restart: first_pass && self.config.sync_after_restart,
+            now: now.as_second(),
+            now_rfc3339: now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            last_reloaded_from_key: self.config.keys.last_reloaded_from.clone(),
+            key_precise: self.config.key_precise_references,
+            stamp: false,
+            hasher,
+        })
+    }
+
+    /// Brings one workload up to date; returns a delay after which to try again on failure.
+    pub(super) async fn reconcile(&self, key: &WorkloadKey) -> Option<Duration> {
+        // Fault injection for the containment test (debug builds only): a reconcile that panics.
+        #[cfg(debug_assertions)]
+        if std::env::var("RELOADER_FAULT_PANIC_WORKLOAD").is_ok_and(|name| name == key.name) {
+            panic!("fault injection: the reconcile of {key} panics");
+        }
+        if !self.namespace_selected(&key.namespace) {
+            return None;
+        }
+        if self.pending_jobs.lock().contains_key(key) {
+            // A Job deleted for a reload and not yet created again comes first.
+            return match self.create_pending_job(key, None).await {
+                Ok(()) => None,
+                Err(_) => Some(self.next_retry(key)),
+            };
+        }
+        let opts = self.plan_options(key)?;
+        let mut entry = self.store.read().workload(key)?;
+        // A rollout admitted by the churn limits stays admitted through conflict retries (the
+        // admission counts as this workload's rollout: a retry must not be held back by it).
+        let mut admitted = false;
+        for attempt in 0..5 {
+            let Candidates { sources: candidates, named_left_out } =
+                self.store.read().candidates(&entry);
+            let mut plan = plan(&entry.info, &entry.selection, &candidates, &opts);
+            // A pause window that ends later needs this workload looked at again then.
+            let (revisit, pause_problem) =
+                match pause::apply(&mut plan, &entry.info, &self.config.keys, opts.now) {
+                    Ok(at) => {
+                        (at.map(|at| Duration::from_secs((at - opts.now).max(0) as u64 + 1)), None)
+                    }
+                    Err(e) => (
+                        None,
+                        Some(LimitViolation::new("duration", format!("invalid pause period: {e}"))),
+                    ),
+                };
+            self.report_limits(&entry, named_left_out, pause_problem).await;
+            let parts =
+                self.add_policies(&entry.info, &mut plan, opts.now, &opts.now_rfc3339, false);
+            if !plan.unwritable.is_empty() {
+                warn!(workload = %key, sources = ?plan.unwritable.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                      "workload has no container to write the reload variable to");
+                self.event(
+                    &entry.info,
+                    EventType::Warning,
+                    "ReloadFail",
+                    format!("Cannot reload {key}: it has no containers"),
+                )
+                .await;
+            }
+            if plan.is_noop() {
+                self.startup_pass.lock().remove(key);
+                self.report_policies(parts, None).await;
+                self.count_triggers(&entry, &candidates, &plan, &opts);
+                return revisit;
+            }
+            if entry.info.suspended {
+                debug!(workload = %key, "suspended: left alone");
+                self.startup_pass.lock().remove(key);
+                return None;
+            }
+            let window = Self::debounce_window(self.config.debounce, &plan, &parts);
+            if let Some(wait) = self.settle_time(key, &plan, window) {
+                debug!(workload = %key, ?wait, "sources still changing; rollout deferred");
+                return Some(wait);
+            }
+            if !self.is_leader() {
+                // Lost the Lease while planning: the new leader does this.
+                return None;
+            }
+            if plan.template.is_some() && !admitted {
+                if let Err(wait) = self.admit_rollout(&entry.info, &plan, &parts).await {
+                    return Some(wait);
+                }
+                admitted = true;
+            }
+            self.startup_pass.lock().remove(key);
+            let started = std::time::Instant::now();
+            let executed = self.execute(&entry.info, &plan).await;
+            // As the other program: from the change being received to the write applied; a
+            // reconcile no change started (resync, start) counts its write alone.
+            let since_change = self.since_change(key, &plan);
+            self.metrics
+                .action_latency
+                .with_label_values(&[key.kind.as_str()])
+                .observe(since_change.unwrap_or_else(|| started.elapsed()).as_secs_f64());
+            match executed {
+                Ok(()) => {
+                    self.failures.lock().remove(key);
+                    self.count_triggers(&entry, &candidates, &plan, &opts);
+                    if let Some(latency) = since_change {
+                        self.metrics.reload_latency.observe(latency.as_secs_f64());
+                    }
+                    self.report_policies(parts, None).await;
+                    if !plan.changes.is_empty() {
+                        self.reloaded(&entry.info, &plan).await;
+                    } else {
+                        debug!(workload = %key, "recorded baseline source hashes");
+                    }
+                    if let Some(p) = &plan.pause {
+                        info!(workload = %key, paused = p.paused, "pause period: {}", if p.paused { "paused" } else { "resumed" });
+                    }
+                    return revisit;
+                }
+                Err(ExecError::Kube(kube::Error::Api(status))) if status.code == 409 => {
+                    debug!(workload = %key, attempt, "conflict; retrying on fresh state");
+                    match self.get(key).await {
+                        Ok(obj) => {
+                            self.refresh(key, &obj);
+                            entry = self.store.read().workload(key)?;
+                        }
+                        Err(e) => {
+                            self.report_policies(parts, Some(&e.to_string())).await;
+                            return self.failed(&entry.info, &plan, e.into()).await;
+                        }
+                    }
+                }
+                Err(ExecError::Kube(kube::Error::Api(status))) if status.code == 404 => {
+                    self.remove_workload(key);
+                    return None;
+                }
+                Err(e) => {
+                    self.report_policies(parts, Some(&e.to_string())).await;
+                    return self.failed(&entry.info, &plan, e).await;
+                }
+            }
+        }
+        warn!(workload = %key, "gave up after repeated conflicts; will retry");
+        Some(Duration::from_secs(1))
+    }
+
+    /// Reports the input limits `entry` breaks, once per change of what it breaks: a log line
+    /// and a Warning Event naming the workload and each limit, and the metric.
+    pub(super) async fn report_limits(
+        &self,
+        entry: &WorkloadEntry,
+        named_left_out: usize,
+        pause_problem: Option<LimitViolation>,
+    ) {
+        let mut violations = entry.selection.violations.clone();
+        violations.extend(pause_problem);
+        let info = &entry.info;
+        if info.references_left_out > 0 {
+            violations.push(LimitViolation::new(
+                "references",
+                format!(
+                    "the pod template references {} more ConfigMaps/Secrets than the {} followed",
+                    info.references_left_out,
+                    crate::model::limits::MAX_REFERENCES
+                ),
+            ));
+        }
+        if named_left_out > 0 {
+            violations.push(LimitViolation::new(
+                "named_matches",
+                format!(
+                    "named-reload patterns match {named_left_out} more sources than the {} \
+                     followed (the first by name)",
+                    crate::model::limits::MAX_NAMED_MATCHES
+                ),
+            ));
+        }
+        {
+            let mut reported = self.reported_limits.lock();
+            if reported.get(&info.key).map_or(violations.is_empty(), |r| *r == violations) {
+                return;
+            }
+            if violations.is_empty() {
+                reported.remove(&info.key);
+                return;
+            }
+            reported.insert(info.key.clone(), violations.clone());
+        }
+        self.metrics.rejected(&violations);
+        let (limits, note) = crate::model::limits::describe(&violations);
+        warn!(workload = %info.key, limits = ?limits, details = %note,
+              "workload annotations or pod template break input limits; the rest still works");
+        self.event(info, EventType::Warning, "InputLimit", note).await;
+    }
+
+    /// Applies the churn limits to a rollout about to be written. Held back, the workload is
+    /// looked at again after the returned delay and then rolls to the sources' state of that
+    /// moment; the first hold of an episode is logged and reported as an Event.
+    pub(super) async fn admit_rollout(
+        &self,
+        info: &WorkloadInfo,
+        plan: &Plan,
+        parts: &[policies::PolicyPart],
+    ) -> Result<(), Duration> {
+        let key = &info.key;
+        let (min_interval, budgets) =
+            Self::churn_limits(self.config.min_rollout_interval, plan, parts);
+        let admitted = self.rollouts.lock().admit(
+            key,
+            min_interval,
+            &budgets,
+            tokio::time::Instant::now().into_std(),
+        );
+        let held = match admitted {
+            Ok(()) => {
+                self.throttled.lock().remove(key);
+                return Ok(());
+            }
+            Err(held) => held,
+        };
+        self.metrics.rollouts_throttled.with_label_values(&[held.reason.as_str()]).inc();
+        let why = match held.reason {
+            ThrottleReason::MinInterval => format!(
+                "it rolled less than {min_interval:?} ago (minimum interval between rollouts)"
+            ),
+            ThrottleReason::Budget => {
+                "the cluster-wide rollout budget is spent (--max-rollouts-per-second)".into()
+            }
+            ThrottleReason::PolicyBudget => format!(
+                "the maxRolloutsPerMinute budget of ReloadPolicy {} is spent",
+                held.group.as_deref().unwrap_or_default()
+            ),
+        };
+        let first = self.throttled.lock().insert(key.clone());
+        self.report_throttled(parts, &why, first).await;
+        if first {
+            let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
+            info!(workload = %key, reason = held.reason.as_str(), wait = ?held.wait, sources = ?sources,
+                  "rollout held back by a churn limit; the latest state is applied when it allows");
+            let note = format!(
+                "Rollout of {key} for {} delayed by {:.1}s: {why}; the latest state is applied then",
+                crate::model::limits::bounded_list(&sources, NOTE_LIST_BYTES),
+                held.wait.as_secs_f64()
+            );
+            self.event(info, EventType::Normal, "ReloadThrottled", note).await;
+        }
+        // A little past the limit, so the next look is admitted rather than held again.
+        Err(held.wait + Duration::from_millis(10))
+    }
+
+    /// Says what came of the source changes that queued this workload: rolled (matched), not
+    /// selected, or already current.
+    pub(super) fn count_triggers(
+        &self,
+        entry: &WorkloadEntry,
+        candidates: &BTreeMap<SourceRef, Option<SourceFacts>>,
+        plan: &Plan,
+        opts: &PlanOptions,
+    ) {
+        let Some(triggers) = self.triggers.lock().remove(&entry.info.key) else {
+            return;
+        };
+        let kind = entry.info.key.kind.as_str();
+        for source in triggers {
+            if plan.changes.iter().any(|c| c.source == source) {
+                self.metrics.workloads_matched.with_label_values(&[kind]).inc();
+                continue;
+            }
+            let selected = candidates.get(&source).and_then(Option::as_ref).is_some_and(|facts| {
+                entry
+                    .selection
+                    .selects(
+                        source.kind,
+                        &source.name,
+                        &facts.state,
+                        entry.info.references.contains_key(&source),
+                        opts.auto_reload_all,
+                    )
+                    .is_ok()
+            });
+            self.metrics.skipped(if selected {
+                SkipReason::StrategyNotUpdated
+            } else {
+                SkipReason::IgnoredOrNotSelected
+            });
+        }
+    }
+
+    /// How long ago the newest source change this plan carries was observed.
+    pub(super) fn since_change(&self, key: &WorkloadKey, plan: &Plan) -> Option<Duration> {
+        let store = self.store.read();
+        let newest = plan
+            .changes
+            .iter()
+            .filter(|c| c.cause == Cause::Changed)
+            .filter_map(|c| store.last_change(&key.namespace, &c.source))
+            .max();
+        newest.map(|at| at.elapsed())
+    }
+
+    /// A rollout waits until its sources have been quiet for the debounce window (however the
+    /// reconcile was triggered), so a burst is one rollout; never longer than the max wait.
+    pub(super) fn settle_time(
+        &self,
+        key: &WorkloadKey,
+        plan: &Plan,
+        window: Duration,
+    ) -> Option<Duration> {
+        if plan.template.is_none() || window.is_zero() {
+            self.deferred.lock().remove(key);
+            return None;
+        }
+        let store = self.store.read();
+        let newest = plan
+            .changes
+            .iter()
+            .filter_map(|c| store.last_change(&key.namespace, &c.source))
+            .max()?;
+        drop(store);
+        let now = std::time::Instant::now();
+        let settled_at = newest + window;
+        let mut deferred = self.deferred.lock();
+        let since = *deferred.entry(key.clone()).or_insert(now);
+        if settled_at > now && now.duration_since(since) < self.config.debounce_max_wait {
+            return Some(settled_at - now);
+        }
+        deferred.remove(key);
+        None
+    }
+}

@@ -1,0 +1,772 @@
+//! Watches: sources (ConfigMaps, Secrets) and workloads into the index, namespaces by label,
+//! and the relists that forget what a fresh list did not show.
+
+use super::*;
+
+/// LIST page size of the Secret and ConfigMap watchers (kube's default is 500).
+pub(super) const SOURCE_PAGE_SIZE: u32 = 100;
+
+impl Engine {
+    /// The API of a kind without a typed client here.
+    pub(super) fn dynamic_resource(kind: WorkloadKind) -> ApiResource {
+        let (group, version, kind_name, plural) = match kind {
+            WorkloadKind::Rollout => ("argoproj.io", "v1alpha1", "Rollout", "rollouts"),
+            _ => ("apps.openshift.io", "v1", "DeploymentConfig", "deploymentconfigs"),
+        };
+        ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(group, version, kind_name),
+            plural,
+        )
+    }
+
+    /// Waits until the API of `kind` is served, then watches it in every scope where it may
+    /// (where it may only be listed, it is listed on change: see `follow`).
+    pub(super) async fn discover_and_watch(
+        self: Arc<Self>,
+        kind: WorkloadKind,
+        scopes: Vec<Option<String>>,
+    ) {
+        let candidates: Vec<Option<String>> = scopes
+            .into_iter()
+            .filter(|s| self.follow_of(kind, s.as_deref()) != Follow::Skip)
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let ar = Self::dynamic_resource(kind);
+        self.wait_for_api(&ar).await;
+        let mut watchers = tokio::task::JoinSet::new();
+        for scope in candidates {
+            // Its rights now that it exists (DeploymentConfigs were not asked about before).
+            if self.recheck_follow(kind, scope.as_deref()).await != Follow::Watch {
+                continue;
+            }
+            watchers.spawn(self.clone().watch_dynamic(scope, kind, ar.clone()));
+        }
+        while watchers.join_next().await.is_some() {}
+    }
+
+    /// Returns once the API server serves `ar` (looking every `--api-discovery-interval`).
+    pub(super) async fn wait_for_api(&self, ar: &ApiResource) {
+        let mut announced = false;
+        loop {
+            match self.client.list_api_group_resources(&ar.api_version).await {
+                Ok(list) if list.resources.iter().any(|r| r.name == ar.plural) => break,
+                _ if !announced => {
+                    info!(kind = %ar.kind, api = %ar.api_version, "API not served (yet); looking again every {:?}", self.config.api_discovery_interval);
+                    announced = true;
+                }
+                _ => {}
+            }
+            tokio::time::sleep(self.config.api_discovery_interval).await;
+        }
+        info!(kind = %ar.kind, api = %ar.api_version, "API found; watching");
+    }
+
+    pub(super) async fn watch_dynamic(
+        self: Arc<Self>,
+        scope: Option<String>,
+        kind: WorkloadKind,
+        ar: ApiResource,
+    ) {
+        let api: Api<DynamicObject> = match scope.as_deref() {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        };
+        let stream = self.reporting_refusals(
+            watcher::watcher(api, watcher::Config::default()).default_backoff(),
+            kind,
+            scope.clone(),
+        );
+        // Not counted for readiness: these APIs may appear long after start.
+        let handler_scope = scope.clone();
+        self.consume_inner(stream, kind.to_string(), scope.clone(), false, move |engine, event, _| {
+            engine.on_workload_item(kind, handler_scope.as_deref(), event, |obj| {
+                let info = dynamic_info(obj, kind, &engine.config.keys);
+                if info.is_none() {
+                    warn!(kind = %kind, name = %obj.name_any(), "cannot read the pod template; skipping");
+                }
+                info
+            })
+        })
+        .await;
+        self.stopped_watching(kind, scope.as_deref(), false, true);
+    }
+
+    /// Passes a workload watch through, saying once what right a refusal shows missing. The
+    /// watcher keeps retrying with backoff, so a right restored (an RBAC object re-created
+    /// during an upgrade, say) is picked up again without a restart.
+    pub(super) fn reporting_refusals<K, S>(
+        self: &Arc<Self>,
+        stream: S,
+        kind: WorkloadKind,
+        scope: Option<String>,
+    ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + use<K, S>
+    where
+        S: Stream<Item = Result<Event<K>, watcher::Error>>,
+    {
+        let engine = self.clone();
+        stream.then(move |event| {
+            let refused = matches!(&event, Err(e) if follow::watch_refused(e));
+            let (engine, scope) = (engine.clone(), scope.clone());
+            async move {
+                if refused {
+                    engine.report_refusal(kind, scope.as_deref()).await;
+                }
+                event
+            }
+        })
+    }
+
+    /// A workload watch ended: what it stored is forgotten, and a watcher that never finished
+    /// its first list no longer holds up readiness.
+    pub(super) fn stopped_watching(
+        &self,
+        kind: WorkloadKind,
+        scope: Option<&str>,
+        listed: bool,
+        counted: bool,
+    ) {
+        self.forget_unseen_workloads(kind, scope, &HashSet::new());
+        if counted && !listed {
+            self.watcher_synced();
+        }
+    }
+
+    /// One watch event of a workload kind: `info` summarises the object, `None` meaning it is
+    /// not reloaded here (then any earlier summary is dropped).
+    pub(super) fn on_workload_item<K: Resource>(
+        &self,
+        kind: WorkloadKind,
+        scope: Option<&str>,
+        event: WatchItem<K>,
+        info: impl Fn(&K) -> Option<WorkloadInfo>,
+    ) {
+        let key_of = |obj: &K| WorkloadKey {
+            kind,
+            namespace: obj.meta().namespace.clone().unwrap_or_default(),
+            name: obj.meta().name.clone().unwrap_or_default(),
+        };
+        match event {
+            WatchItem::Apply(obj) => match info(&obj) {
+                Some(info) => self.apply_workload(info),
+                None => self.remove_workload(&key_of(&obj)),
+            },
+            WatchItem::Delete(obj) => self.remove_workload(&key_of(&obj)),
+            WatchItem::RelistDone(seen) => self.forget_unseen_workloads(kind, scope, &seen),
+        }
+    }
+
+    /// After a relist: workloads of `kind` in `scope` that were not listed are gone.
+    pub(super) fn forget_unseen_workloads(
+        &self,
+        kind: WorkloadKind,
+        scope: Option<&str>,
+        seen: &HashSet<(String, String)>,
+    ) {
+        let gone: Vec<_> = self
+            .store
+            .read()
+            .workload_keys()
+            .into_iter()
+            .filter(|k| k.kind == kind)
+            .filter(|k| scope.is_none_or(|sc| sc == k.namespace))
+            .filter(|k| !seen.contains(&(k.namespace.clone(), k.name.clone())))
+            .collect();
+        for key in gone {
+            self.remove_workload(&key);
+        }
+    }
+
+    /// Forgets a workload that is gone: its summary and everything remembered about it.
+    pub(super) fn remove_workload(&self, key: &WorkloadKey) {
+        if !self.store.write().remove_workload(key) {
+            return;
+        }
+        self.startup_pass.lock().remove(key);
+        self.failures.lock().remove(key);
+        self.deferred.lock().remove(key);
+        self.triggers.lock().remove(key);
+        self.throttled.lock().remove(key);
+        self.reported_limits.lock().remove(key);
+        self.rollouts.lock().forget(key);
+        self.forget_policy_target(key);
+    }
+
+    /// Kinds with a typed watcher here (the others are discovered at run time).
+    pub(super) fn watchable(kind: WorkloadKind) -> bool {
+        !matches!(kind, WorkloadKind::Rollout | WorkloadKind::DeploymentConfig)
+    }
+
+    pub(super) fn api_for<K>(&self, namespace: Option<&str>) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+        <K as Resource>::DynamicType: Default,
+    {
+        match namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        }
+    }
+
+    pub(super) fn watcher_synced(&self) {
+        if self.pending_watchers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let keys = self.store.read().workload_keys();
+            info!(
+                workloads = keys.len(),
+                sources = self.store.read().source_count(),
+                "caches synced; checking every workload against its sources"
+            );
+            self.startup_pass.lock().extend(keys.iter().cloned());
+            self.synced.store(true, Ordering::SeqCst);
+            for key in keys {
+                self.queue.add(key, Duration::ZERO);
+            }
+            // Kinds that may not be watched get the same first look, by listing them once.
+            self.scan_everything();
+            let _ = self.ready.send(self.readiness_after_sync());
+        }
+    }
+
+    pub(super) fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn ignored_namespace(&self, ns: &str) -> bool {
+        self.config.namespaces_to_ignore.contains(ns)
+    }
+
+    /// Whether a namespace is served now (the selector can change while objects stay stored).
+    pub(super) fn namespace_selected(&self, ns: &str) -> bool {
+        self.config.namespace_selector.is_none() || self.selected_namespaces.read().contains(ns)
+    }
+
+    /// Tracks the namespaces matching `--namespace-selector` (server-side label selector); a
+    /// namespace that starts matching gets its workloads checked.
+    pub(super) async fn watch_namespaces(self: Arc<Self>, selector: String) {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let stream =
+            watcher::watcher(api, watcher::Config::default().labels(&selector)).default_backoff();
+        self.consume(stream, "Namespace".into(), None, |engine, event, _after_first_list| {
+            match event {
+                WatchItem::Apply(ns) => {
+                    let name = ns.name_any();
+                    let added = engine.selected_namespaces.write().insert(name.clone());
+                    engine
+                        .metrics
+                        .event_received(if added { "add" } else { "update" }, "Namespace");
+                    if added && engine.is_synced() {
+                        info!(namespace = %name, "namespace now matches the namespace selector");
+                        let keys = engine.store.read().workload_keys();
+                        for key in keys.into_iter().filter(|k| k.namespace == name) {
+                            engine.queue.add(key, Duration::ZERO);
+                        }
+                    }
+                }
+                WatchItem::Delete(ns) => {
+                    engine.metrics.event_received("delete", "Namespace");
+                    engine.selected_namespaces.write().remove(&ns.name_any());
+                }
+                WatchItem::RelistDone(seen) => {
+                    engine
+                        .selected_namespaces
+                        .write()
+                        .retain(|n| seen.contains(&(String::new(), n.clone())));
+                }
+            }
+        })
+        .await;
+    }
+
+    // ---- sources -------------------------------------------------------------------------
+
+    pub(super) async fn watch_sources<K>(self: Arc<Self>, scope: Option<String>, kind: SourceKind)
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + 'static,
+        <K as Resource>::DynamicType: Default,
+        K: SourceObject,
+    {
+        let api: Api<K> = self.api_for(scope.as_deref());
+        // Smaller LIST pages than the default 500: a page is decoded whole before its objects
+        // are hashed and dropped, and 500 Secrets of 8 KiB are ~10 MiB at once, which the
+        // allocator keeps (see `crate::runtime::memory`). 100 per page costs a few more requests only.
+        let mut config = watcher::Config::default().page_size(SOURCE_PAGE_SIZE);
+        if let Some(sel) = &self.config.resource_label_selector {
+            config = config.labels(sel);
+        }
+        let stream = watcher::watcher(api, config).default_backoff();
+        self.consume(stream, kind.to_string(), scope.clone(), |engine, event, after_first_list| {
+            match event {
+                WatchItem::Apply(obj) => engine.apply_source(kind, &obj, after_first_list),
+                WatchItem::Delete(obj) => {
+                    let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+                    engine.metrics.event_received("delete", &kind.to_string());
+                    engine.delete_source(&ns, SourceRef::new(kind, name));
+                }
+                WatchItem::RelistDone(seen) => {
+                    let gone: Vec<_> = engine
+                        .store
+                        .read()
+                        .source_keys(kind)
+                        .into_iter()
+                        .filter(|(ns, _)| scope.as_ref().is_none_or(|sc| sc == ns))
+                        .filter(|(ns, s)| !seen.contains(&(ns.clone(), s.name.clone())))
+                        .collect();
+                    for (ns, s) in gone {
+                        engine.metrics.event_received("delete", &kind.to_string());
+                        engine.delete_source(&ns, s);
+                    }
+                }
+            }
+        })
+        .await;
+    }
+
+    pub(super) fn apply_source<K: SourceObject + Resource>(
+        &self,
+        kind: SourceKind,
+        obj: &K,
+        after_start: bool,
+    ) {
+        let meta = obj.meta();
+        let ns = meta.namespace.clone().unwrap_or_default();
+        if self.ignored_namespace(&ns) {
+            // Never stored, so the store cannot tell new from known: the list is adds.
+            self.metrics
+                .event_received(if after_start { "update" } else { "add" }, &kind.to_string());
+            return;
+        }
+        let annotations = meta.annotations.as_ref();
+        let flag = |key: &str| annotations.and_then(|a| a.get(key)).is_some_and(|v| v == "true");
+        let state = SourceState {
+            // The object's data is hashed and dropped here; only the hash is kept.
+            hash: obj.content_hash(),
+            matches_search: flag(&self.config.keys.search_match),
+            ignored: flag(&self.config.keys.ignore),
+        };
+        // What is kept per source is bounded whatever the object holds (see `crate::model::limits`).
+        let mut violations = Vec::new();
+        let keys = obj.key_count();
+        let keys_untracked = keys > MAX_KEY_HASHES;
+        if keys_untracked {
+            violations.push(LimitViolation::new(
+                "key_hashes",
+                format!(
+                    "{keys} data keys, more than the {MAX_KEY_HASHES} hashed one by one: key \
+                     filters and key-precise references treat any change of it as a change"
+                ),
+            ));
+        }
+        let mut labels = meta.labels.clone().unwrap_or_default();
+        if labels.len() > MAX_SOURCE_LABELS {
+            violations.push(LimitViolation::new(
+                "source_labels",
+                format!(
+                    "{} labels, more than the {MAX_SOURCE_LABELS} kept: ReloadPolicy label \
+                     selectors do not match it",
+                    labels.len()
+                ),
+            ));
+            labels.clear();
+        }
+        let facts = SourceFacts {
+            state,
+            created_after_start: after_start,
+            created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0),
+            changed_at: after_start.then(|| k8s_openapi::jiff::Timestamp::now().as_second()),
+            labels,
+            key_hashes: if keys_untracked { BTreeMap::new() } else { obj.key_hashes() },
+            keys_untracked,
+        };
+        let source = SourceRef::new(kind, meta.name.clone().unwrap_or_default());
+        let update = self.source_observed(&ns, source, facts);
+        let event_type = if update == SourceUpdate::Created { "add" } else { "update" };
+        self.metrics.event_received(event_type, &kind.to_string());
+        if !violations.is_empty() && matches!(update, SourceUpdate::Created | SourceUpdate::Changed)
+        {
+            self.report_source_limits(kind, meta, violations);
+        }
+    }
+
+    /// Hands a source's limit violations to the reporter task (Events need the runtime; this
+    /// runs in a watch handler). The violations are counted here; a report beyond the
+    /// channel's room loses only its Event and log line.
+    pub(super) fn report_source_limits(
+        &self,
+        kind: SourceKind,
+        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+        violations: Vec<LimitViolation>,
+    ) {
+        self.metrics.rejected(&violations);
+        let report = SourceLimitReport {
+            kind,
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone(),
+            violations,
+        };
+        if self.source_reports.try_send(report).is_err() {
+            debug!("source limit reports are backed up; one dropped");
+        }
+    }
+
+    /// Logs and publishes the source limit reports, one at a time.
+    pub(super) async fn publish_source_reports(
+        self: Arc<Self>,
+        mut reports: tokio::sync::mpsc::Receiver<SourceLimitReport>,
+    ) {
+        while let Some(r) = reports.recv().await {
+            let (limits, note) = crate::model::limits::describe(&r.violations);
+            warn!(source = %format!("{} {}/{}", r.kind, r.namespace, r.name), limits = ?limits,
+                  details = %note, "source breaks input limits");
+            self.publish(
+                "v1",
+                &r.kind.to_string(),
+                &r.namespace,
+                &r.name,
+                r.uid,
+                EventType::Warning,
+                "InputLimit",
+                note,
+            )
+            .await;
+        }
+    }
+
+    /// Stores what a source holds now and queues the workloads a change concerns.
+    pub(super) fn source_observed(
+        &self,
+        ns: &str,
+        source: SourceRef,
+        facts: SourceFacts,
+    ) -> SourceUpdate {
+        let ignored = facts.state.ignored;
+        let update = self.store.write().upsert_source(ns, source.clone(), facts);
+        if !self.is_synced() {
+            return update;
+        }
+        let processed = |result: &str| {
+            self.metrics.source_event_processed("update", &source.kind.to_string(), result);
+        };
+        if matches!(update, SourceUpdate::Unchanged | SourceUpdate::Relabelled) {
+            // Labels, annotations or nothing at all changed: the hash is the same.
+            self.metrics.skipped(SkipReason::NoDataChange);
+            processed("unchanged");
+            if update == SourceUpdate::Relabelled {
+                // Labels roll nothing, but they can change what a policy's selector picks.
+                self.enqueue_for_policies(ns, &source);
+            }
+            return update;
+        }
+        if ignored {
+            self.metrics.skipped(SkipReason::IgnoredOrNotSelected);
+            processed("ignored");
+        } else {
+            processed("queued");
+        }
+        debug!(namespace = %ns, source = %source, ?update, "source changed");
+        self.enqueue_affected(ns, &source);
+        update
+    }
+
+    pub(super) fn delete_source(&self, ns: &str, source: SourceRef) {
+        if !self.store.write().remove_source(ns, &source) {
+            return;
+        }
+        debug!(namespace = %ns, source = %source, "source deleted");
+        if self.is_synced() {
+            let result = if self.config.reload_on_delete { "queued" } else { "ignored" };
+            self.metrics.source_event_processed("delete", &source.kind.to_string(), result);
+        }
+        if self.is_synced() && self.config.reload_on_delete {
+            self.enqueue_affected(ns, &source);
+        }
+    }
+
+    pub(super) fn enqueue_affected(&self, ns: &str, source: &SourceRef) {
+        let affected = self.store.read().affected_by(ns, source);
+        for key in affected {
+            self.metrics.workloads_scanned.with_label_values(&[key.kind.as_str()]).inc();
+            self.triggers.lock().entry(key.clone()).or_default().insert(source.clone());
+            self.queue.add(key, self.config.debounce);
+        }
+        // Kinds that may be listed but not watched are listed now (Reloader's model).
+        self.scan_for_change(ns, source);
+        self.enqueue_for_policies(ns, source);
+    }
+
+    // ---- workloads -----------------------------------------------------------------------
+
+    pub(super) async fn watch_workloads<K>(
+        self: Arc<Self>,
+        scope: Option<String>,
+        kind: WorkloadKind,
+    ) where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + 'static,
+        <K as Resource>::DynamicType: Default,
+        K: WorkloadObject,
+    {
+        let api: Api<K> = self.api_for(scope.as_deref());
+        let stream = self.reporting_refusals(
+            watcher::watcher(api, watcher::Config::default()).default_backoff(),
+            kind,
+            scope.clone(),
+        );
+        let handler_scope = scope.clone();
+        let listed = self
+            .consume(stream, kind.to_string(), scope.clone(), move |engine, event, _| {
+                engine.on_workload_item(kind, handler_scope.as_deref(), event, |obj| {
+                    obj.info(kind, &engine.config.keys)
+                })
+            })
+            .await;
+        // The watcher retries for ever; should its stream end, what it stored is forgotten.
+        self.stopped_watching(kind, scope.as_deref(), listed, true);
+    }
+
+    pub(super) fn apply_workload(&self, mut info: WorkloadInfo) {
+        if self.ignored_namespace(&info.key.namespace) {
+            return;
+        }
+        if let Some(deployment) = info.workload_ref.clone() {
+            self.fill_from_deployment(&mut info, &deployment);
+        }
+        let is_deployment = info.key.kind == WorkloadKind::Deployment;
+        let (namespace, name) = (info.key.namespace.clone(), info.key.name.clone());
+        if self.store_workload_entry(info) && is_deployment {
+            // Rollouts that run this Deployment's template see its new references.
+            let dependents: Vec<_> = {
+                let store = self.store.read();
+                store
+                    .workload_keys()
+                    .into_iter()
+                    .filter(|k| k.kind == WorkloadKind::Rollout && k.namespace == namespace)
+                    .filter_map(|k| store.workload(&k))
+                    .filter(|e| e.info.workload_ref.as_deref() == Some(name.as_str()))
+                    .map(|e| e.info.clone())
+                    .collect()
+            };
+            for rollout in dependents {
+                self.apply_workload(rollout);
+            }
+        }
+    }
+
+    /// A Rollout with `workloadRef` runs the Deployment's pod template: take its references.
+    pub(super) fn fill_from_deployment(&self, info: &mut WorkloadInfo, deployment: &str) {
+        let key = WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: info.key.namespace.clone(),
+            name: deployment.to_string(),
+        };
+        if let Some(d) = self.store.read().workload(&key) {
+            info.containers = d.info.containers.clone();
+            info.references = d.info.references.clone();
+            info.template_annotations = d.info.template_annotations.clone();
+        }
+    }
+
+    /// Stores a workload and queues it when something that matters changed.
+    pub(super) fn store_workload_entry(&self, info: WorkloadInfo) -> bool {
+        let entry = self.entry(info);
+        let key = entry.info.key.clone();
+        let invalid = entry.selection.invalid_patterns.clone();
+        let not_booleans = entry.selection.invalid_booleans.clone();
+        let changed = self.store.write().upsert_workload(entry);
+        if changed {
+            if !invalid.is_empty() {
+                warn!(workload = %key, patterns = ?invalid,
+                      "skipping named-reload items that are not valid regular expressions");
+            }
+            if !not_booleans.is_empty() {
+                warn!(workload = %key, annotations = ?not_booleans,
+                      "reading annotation values that are not booleans as false");
+            }
+            if self.is_synced() {
+                self.queue.add(key, Duration::ZERO);
+            }
+        }
+        changed
+    }
+
+    /// Drives one watch stream, translating its events for `handle` and tracking relists.
+    /// Returns (when the stream ends) whether its first list was done.
+    pub(super) async fn consume<K, S, F>(
+        self: &Arc<Self>,
+        stream: S,
+        what: String,
+        scope: Option<String>,
+        handle: F,
+    ) -> bool
+    where
+        K: Resource + Clone,
+        S: Stream<Item = Result<Event<K>, watcher::Error>>,
+        F: FnMut(&Arc<Self>, WatchItem<K>, bool),
+    {
+        self.consume_inner(stream, what, scope, true, handle).await
+    }
+
+    pub(super) async fn consume_inner<K, S, F>(
+        self: &Arc<Self>,
+        stream: S,
+        what: String,
+        scope: Option<String>,
+        counted: bool,
+        mut handle_unguarded: F,
+    ) -> bool
+    where
+        K: Resource + Clone,
+        S: Stream<Item = Result<Event<K>, watcher::Error>>,
+        F: FnMut(&Arc<Self>, WatchItem<K>, bool),
+    {
+        // A panic while handling one object loses that event only; the watch goes on.
+        let mut handle = |engine: &Arc<Self>, item: WatchItem<K>, after_first_list: bool| {
+            let object = item.describe();
+            let handled = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                handle_unguarded(engine, item, after_first_list)
+            }));
+            if let Err(panic) = handled {
+                crate::runtime::containment::report_panic(
+                    &engine.metrics,
+                    "watch_event",
+                    &object,
+                    &*panic,
+                );
+            }
+        };
+        let mut state = WatchState::default();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            // Every kind's events; `events_received` (the other program's kinds, add vs update)
+            // is counted where the store tells a new object from a known one.
+            let event_type = match &event {
+                Ok(Event::Apply(_)) | Ok(Event::InitApply(_)) => Some("apply"),
+                Ok(Event::Delete(_)) => Some("delete"),
+                Err(_) => Some("error"),
+                _ => None,
+            };
+            if let Some(t) = event_type {
+                self.metrics.watch_events.with_label_values(&[what.as_str(), t]).inc();
+            }
+            match event {
+                Ok(Event::Init) => state.seen.clear(),
+                Ok(Event::InitApply(obj)) => {
+                    state.seen.insert((obj.namespace().unwrap_or_default(), obj.name_any()));
+                    handle(self, WatchItem::Apply(obj), state.first_done);
+                }
+                Ok(Event::InitDone) => {
+                    let seen = std::mem::take(&mut state.seen);
+                    handle(self, WatchItem::RelistDone(seen), state.first_done);
+                    // A (re)list is the largest burst of garbage a watcher makes: let it go.
+                    crate::runtime::memory::release_free_memory();
+                    if !state.first_done {
+                        state.first_done = true;
+                        debug!(kind = %what, namespace = ?scope, "initial list done");
+                        if counted {
+                            self.watcher_synced();
+                        }
+                    }
+                }
+                Ok(Event::Apply(obj)) => handle(self, WatchItem::Apply(obj), state.first_done),
+                Ok(Event::Delete(obj)) => handle(self, WatchItem::Delete(obj), state.first_done),
+                // One warning per run of failures, not one per retry.
+                Err(e) if !state.failing => {
+                    state.failing = true;
+                    warn!(kind = %what, namespace = ?scope, error = %e, "watch failed; retrying with backoff")
+                }
+                Err(e) => {
+                    debug!(kind = %what, namespace = ?scope, error = %e, "watch failed again")
+                }
+            }
+            if state.failing && event_type != Some("error") {
+                info!(kind = %what, namespace = ?scope, "watch recovered");
+                state.failing = false;
+            }
+        }
+        state.first_done
+    }
+
+    // ---- reconciling ---------------------------------------------------------------------
+}
+
+/// A source's input-limit violations, on their way to a Warning Event.
+pub(super) struct SourceLimitReport {
+    pub(super) kind: SourceKind,
+    pub(super) namespace: String,
+    pub(super) name: String,
+    pub(super) uid: Option<String>,
+    pub(super) violations: Vec<LimitViolation>,
+}
+
+/// What `consume` hands to a watcher's handler.
+pub(super) enum WatchItem<K> {
+    Apply(K),
+    Delete(K),
+    /// A (re)list finished: every object not seen is gone.
+    RelistDone(HashSet<(String, String)>),
+}
+
+impl<K: Resource> WatchItem<K> {
+    /// The object an event is about, for a log line.
+    fn describe(&self) -> String {
+        match self {
+            WatchItem::Apply(o) | WatchItem::Delete(o) => format!(
+                "{}/{}",
+                o.meta().namespace.as_deref().unwrap_or_default(),
+                o.meta().name.as_deref().unwrap_or_default()
+            ),
+            WatchItem::RelistDone(_) => "relist".into(),
+        }
+    }
+}
+
+#[derive(Default)]
+pub(super) struct WatchState {
+    pub(super) seen: HashSet<(String, String)>,
+    pub(super) first_done: bool,
+    /// The last event was an error (a warning was logged for the run of failures).
+    pub(super) failing: bool,
+}
+
+/// A source kind the engine hashes.
+pub trait SourceObject {
+    /// Data keys (binary ones included), counted without hashing anything.
+    fn key_count(&self) -> usize;
+    fn content_hash(&self) -> String;
+    fn key_hashes(&self) -> BTreeMap<String, String>;
+}
+
+impl SourceObject for ConfigMap {
+    fn key_count(&self) -> usize {
+        self.data.as_ref().map_or(0, BTreeMap::len)
+            + self.binary_data.as_ref().map_or(0, BTreeMap::len)
+    }
+    fn content_hash(&self) -> String {
+        hash::configmap_hash(self.data.as_ref(), self.binary_data.as_ref())
+    }
+    fn key_hashes(&self) -> BTreeMap<String, String> {
+        hash::configmap_key_hashes(self.data.as_ref(), self.binary_data.as_ref())
+    }
+}
+
+impl SourceObject for Secret {
+    fn key_count(&self) -> usize {
+        self.data.as_ref().map_or(0, BTreeMap::len)
+    }
+    fn content_hash(&self) -> String {
+        hash::secret_hash(self.data.as_ref())
+    }
+    fn key_hashes(&self) -> BTreeMap<String, String> {
+        hash::secret_key_hashes(self.data.as_ref())
+    }
+}
