@@ -8,11 +8,43 @@
 //! 3. `report/`: what is told (metrics, alerts);
 //! 4. `kube/`: the API besides the engine's writes (rights, leader election, hash key, budget);
 //! 5. `index/`: in-memory state fed by watch events;
-//! 6. `decide/`: every rule, values in and values out;
+//! 6. `decide/`: every rule, values in and values out (no runtime, no API client, no clap);
 //! 7. `model/`: the vocabulary.
 //!
 //! [`cli`] owns the command line and its environment variables and is the only module that knows
-//! clap; [`telemetry`] owns logging; [`error`] is the operator's top-level error.
+//! clap (it turns flags into each layer's settings); [`telemetry`] owns logging; [`error`] is the
+//! operator's top-level error.
+//!
+//! # One ConfigMap change, from watch event to PATCH
+//!
+//! 1. `runtime/engine/watches.rs`: `watch_sources` receives the event, `apply_source` hashes the
+//!    data once, `source_observed` updates the index (`index/store.rs`) and `enqueue_affected`
+//!    queues the workloads that reference the ConfigMap (and `policies.rs` those of policies);
+//! 2. `runtime/queue.rs`: the key waits out the debounce (a later change extends it, up to a
+//!    maximum wait), one in flight per key;
+//! 3. `runtime/engine.rs`: a `worker` takes the key and runs `reconcile` under panic containment;
+//! 4. `runtime/engine/reconcile.rs`: `reconcile` reads the workload and its sources from the
+//!    index and **decides**: `decide/plan.rs` (annotation mode: stored hashes versus current ones,
+//!    stakater/Reloader's precedence from `decide/selection.rs`) and `decide/policy_plan.rs`
+//!    (policies) give one plan; pause (`decide/pause.rs`), debounce, leadership and the churn
+//!    budgets (`decide/churn.rs`) may hold it;
+//! 5. `runtime/engine/write.rs`: `execute` **applies** it: the patch built by
+//!    `decide/template.rs` (env var, annotation or restart strategy), a Job re-created, or a POST
+//!    to `--webhook-url`; a conflict is retried from a fresh read;
+//! 6. `runtime/engine/events.rs`: `reloaded` / `failed` **report** it (Events, metrics, alerts);
+//!    `runtime/engine/policies.rs` writes the policy status that `decide/policy_status.rs`
+//!    computes (leader only, by server-side apply).
+//!
+//! # What is remembered
+//!
+//! - Per source and per workload: `index/store.rs` (a source's hash and key hashes, a
+//!   workload's summary `model/workload.rs::WorkloadInfo` and its parsed selection), filled by
+//!   watches and relists; the engine's per-workload retry, deferral and trigger maps
+//!   (`runtime/engine.rs`, `Engine`).
+//! - Per policy: `runtime/engine/policies.rs::PolicyState` (the policy, its observed status,
+//!   outcomes per target and counts).
+//! - On the workload itself, so nothing is lost on restart: the hashes it was last rolled with
+//!   (`reloader.rs/source-hashes`, `reloader.rs/policy-hashes`, or the STAKATER_* env vars).
 
 pub mod cli;
 pub mod decide;

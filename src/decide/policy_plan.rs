@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
 
 use crate::decide::hash;
 use crate::decide::plan::{Cause, Change, EnvWrite, ReloadSource, SourceFacts, TemplateWrite};
@@ -18,30 +19,85 @@ use crate::model::workload::{
     POLICY_RECORD_ANNOTATION, RESTARTED_AT_ANNOTATION, WorkloadInfo, WorkloadKind,
 };
 
-/// A policy as the engine holds it.
+/// A policy as the engine holds it, its selectors parsed once when it changes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ActivePolicy {
     pub namespace: String,
     pub name: String,
     pub generation: Option<i64>,
     pub spec: ReloadPolicySpec,
+    /// Per entry of `spec.sources` and of `spec.targets`, in order: the entry's selector, parsed.
+    source_selectors: Vec<Option<Selector>>,
+    target_selectors: Vec<Option<Selector>>,
 }
 
-/// Whether `labels` satisfy `selector` (matchLabels and matchExpressions; an empty selector
-/// matches everything).
-pub fn selector_matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let by_labels = selector.match_labels.iter().flatten().all(|(k, v)| labels.get(k) == Some(v));
-    let by_expressions = selector.match_expressions.iter().flatten().all(|e| {
-        let values = e.values.as_deref().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
-            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
-            "Exists" => labels.contains_key(&e.key),
-            "DoesNotExist" => !labels.contains_key(&e.key),
-            _ => false,
-        }
-    });
-    by_labels && by_expressions
+impl ActivePolicy {
+    pub fn new(
+        namespace: String,
+        name: String,
+        generation: Option<i64>,
+        spec: ReloadPolicySpec,
+    ) -> Self {
+        let parse = |selector: &Option<LabelSelector>| {
+            selector.clone().and_then(|s| Selector::try_from(s).ok())
+        };
+        let source_selectors = spec.sources.iter().map(|e| parse(&e.selector)).collect();
+        let target_selectors = spec.targets.iter().map(|e| parse(&e.selector)).collect();
+        ActivePolicy { namespace, name, generation, spec, source_selectors, target_selectors }
+    }
+
+    /// The target entry that selects `info`, if any.
+    pub fn target_for(&self, info: &WorkloadInfo) -> Option<&PolicyTarget> {
+        (0..self.spec.targets.len())
+            .find(|&i| self.target_entry_selects(i, info))
+            .map(|i| &self.spec.targets[i])
+    }
+
+    /// Whether target entry `index` selects `info`.
+    pub fn target_entry_selects(&self, index: usize, info: &WorkloadInfo) -> bool {
+        let Some(entry) = self.spec.targets.get(index) else { return false };
+        target_kind(entry.kind) == info.key.kind
+            && entry_selects(
+                &entry.name,
+                self.target_selectors.get(index),
+                &info.key.name,
+                &info.labels,
+            )
+    }
+
+    /// Whether source entry `index` selects `source` with `labels`.
+    pub fn source_entry_selects(
+        &self,
+        index: usize,
+        source: &SourceRef,
+        labels: &BTreeMap<String, String>,
+    ) -> bool {
+        let Some(entry) = self.spec.sources.get(index) else { return false };
+        source_kind(entry.kind) == source.kind
+            && entry_selects(&entry.name, self.source_selectors.get(index), &source.name, labels)
+    }
+
+    /// Whether any source entry selects `source` with `labels`.
+    pub fn selects_source(&self, source: &SourceRef, labels: &BTreeMap<String, String>) -> bool {
+        (0..self.spec.sources.len()).any(|i| self.source_entry_selects(i, source, labels))
+    }
+}
+
+/// The one name-or-selector rule of policy entries: a name selects that object only; otherwise
+/// the selector (kube's `Selector`: matchLabels and matchExpressions, an empty one matching
+/// everything) selects by labels. A selector that does not parse (an unknown operator, `In`
+/// without values) selects nothing, as does an entry with neither.
+fn entry_selects(
+    name: &Option<String>,
+    selector: Option<&Option<Selector>>,
+    object_name: &str,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    match (name, selector) {
+        (Some(name), _) => name == object_name,
+        (None, Some(Some(selector))) => selector.matches(labels),
+        (None, _) => false,
+    }
 }
 
 pub fn target_kind(kind: PolicyTargetKind) -> WorkloadKind {
@@ -59,32 +115,6 @@ pub fn source_kind(kind: PolicySourceKind) -> SourceKind {
         PolicySourceKind::ConfigMap => SourceKind::ConfigMap,
         PolicySourceKind::Secret => SourceKind::Secret,
     }
-}
-
-/// The target entry of `spec` that selects `info`, if any.
-pub fn target_for<'a>(spec: &'a ReloadPolicySpec, info: &WorkloadInfo) -> Option<&'a PolicyTarget> {
-    spec.targets.iter().find(|t| {
-        target_kind(t.kind) == info.key.kind
-            && match (&t.name, &t.selector) {
-                (Some(name), _) => *name == info.key.name,
-                (None, Some(selector)) => selector_matches(selector, &info.labels),
-                (None, None) => false,
-            }
-    })
-}
-
-/// Whether the policy source entry selects the source `name` with `labels`.
-pub fn source_entry_selects(
-    entry: &PolicySource,
-    source: &SourceRef,
-    labels: &BTreeMap<String, String>,
-) -> bool {
-    source_kind(entry.kind) == source.kind
-        && match (&entry.name, &entry.selector) {
-            (Some(name), _) => *name == source.name,
-            (None, Some(selector)) => selector_matches(selector, labels),
-            (None, None) => false,
-        }
 }
 
 /// A source a policy resolved to, with the hash that counts for it.
@@ -127,16 +157,16 @@ impl Resolved {
 /// writes them; also returns the entries that found nothing (named sources missing, selectors
 /// matching nothing).
 pub fn resolve_sources<'a>(
-    spec: &'a ReloadPolicySpec,
+    policy: &'a ActivePolicy,
     sources: &[(SourceRef, SourceFacts)],
     hasher: &hash::Hasher,
 ) -> (Vec<Resolved>, Vec<&'a PolicySource>) {
     let mut resolved: BTreeMap<SourceRef, Resolved> = BTreeMap::new();
     let mut missing = Vec::new();
-    for entry in &spec.sources {
+    for (index, entry) in policy.spec.sources.iter().enumerate() {
         let mut found = false;
         for (source, facts) in sources {
-            if !source_entry_selects(entry, source, &facts.labels) {
+            if !policy.source_entry_selects(index, source, &facts.labels) {
                 continue;
             }
             found = true;
@@ -338,7 +368,7 @@ mod tests {
         }
     }
     fn active(spec: ReloadPolicySpec) -> ActivePolicy {
-        ActivePolicy { namespace: "ns".into(), name: "p".into(), generation: Some(1), spec }
+        ActivePolicy::new("ns".into(), "p".into(), Some(1), spec)
     }
 
     #[test]
@@ -347,6 +377,9 @@ mod tests {
             [("app".to_string(), "api".to_string()), ("tier".to_string(), "web".to_string())]
                 .into();
         let sel = |v: serde_json::Value| -> LabelSelector { serde_json::from_value(v).unwrap() };
+        let selector_matches = |selector: &LabelSelector, labels: &BTreeMap<String, String>| {
+            entry_selects(&None, Some(&Selector::try_from(selector.clone()).ok()), "x", labels)
+        };
         assert!(selector_matches(&sel(json!({})), &labels));
         assert!(selector_matches(&sel(json!({"matchLabels": {"app": "api"}})), &labels));
         assert!(!selector_matches(&sel(json!({"matchLabels": {"app": "db"}})), &labels));
@@ -373,11 +406,29 @@ mod tests {
     }
 
     #[test]
+    fn a_selector_that_does_not_parse_selects_nothing() {
+        let labels: BTreeMap<String, String> = [("app".to_string(), "api".to_string())].into();
+        for expression in [
+            json!({"key": "app", "operator": "NotIn"}),
+            json!({"key": "app", "operator": "In"}),
+            json!({"key": "app", "operator": "Near", "values": ["api"]}),
+        ] {
+            let p =
+                active(spec(json!({"sources": [{"kind": "ConfigMap", "name": "c"}], "targets": [
+                {"kind": "Deployment", "selector": {"matchExpressions": [expression.clone()]}}]})));
+            let mut w = workload(&[]);
+            w.labels = labels.clone();
+            assert!(p.target_for(&w).is_none(), "{expression}");
+            assert!(!p.target_entry_selects(0, &w), "{expression}");
+        }
+    }
+
+    #[test]
     fn targets_by_name_and_selector_and_kind() {
         let s = spec(json!({"sources": [{"kind": "ConfigMap", "name": "c"}], "targets": [
             {"kind": "StatefulSet", "name": "api"}, {"kind": "Deployment", "selector": {"matchLabels": {"app": "api"}}}]}));
-        assert!(target_for(&s, &workload(&[("app", "api")])).is_some());
-        assert!(target_for(&s, &workload(&[("app", "other")])).is_none());
+        assert!(active(s.clone()).target_for(&workload(&[("app", "api")])).is_some());
+        assert!(active(s).target_for(&workload(&[("app", "other")])).is_none());
     }
 
     #[test]
@@ -391,7 +442,8 @@ mod tests {
             (cm("shop-a"), facts("a", &[("team", "shop")], &[])),
             (cm("unrelated"), facts("u", &[], &[])),
         ];
-        let (resolved, missing) = resolve_sources(&s, &sources, &hash::Hasher::Sha1);
+        let policy = active(s);
+        let (resolved, missing) = resolve_sources(&policy, &sources, &hash::Hasher::Sha1);
         let names: Vec<_> = resolved.iter().map(|r| r.source.name.as_str()).collect();
         assert_eq!(names, ["settings", "shop-a"]);
         assert_eq!(resolved[0].hash, hash::keyed_hash(&sources[0].1.key_hashes, &["flags".into()]));
@@ -532,7 +584,8 @@ mod tests {
             (SourceRef::new(SourceKind::Secret, "db"), facts("s1", &[], &[("pw", "k1")])),
             (cm("c"), facts("c1", &[], &[("url", "u1"), ("x", "x1")])),
         ];
-        let (resolved, _) = resolve_sources(&s, &sources, &hasher);
+        let policy = active(s.clone());
+        let (resolved, _) = resolve_sources(&policy, &sources, &hasher);
         let url = hash::keyed_hash(&sources[1].1.key_hashes, &["url".into()]);
         assert_eq!(resolved[0].hash, hasher.apply(&url), "keys filter, then keyed");
         assert_eq!(resolved[1].hash, hasher.apply("s1"));

@@ -320,7 +320,7 @@ mod tests {
         });
         spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
         let spec: ReloadPolicySpec = serde_json::from_value(spec).unwrap();
-        ActivePolicy { namespace: "ns".into(), name: "p".into(), generation: Some(3), spec }
+        ActivePolicy::new("ns".into(), "p".into(), Some(3), spec)
     }
 
     fn resolved(kind: SourceKind, name: &str, hash: &str, changed_at: Option<i64>) -> Resolved {

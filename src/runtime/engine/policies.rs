@@ -21,8 +21,7 @@ use crate::decide::churn::GroupBudget;
 use crate::decide::hash::Hasher;
 use crate::decide::plan::{Plan, TemplateWrite};
 use crate::decide::policy_plan::{
-    ActivePolicy, combined_hash, parse_policy_record, plan_policy, resolve_sources,
-    source_entry_selects, target_for, target_kind,
+    ActivePolicy, combined_hash, parse_policy_record, plan_policy, resolve_sources, target_kind,
 };
 use crate::decide::policy_status::{Outcome, Outcomes, condition_status, desired_status};
 use crate::model::naming::env_var_name;
@@ -148,12 +147,12 @@ impl Engine {
             return;
         }
         let key = (ns.clone(), p.name_any());
-        let active = Arc::new(ActivePolicy {
-            namespace: ns.clone(),
-            name: key.1.clone(),
-            generation: p.meta().generation,
-            spec: p.spec.clone(),
-        });
+        let active = Arc::new(ActivePolicy::new(
+            ns.clone(),
+            key.1.clone(),
+            p.meta().generation,
+            p.spec.clone(),
+        ));
         let status = p.status.clone().unwrap_or_default();
         // The larger of ours and the stored one: a standby follows the leader's count.
         for (counts, stored) in [
@@ -261,7 +260,7 @@ impl Engine {
         }
         let labels = self.store.read().source_labels(ns, source).unwrap_or_default();
         for p in policies {
-            if !p.spec.sources.iter().any(|s| source_entry_selects(s, source, &labels)) {
+            if !p.selects_source(source, &labels) {
                 continue;
             }
             let targets: Vec<WorkloadKey> = {
@@ -270,9 +269,7 @@ impl Engine {
                     .workload_keys()
                     .into_iter()
                     .filter(|k| k.namespace == ns)
-                    .filter(|k| {
-                        store.workload(k).is_some_and(|e| target_for(&p.spec, &e.info).is_some())
-                    })
+                    .filter(|k| store.workload(k).is_some_and(|e| p.target_for(&e.info).is_some()))
                     .collect()
             };
             for t in targets {
@@ -325,13 +322,13 @@ impl Engine {
             .iter()
             .filter(|(k, _)| {
                 let policy = k.split('/').next().unwrap_or_default();
-                policies.iter().any(|p| p.name == policy && target_for(&p.spec, info).is_some())
+                policies.iter().any(|p| p.name == policy && p.target_for(info).is_some())
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         // Copying the namespace's sources is the cost of this call: only when a policy targets
         // the workload (most workloads have none, and a namespace may hold thousands of sources).
-        let ns_sources = if policies.iter().any(|p| target_for(&p.spec, info).is_some()) {
+        let ns_sources = if policies.iter().any(|p| p.target_for(info).is_some()) {
             self.store.read().sources_in(&info.key.namespace)
         } else {
             Default::default()
@@ -346,11 +343,11 @@ impl Engine {
             .collect();
         let mut parts = Vec::new();
         for p in policies {
-            let Some(target) = target_for(&p.spec, info) else { continue };
+            let Some(target) = p.target_for(info) else { continue };
             // A keyed policy without its key is not acted on (its status says why); its
             // record entries stay as they are.
             let Ok(hasher) = self.hash_key.hasher(p.spec.hash_mode.mode()) else { continue };
-            let (mut resolved, _) = resolve_sources(&p.spec, &ns_sources, &hasher);
+            let (mut resolved, _) = resolve_sources(&p, &ns_sources, &hasher);
             if stamp {
                 // Admission answers go to whoever can reach the webhook: they name and hash
                 // only sources the object itself references.
@@ -629,7 +626,7 @@ impl Engine {
         let hasher = self.hash_key.hasher(policy.spec.hash_mode.mode());
         // Without its key the policy's sources are still resolved, but no hash is reported.
         let (resolved, missing_sources) =
-            resolve_sources(&policy.spec, &ns_sources, hasher.as_ref().unwrap_or(&Hasher::Sha1));
+            resolve_sources(&policy, &ns_sources, hasher.as_ref().unwrap_or(&Hasher::Sha1));
         let (targets, missing_targets) = self.resolve_targets(&policy);
         let observed = self.policy.observed.lock().get(key).cloned().unwrap_or_default();
         let outcomes = self.policy.outcomes.lock().get(key).cloned().unwrap_or_default();
@@ -689,24 +686,15 @@ impl Engine {
             .filter(|k| k.namespace == policy.namespace)
             .filter_map(|k| store.workload(&k))
             .map(|e| e.info.clone())
-            .filter(|i| target_for(&policy.spec, i).is_some())
+            .filter(|i| policy.target_for(i).is_some())
             .collect();
         let missing = policy
             .spec
             .targets
             .iter()
-            .filter(|t| {
-                !infos.iter().any(|i| {
-                    target_kind(t.kind) == i.key.kind
-                        && match (&t.name, &t.selector) {
-                            (Some(n), _) => *n == i.key.name,
-                            (None, Some(s)) => {
-                                crate::decide::policy_plan::selector_matches(s, &i.labels)
-                            }
-                            _ => false,
-                        }
-                })
-            })
+            .enumerate()
+            .filter(|(index, _)| !infos.iter().any(|i| policy.target_entry_selects(*index, i)))
+            .map(|(_, t)| t)
             .collect();
         (infos, missing)
     }
