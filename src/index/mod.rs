@@ -1,3 +1,4 @@
 //! In-memory state fed by watch events: what is known of every source and workload.
 
+pub mod remembered;
 pub mod store;

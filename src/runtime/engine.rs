@@ -51,6 +51,7 @@ use crate::decide::selection::Selection;
 use crate::decide::template::{
     WORKLOAD_FIELD_MANAGER, apply_to_template, record_annotations, record_patch, workload_patch,
 };
+use crate::index::remembered::{Remembered, WorkloadMemory};
 use crate::index::store::{Candidates, SourceUpdate, Store, WorkloadEntry};
 use crate::kube::access::Follow;
 use crate::model::annotations::AnnotationKeys;
@@ -118,8 +119,6 @@ pub struct Engine {
     ready: watch::Sender<Readiness>,
     /// The identity's rights and how each kind is followed under them.
     follow: follow::FollowState,
-    /// Workloads still waiting for their first pass after start (for `--sync-after-restart`).
-    startup_pass: Mutex<HashSet<WorkloadKey>>,
     /// With `--namespace-selector`: the namespaces that match it now.
     selected_namespaces: RwLock<HashSet<String>>,
     /// With `--enable-csi-integration`: SecretProviderClass pod statuses.
@@ -129,21 +128,15 @@ pub struct Engine {
     /// Policies whose status needs writing.
     policy_queue: WorkQueue<(String, String)>,
     metrics: Arc<crate::report::metrics::Metrics>,
-    /// Consecutive failed writes per workload, for the retry backoff.
-    failures: Mutex<std::collections::HashMap<WorkloadKey, u32>>,
-    /// Workloads whose rollout waits for their sources to settle, and since when.
-    deferred: Mutex<std::collections::HashMap<WorkloadKey, std::time::Instant>>,
-    /// Sources whose change queued a workload, until its reconcile says what came of it
-    /// (for `reloader_skipped_total` and `reloader_workloads_matched_total`).
-    triggers: Mutex<std::collections::HashMap<WorkloadKey, HashSet<SourceRef>>>,
+    /// What is remembered about each workload between its reconciles (see
+    /// [`crate::index::remembered`]); forgotten with the workload.
+    remembered: Mutex<Remembered<WorkloadKey, WorkloadMemory>>,
     /// True while this replica may write (always, without `--enable-ha`).
     leadership: watch::Receiver<bool>,
     /// With `--alert-on-reload`: told about every reloaded source (set once, at start).
     alerter: std::sync::OnceLock<crate::report::alerts::Alerter>,
     /// Churn limits on rollouts.
     rollouts: Mutex<RolloutLimiter<WorkloadKey>>,
-    /// Workloads whose rollout a churn limit holds back now (one Event per episode).
-    throttled: Mutex<HashSet<WorkloadKey>>,
     /// The key of keyed hashes, once loaded (see [`crate::kube::hash_key`]).
     hash_key: Arc<crate::kube::hash_key::KeySlot>,
     /// The reconcile workers still running, for `/live`.
@@ -153,8 +146,6 @@ pub struct Engine {
     source_reports_rx: Mutex<Option<tokio::sync::mpsc::Receiver<SourceLimitReport>>>,
     /// Jobs deleted for a reload and not yet created again (see `create_pending_job`).
     pending_jobs: Mutex<std::collections::HashMap<WorkloadKey, PendingJob>>,
-    /// Per workload, the input-limit violations last reported (one report per change).
-    reported_limits: Mutex<std::collections::HashMap<WorkloadKey, Vec<LimitViolation>>>,
 }
 
 impl Engine {
@@ -192,25 +183,20 @@ impl Engine {
             pending_watchers: AtomicUsize::new(0),
             ready: watch::channel(Readiness::Syncing).0,
             follow: follow::FollowState::default(),
-            startup_pass: Mutex::new(HashSet::new()),
             selected_namespaces: RwLock::new(HashSet::new()),
-            deferred: Mutex::new(std::collections::HashMap::new()),
-            failures: Mutex::new(std::collections::HashMap::new()),
             metrics,
-            triggers: Mutex::new(std::collections::HashMap::new()),
             policy: policies::PolicyState::default(),
             csi: csi::CsiState::default(),
+            remembered: Mutex::new(Remembered::default()),
             policy_queue: WorkQueue::new(Duration::from_secs(2)),
             leadership,
             alerter: std::sync::OnceLock::new(),
             rollouts,
-            throttled: Mutex::new(HashSet::new()),
             hash_key: Arc::new(crate::kube::hash_key::KeySlot::new(
                 config.hash_key_namespace.clone(),
                 config.hash_key_secret.clone(),
             )),
             workers: crate::runtime::containment::Workers::default(),
-            reported_limits: Mutex::new(std::collections::HashMap::new()),
             pending_jobs: Mutex::new(std::collections::HashMap::new()),
             source_reports,
             source_reports_rx: Mutex::new(Some(source_reports_rx)),
@@ -428,7 +414,7 @@ impl Engine {
                 continue;
             }
             let started = std::time::Instant::now();
-            let failures_before = self.failures.lock().get(&key).copied();
+            let failures_before = self.failures_of(&key);
             let scanned = self.scan_generation(&key);
             // A panic is the bug of one reconcile: the key is retried with backoff, the worker
             // goes on, and no lock is poisoned (parking_lot locks do not poison).
@@ -448,7 +434,7 @@ impl Engine {
             };
             // The other program's values: an error is a reconcile that counted a failure (a
             // write refused, a panic); waiting for quiet sources or a churn limit is a success.
-            let failed = self.failures.lock().get(&key).copied() > failures_before;
+            let failed = self.failures_of(&key) > failures_before;
             let result = if failed { "error" } else { "success" };
             self.metrics.reconcile_total.with_label_values(&[result]).inc();
             self.metrics

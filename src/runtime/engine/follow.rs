@@ -564,7 +564,7 @@ impl Engine {
                 let mut queued = HashSet::new();
                 for (k, source) in affected {
                     self.metrics.workloads_scanned.with_label_values(&[k.kind.as_str()]).inc();
-                    self.triggers.lock().entry(k.clone()).or_default().insert(source.clone());
+                    self.remembered.lock().update(&k, |m| m.triggers.insert(source.clone()));
                     queued.insert(k);
                 }
                 (queued, self.config.debounce)

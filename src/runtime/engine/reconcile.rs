@@ -6,10 +6,20 @@ use super::*;
 impl Engine {
     /// Counts one more consecutive failure of `key` and returns the backoff before its retry.
     pub(super) fn next_retry(&self, key: &WorkloadKey) -> Duration {
-        let mut failures = self.failures.lock();
-        let n = failures.entry(key.clone()).or_insert(0);
-        *n = n.saturating_add(1);
-        retry_delay(*n)
+        self.remembered.lock().update(key, |m| {
+            m.failures = m.failures.saturating_add(1);
+            retry_delay(m.failures)
+        })
+    }
+
+    /// Consecutive failed writes of `key` so far.
+    pub(super) fn failures_of(&self, key: &WorkloadKey) -> u32 {
+        self.remembered.lock().get(key).map_or(0, |m| m.failures)
+    }
+
+    /// `key` had its first pass after start (or needs none).
+    fn first_pass_done(&self, key: &WorkloadKey) {
+        self.remembered.lock().update(key, |m| m.startup_pass = false);
     }
 
     /// `None` while `--hash-mode hmac-sha256` waits for its key (a standby before the leader
@@ -17,7 +27,7 @@ impl Engine {
     pub(super) fn plan_options(&self, key: &WorkloadKey) -> Option<PlanOptions> {
         let hasher = self.hash_key.hasher(self.config.hash_mode).ok()?;
         // Removed once the workload's first pass really ran (see `worker`), not when deferred.
-        let first_pass = self.startup_pass.lock().contains(key);
+        let first_pass = self.remembered.lock().get(key).is_some_and(|m| m.startup_pass);
         let now = k8s_openapi::jiff::Timestamp::now();
         Some(PlanOptions {
             strategy: self.config.strategy,
@@ -86,14 +96,14 @@ impl Engine {
                 .await;
             }
             if plan.is_noop() {
-                self.startup_pass.lock().remove(key);
+                self.first_pass_done(key);
                 self.report_policies(parts, None).await;
                 self.count_triggers(&entry, &candidates, &plan, &opts);
                 return revisit;
             }
             if entry.info.suspended {
                 debug!(workload = %key, "suspended: left alone");
-                self.startup_pass.lock().remove(key);
+                self.first_pass_done(key);
                 return None;
             }
             let window = Self::debounce_window(self.config.debounce, &plan, &parts);
@@ -111,7 +121,7 @@ impl Engine {
                 }
                 admitted = true;
             }
-            self.startup_pass.lock().remove(key);
+            self.first_pass_done(key);
             let started = std::time::Instant::now();
             let executed = self.execute(&entry.info, &plan).await;
             // As the other program: from the change being received to the write applied; a
@@ -123,7 +133,7 @@ impl Engine {
                 .observe(since_change.unwrap_or_else(|| started.elapsed()).as_secs_f64());
             match executed {
                 Ok(()) => {
-                    self.failures.lock().remove(key);
+                    self.remembered.lock().update(key, |m| m.failures = 0);
                     self.count_triggers(&entry, &candidates, &plan, &opts);
                     if let Some(latency) = since_change {
                         self.metrics.reload_latency.observe(latency.as_secs_f64());
@@ -198,15 +208,15 @@ impl Engine {
             ));
         }
         {
-            let mut reported = self.reported_limits.lock();
-            if reported.get(&info.key).map_or(violations.is_empty(), |r| *r == violations) {
+            let mut remembered = self.remembered.lock();
+            let unchanged = remembered.update(&info.key, |m| {
+                let same = m.reported_limits == violations;
+                m.reported_limits = violations.clone();
+                same
+            });
+            if unchanged || violations.is_empty() {
                 return;
             }
-            if violations.is_empty() {
-                reported.remove(&info.key);
-                return;
-            }
-            reported.insert(info.key.clone(), violations.clone());
         }
         self.metrics.rejected(&violations);
         let (limits, note) = crate::model::limits::describe(&violations);
@@ -235,7 +245,7 @@ impl Engine {
         );
         let held = match admitted {
             Ok(()) => {
-                self.throttled.lock().remove(key);
+                self.remembered.lock().update(key, |m| m.throttled = false);
                 return Ok(());
             }
             Err(held) => held,
@@ -253,7 +263,8 @@ impl Engine {
                 held.group.as_deref().unwrap_or_default()
             ),
         };
-        let first = self.throttled.lock().insert(key.clone());
+        let first =
+            self.remembered.lock().update(key, |m| !std::mem::replace(&mut m.throttled, true));
         self.report_throttled(parts, &why, first).await;
         if first {
             let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
@@ -279,7 +290,9 @@ impl Engine {
         plan: &Plan,
         opts: &PlanOptions,
     ) {
-        let Some(triggers) = self.triggers.lock().remove(&entry.info.key) else {
+        let triggers =
+            self.remembered.lock().update(&entry.info.key, |m| std::mem::take(&mut m.triggers));
+        if triggers.is_empty() {
             return;
         };
         let kind = entry.info.key.kind.as_str();
@@ -329,7 +342,7 @@ impl Engine {
         window: Duration,
     ) -> Option<Duration> {
         if plan.template.is_none() || window.is_zero() {
-            self.deferred.lock().remove(key);
+            self.remembered.lock().update(key, |m| m.deferred_since = None);
             return None;
         }
         let store = self.store.read();
@@ -341,12 +354,14 @@ impl Engine {
         drop(store);
         let now = std::time::Instant::now();
         let settled_at = newest + window;
-        let mut deferred = self.deferred.lock();
-        let since = *deferred.entry(key.clone()).or_insert(now);
-        if settled_at > now && now.duration_since(since) < self.config.debounce_max_wait {
-            return Some(settled_at - now);
-        }
-        deferred.remove(key);
-        None
+        let max_wait = self.config.debounce_max_wait;
+        self.remembered.lock().update(key, |m| {
+            let since = *m.deferred_since.get_or_insert(now);
+            if settled_at > now && now.duration_since(since) < max_wait {
+                return Some(settled_at - now);
+            }
+            m.deferred_since = None;
+            None
+        })
     }
 }

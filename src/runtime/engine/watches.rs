@@ -183,12 +183,7 @@ impl Engine {
         if !self.store.write().remove_workload(key) {
             return;
         }
-        self.startup_pass.lock().remove(key);
-        self.failures.lock().remove(key);
-        self.deferred.lock().remove(key);
-        self.triggers.lock().remove(key);
-        self.throttled.lock().remove(key);
-        self.reported_limits.lock().remove(key);
+        self.remembered.lock().forget(key);
         self.rollouts.lock().forget(key);
         self.forget_policy_target(key);
     }
@@ -217,7 +212,12 @@ impl Engine {
                 sources = self.store.read().source_count(),
                 "caches synced; checking every workload against its sources"
             );
-            self.startup_pass.lock().extend(keys.iter().cloned());
+            {
+                let mut remembered = self.remembered.lock();
+                for key in &keys {
+                    remembered.update(key, |m| m.startup_pass = true);
+                }
+            }
             self.synced.store(true, Ordering::SeqCst);
             for key in keys {
                 self.queue.add(key, Duration::ZERO);
@@ -492,7 +492,7 @@ impl Engine {
         let affected = self.store.read().affected_by(ns, source);
         for key in affected {
             self.metrics.workloads_scanned.with_label_values(&[key.kind.as_str()]).inc();
-            self.triggers.lock().entry(key.clone()).or_default().insert(source.clone());
+            self.remembered.lock().update(&key, |m| m.triggers.insert(source.clone()));
             self.queue.add(key, self.config.debounce);
         }
         // Kinds that may be listed but not watched are listed now (Reloader's model).

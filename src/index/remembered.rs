@@ -1,0 +1,102 @@
+//! What the engine remembers about one workload between its reconciles, in one struct per
+//! workload ([`WorkloadMemory`]), kept in a map ([`Remembered`]) that holds an entry only while
+//! something is remembered and forgets it with the workload.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
+use std::time::Instant;
+
+use crate::model::limits::LimitViolation;
+use crate::model::source::SourceRef;
+
+/// One workload's runtime state. The default is "nothing remembered".
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct WorkloadMemory {
+    /// Waiting for its first pass after the caches synced (`--sync-after-restart`).
+    pub startup_pass: bool,
+    /// Consecutive failed writes, for the retry backoff.
+    pub failures: u32,
+    /// Its rollout waits for its sources to settle (the debounce), since then.
+    pub deferred_since: Option<Instant>,
+    /// Sources whose change queued it, until its reconcile says what came of them (for
+    /// `reloader_skipped_total` and `reloader_workloads_matched_total`).
+    pub triggers: HashSet<SourceRef>,
+    /// A churn limit holds its rollout back now (one Event per episode).
+    pub throttled: bool,
+    /// The input-limit violations last reported (one report per change).
+    pub reported_limits: Vec<LimitViolation>,
+}
+
+/// Per key, a memory that is there only while it differs from the default: the map's size
+/// follows what is remembered, not every key ever seen.
+#[derive(Debug)]
+pub struct Remembered<K, S> {
+    entries: HashMap<K, S>,
+}
+
+impl<K, S> Default for Remembered<K, S> {
+    fn default() -> Self {
+        Remembered { entries: HashMap::new() }
+    }
+}
+
+impl<K: Clone + Eq + Hash, S: Default + PartialEq> Remembered<K, S> {
+    /// Changes the memory of `key` (a default one when there is none) and returns what `change`
+    /// returns; a memory back to the default is dropped.
+    pub fn update<R>(&mut self, key: &K, change: impl FnOnce(&mut S) -> R) -> R {
+        let memory = match self.entries.get_mut(key) {
+            Some(memory) => memory,
+            None => self.entries.entry(key.clone()).or_default(),
+        };
+        let out = change(memory);
+        if *memory == S::default() {
+            self.entries.remove(key);
+        }
+        out
+    }
+
+    pub fn get(&self, key: &K) -> Option<&S> {
+        self.entries.get(key)
+    }
+
+    /// Forgets everything about `key`.
+    pub fn forget(&mut self, key: &K) {
+        self.entries.remove(key);
+    }
+
+    /// How many keys have something remembered.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_lives_only_while_something_is_remembered() {
+        let mut memory: Remembered<&str, WorkloadMemory> = Remembered::default();
+        let delay = memory.update(&"api", |m| {
+            m.failures += 1;
+            m.failures
+        });
+        assert_eq!(delay, 1);
+        memory.update(&"api", |m| m.startup_pass = true);
+        assert_eq!(memory.len(), 1);
+        memory.update(&"api", |m| m.failures = 0);
+        assert_eq!(memory.get(&"api").map(|m| m.startup_pass), Some(true));
+        memory.update(&"api", |m| m.startup_pass = false);
+        assert!(memory.is_empty(), "back to the default: dropped");
+        // Reading through update creates nothing.
+        assert!(!memory.update(&"web", |m| m.throttled));
+        assert!(memory.is_empty());
+        memory.update(&"web", |m| m.throttled = true);
+        memory.forget(&"web");
+        assert!(memory.get(&"web").is_none());
+    }
+}
