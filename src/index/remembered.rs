@@ -1,13 +1,17 @@
-//! What the engine remembers about one workload between its reconciles, in one struct per
-//! workload ([`WorkloadMemory`]), kept in a map ([`Remembered`]) that holds an entry only while
-//! something is remembered and forgets it with the workload.
+//! What the engine remembers between reconciles, in one struct per object: per workload
+//! ([`WorkloadMemory`]) and per ReloadPolicy ([`PolicyMemory`]), each kept in a map
+//! ([`Remembered`]) that holds an entry only while something is remembered and forgets it with
+//! the object.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::time::Instant;
 
+use crate::decide::policy_status::{Outcome, Outcomes};
 use crate::model::limits::LimitViolation;
+use crate::model::policy::ReloadPolicyStatus;
 use crate::model::source::SourceRef;
+use crate::model::workload::{WorkloadKey, WorkloadKind};
 
 /// One workload's runtime state. The default is "nothing remembered".
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -25,6 +29,27 @@ pub struct WorkloadMemory {
     pub throttled: bool,
     /// The input-limit violations last reported (one report per change).
     pub reported_limits: Vec<LimitViolation>,
+}
+
+/// One ReloadPolicy's runtime state (the policy itself is in the engine's policy index).
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct PolicyMemory {
+    /// The status last seen on, or written to, the API server.
+    pub observed: ReloadPolicyStatus,
+    /// Per target, the policy's last outcome there.
+    pub outcomes: Outcomes,
+    /// `status.reloadCount` and `status.throttledCount` (the larger of ours and the stored ones,
+    /// so a standby follows the leader's).
+    pub reload_count: i64,
+    pub throttled_count: i64,
+    /// Dry-run notices already given, per target, with the hash announced (once per change).
+    pub dry_run_seen: HashMap<WorkloadKey, String>,
+}
+
+impl PolicyMemory {
+    pub fn outcome(&self, target: &(WorkloadKind, String)) -> Option<Outcome> {
+        self.outcomes.get(target).cloned()
+    }
 }
 
 /// Per key, a memory that is there only while it differs from the default: the map's size
@@ -62,6 +87,14 @@ impl<K: Clone + Eq + Hash, S: Default + PartialEq> Remembered<K, S> {
     /// Forgets everything about `key`.
     pub fn forget(&mut self, key: &K) {
         self.entries.remove(key);
+    }
+
+    /// Every key's memory, to change in place (memories back to the default are dropped).
+    pub fn update_all(&mut self, mut change: impl FnMut(&K, &mut S)) {
+        self.entries.retain(|key, memory| {
+            change(key, memory);
+            *memory != S::default()
+        });
     }
 
     /// How many keys have something remembered.

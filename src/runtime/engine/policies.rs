@@ -23,9 +23,10 @@ use crate::decide::plan::{Plan, TemplateWrite};
 use crate::decide::policy_plan::{
     ActivePolicy, combined_hash, parse_policy_record, plan_policy, resolve_sources, target_kind,
 };
-use crate::decide::policy_status::{Outcome, Outcomes, condition_status, desired_status};
+use crate::decide::policy_status::{Outcome, condition_status, desired_status};
+use crate::index::remembered::{PolicyMemory, Remembered};
 use crate::model::naming::env_var_name;
-use crate::model::policy::{PolicyTarget, ReloadPolicy, ReloadPolicyStatus};
+use crate::model::policy::{PolicyTarget, ReloadPolicy};
 use crate::model::source::SourceRef;
 use crate::model::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
 
@@ -38,24 +39,17 @@ type PolicyKey = (String, String);
 pub(super) struct PolicyState {
     /// namespace → name → policy.
     policies: RwLock<HashMap<String, BTreeMap<String, Arc<ActivePolicy>>>>,
-    /// The status last seen on the API server, per policy.
-    observed: Mutex<HashMap<PolicyKey, ReloadPolicyStatus>>,
-    outcomes: Mutex<HashMap<PolicyKey, Outcomes>>,
-    reload_counts: Mutex<HashMap<PolicyKey, i64>>,
-    /// Rollouts a churn limit held back, per policy (`status.throttledCount`).
-    throttled_counts: Mutex<HashMap<PolicyKey, i64>>,
-    /// Dry-run notices already given, so a pending change is announced once.
-    dry_run_seen: Mutex<HashMap<(PolicyKey, WorkloadKey), String>>,
+    /// What is remembered per policy (see [`crate::index::remembered`]).
+    memory: Mutex<Remembered<PolicyKey, PolicyMemory>>,
 }
 
 impl PolicyState {
-    /// The policy's last outcome on `target`, as remembered since the operator started.
     fn outcome(&self, key: &PolicyKey, target: &(WorkloadKind, String)) -> Option<Outcome> {
-        self.outcomes.lock().get(key).and_then(|m| m.get(target).cloned())
+        self.memory.lock().get(key).and_then(|m| m.outcome(target))
     }
 
     fn set_outcome(&self, key: &PolicyKey, target: (WorkloadKind, String), outcome: Outcome) {
-        self.outcomes.lock().entry(key.clone()).or_default().insert(target, outcome);
+        self.memory.lock().update(key, |m| m.outcomes.insert(target, outcome));
     }
 }
 
@@ -155,15 +149,11 @@ impl Engine {
         ));
         let status = p.status.clone().unwrap_or_default();
         // The larger of ours and the stored one: a standby follows the leader's count.
-        for (counts, stored) in [
-            (&self.policy.reload_counts, status.reload_count),
-            (&self.policy.throttled_counts, status.throttled_count),
-        ] {
-            let mut counts = counts.lock();
-            let count = counts.entry(key.clone()).or_insert(stored);
-            *count = (*count).max(stored);
-        }
-        self.policy.observed.lock().insert(key.clone(), status);
+        self.policy.memory.lock().update(&key, |m| {
+            m.reload_count = m.reload_count.max(status.reload_count);
+            m.throttled_count = m.throttled_count.max(status.throttled_count);
+            m.observed = status;
+        });
         let changed = {
             let mut policies = self.policy.policies.write();
             let slot = policies.entry(ns.clone()).or_default();
@@ -185,12 +175,12 @@ impl Engine {
     pub(super) fn forget_policy_target(&self, key: &WorkloadKey) {
         let target = (key.kind, key.name.clone());
         let mut touched = Vec::new();
-        for (policy, outcomes) in self.policy.outcomes.lock().iter_mut() {
-            if policy.0 == key.namespace && outcomes.remove(&target).is_some() {
+        self.policy.memory.lock().update_all(|policy, m| {
+            if policy.0 == key.namespace && m.outcomes.remove(&target).is_some() {
                 touched.push(policy.clone());
             }
-        }
-        self.policy.dry_run_seen.lock().retain(|(_, w), _| w != key);
+            m.dry_run_seen.remove(key);
+        });
         for policy in touched {
             self.policy_queue.add(policy, Duration::ZERO);
         }
@@ -200,11 +190,7 @@ impl Engine {
         let removed =
             self.policy.policies.write().get_mut(ns).and_then(|m| m.remove(name)).is_some();
         let key = (ns.to_string(), name.to_string());
-        self.policy.observed.lock().remove(&key);
-        self.policy.outcomes.lock().remove(&key);
-        self.policy.reload_counts.lock().remove(&key);
-        self.policy.throttled_counts.lock().remove(&key);
-        self.policy.dry_run_seen.lock().retain(|(policy, _), _| *policy != key);
+        self.policy.memory.lock().forget(&key);
         self.rollouts.lock().forget_group(&format!("{ns}/{name}"));
         // One series per existing policy: a deleted policy's series goes with it.
         let _ = self.metrics.policy_reloads.remove_label_values(&[ns, name]);
@@ -444,7 +430,7 @@ impl Engine {
             };
             self.policy.set_outcome(&part.key, target, outcome);
             if first {
-                count_one(&self.policy.throttled_counts, &part.key);
+                self.policy.memory.lock().update(&part.key, |m| m.throttled_count += 1);
                 let note = format!(
                     "Rollout of {} held back: {why}; the latest state is applied then",
                     part.target
@@ -465,10 +451,10 @@ impl Engine {
                     Outcome { result: "Suspended", message: None, time: None, hash: None }
                 }
                 (PartMode::DryRun, _) if !part.changed.is_empty() => {
-                    let seen_key = (part.key.clone(), part.target.clone());
-                    let first =
-                        self.policy.dry_run_seen.lock().insert(seen_key, part.combined.clone())
-                            != Some(part.combined.clone());
+                    let first = self.policy.memory.lock().update(&part.key, |m| {
+                        m.dry_run_seen.insert(part.target.clone(), part.combined.clone())
+                            != Some(part.combined.clone())
+                    });
                     if first {
                         let note = format!(
                             "Dry run: would reload {} for {}",
@@ -511,7 +497,7 @@ impl Engine {
                         .policy_reloads
                         .with_label_values(&[&part.key.0, &part.key.1])
                         .inc();
-                    count_one(&self.policy.reload_counts, &part.key);
+                    self.policy.memory.lock().update(&part.key, |m| m.reload_count += 1);
                     let note = format!(
                         "Reloaded {} for {}",
                         part.target,
@@ -534,8 +520,8 @@ impl Engine {
                     // A target reloaded before keeps that result; "UpToDate" means never needed one.
                     // After a restart the memory is empty: fall back to the written status.
                     let previous = previous.or_else(|| {
-                        let observed = self.policy.observed.lock();
-                        let t = observed.get(&part.key)?.targets.iter().find(|t| {
+                        let memory = self.policy.memory.lock();
+                        let t = memory.get(&part.key)?.observed.targets.iter().find(|t| {
                             t.name == part.target.name && target_kind(t.kind) == part.target.kind
                         })?;
                         Some(Outcome {
@@ -628,8 +614,8 @@ impl Engine {
         let (resolved, missing_sources) =
             resolve_sources(&policy, &ns_sources, hasher.as_ref().unwrap_or(&Hasher::Sha1));
         let (targets, missing_targets) = self.resolve_targets(&policy);
-        let observed = self.policy.observed.lock().get(key).cloned().unwrap_or_default();
-        let outcomes = self.policy.outcomes.lock().get(key).cloned().unwrap_or_default();
+        let memory = self.policy.memory.lock().get(key).cloned().unwrap_or_default();
+        let (observed, outcomes) = (memory.observed, memory.outcomes);
         let desired = desired_status(
             &policy,
             hasher.as_ref().err().map(String::as_str),
@@ -639,8 +625,8 @@ impl Engine {
             &missing_targets,
             &outcomes,
             &observed,
-            *self.policy.reload_counts.lock().get(key).unwrap_or(&0),
-            *self.policy.throttled_counts.lock().get(key).unwrap_or(&0),
+            memory.reload_count,
+            memory.throttled_count,
             Timestamp::now(),
         );
         let ready = condition_status(&desired, "Ready") == Some("True");
@@ -662,7 +648,7 @@ impl Engine {
             &Patch::Apply(&body),
         )
         .await?;
-        self.policy.observed.lock().insert(key.clone(), desired.clone());
+        self.policy.memory.lock().update(key, |m| m.observed = desired.clone());
         if became_invalid {
             let reason = desired
                 .conditions
@@ -717,9 +703,4 @@ fn longest_setting(
         .chain(by_annotations.then_some(global))
         .max()
         .unwrap_or(global)
-}
-
-/// Adds one to a policy's count.
-fn count_one(counts: &Mutex<HashMap<PolicyKey, i64>>, key: &PolicyKey) {
-    *counts.lock().entry(key.clone()).or_insert(0) += 1;
 }
