@@ -42,6 +42,50 @@ async fn create_raw(
     api.create(&PostParams::default(), &obj).await.map(|o| serde_json::to_value(o).unwrap())
 }
 
+/// Durations are Go's, as the operator parses them (`model::duration`) and as Reloader's
+/// `pause-period` takes them: fractions and every unit are accepted, a sign is not.
+#[tokio::test]
+async fn go_durations_are_accepted_and_signed_ones_rejected() {
+    let client = client().await;
+    install_policy_crd(&client).await;
+    let ns = TestNamespace::create(&client, "rp-durations").await;
+    let source = json!({"kind": "ConfigMap", "name": "c"});
+    let target = json!({"kind": "Deployment", "name": "d"});
+    for (name, debounce, interval) in
+        [("fraction", "1.5m", "1h30m"), ("micro", "500us", "0"), ("mixed", "1m0.5s", "2h45m")]
+    {
+        let spec = json!({"sources": [source], "targets": [target],
+                          "debounce": debounce, "minRolloutInterval": interval});
+        let created = eventually(&format!("{name} to be accepted"), TIMEOUT, || async {
+            create_raw(&client, &ns.name, name, spec.clone()).await.ok()
+        })
+        .await;
+        assert_eq!(created["spec"]["debounce"], debounce);
+        for text in [debounce, interval] {
+            assert!(reloader::model::duration::parse(text).is_ok(), "the operator reads {text}");
+        }
+    }
+    for (name, field, value) in [
+        ("negative", "debounce", "-5s"),
+        ("plus", "minRolloutInterval", "+5s"),
+        ("bare", "debounce", "5"),
+    ] {
+        let mut spec = json!({"sources": [source], "targets": [target]});
+        spec[field] = json!(value);
+        match create_raw(&client, &ns.name, name, spec).await {
+            Err(kube::Error::Api(status)) => {
+                assert_eq!(status.code, 422, "{name}: {status:?}");
+                assert!(
+                    status.message.contains("must be a duration"),
+                    "{name}: {}",
+                    status.message
+                );
+            }
+            other => panic!("{name}: expected a 422, got {other:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn valid_policies_are_accepted_and_invalid_ones_rejected_with_the_reason() {
     let client = client().await;

@@ -7,6 +7,15 @@ use kube::CustomResource;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
+/// A Go duration as `time.ParseDuration` reads it, without a sign (what the operator parses, see
+/// `model::duration`, and what CEL's `duration()` accepts): `0`, or numbers with an optional
+/// fraction, each with a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`): `500us`, `1.5m`, `1h30m`.
+macro_rules! go_duration_regex {
+    () => {
+        "^(0|(([0-9]+([.][0-9]*)?|[.][0-9]+)(ns|us|µs|μs|ms|s|m|h))+)$"
+    };
+}
+
 /// Declares that changes to `sources` reload `targets` with `strategy`.
 #[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -43,7 +52,7 @@ pub struct ReloadPolicySpec {
     /// Changes arriving within this window become one rollout (e.g. `5s`; at most `1h`).
     /// Defaults to the operator's `--debounce`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) <= duration('1h')").message("debounce must be a duration such as 500ms, 5s or 2m, at most 1h"))]
+    #[x_kube(validation = Rule::new(concat!("self.matches('", go_duration_regex!(), "') && duration(self) <= duration('1h')")).message("debounce must be a duration such as 500ms, 5s, 1.5m or 2m, at most 1h"))]
     pub debounce: Option<String>,
 
     /// Churn protection: a target rolls at most once per this interval for this policy's
@@ -51,7 +60,7 @@ pub struct ReloadPolicySpec {
     /// the target rolls to the latest state when the interval has passed. Defaults to the
     /// operator's `--min-rollout-interval` (5s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self.matches('^([0-9]+(ms|s|m|h))+$') && duration(self) <= duration('24h')").message("minRolloutInterval must be a duration such as 0s, 30s or 5m, at most 24h"))]
+    #[x_kube(validation = Rule::new(concat!("self.matches('", go_duration_regex!(), "') && duration(self) <= duration('24h')")).message("minRolloutInterval must be a duration such as 0s, 30s, 1h30m or 5m, at most 24h"))]
     pub min_rollout_interval: Option<String>,
 
     /// Churn protection: at most this many rollouts a minute across this policy's targets
