@@ -125,6 +125,24 @@ pub fn keyed_hash(key_hashes: &BTreeMap<String, String>, keys: &[String]) -> Str
     hash_entries(entries)
 }
 
+/// The one key-precise rule of both modes: when a workload consumes only some keys of a source
+/// (`used`: key refs, volume `items`) and key-precise references are on, the SHA-1 that counts
+/// for it is the hash of those keys (within `filter`, a policy entry's `keys`). `None` when the
+/// rule does not apply (the source is consumed whole, the option is off, or the source has too
+/// many keys for per-key hashes): the source's own hash counts.
+pub fn key_precise_sha1(
+    used: Option<&std::collections::BTreeSet<String>>,
+    key_precise: bool,
+    keys_untracked: bool,
+    key_hashes: &BTreeMap<String, String>,
+    filter: Option<&[String]>,
+) -> Option<String> {
+    let used = used.filter(|_| key_precise && !keys_untracked)?;
+    let keys: Vec<String> =
+        used.iter().filter(|k| filter.is_none_or(|filter| filter.contains(k))).cloned().collect();
+    Some(keyed_hash(key_hashes, &keys))
+}
+
 /// The hash the annotations strategy writes when a source is deleted.
 pub fn delete_marker_hash() -> String {
     hash_entries(vec![DELETE_MARKER.as_bytes().to_vec()])

@@ -108,14 +108,14 @@ pub fn effective_hash(
     key_precise: bool,
     hasher: &hash::Hasher,
 ) -> String {
-    let sha1 = match info.used_keys.get(source) {
-        Some(keys) if key_precise && !facts.keys_untracked => {
-            let keys: Vec<String> = keys.iter().cloned().collect();
-            hash::keyed_hash(&facts.key_hashes, &keys)
-        }
-        _ => facts.state.hash.clone(),
-    };
-    hasher.apply(&sha1)
+    let sha1 = hash::key_precise_sha1(
+        info.used_keys.get(source),
+        key_precise,
+        facts.keys_untracked,
+        &facts.key_hashes,
+        None,
+    );
+    hasher.apply(sha1.as_deref().unwrap_or(&facts.state.hash))
 }
 
 /// Why a source asks for a rollout.
@@ -307,21 +307,15 @@ pub fn plan(
                 };
                 let stored = stored_hash(source);
                 let current = effective_hash(info, source, facts, opts.key_precise, &opts.hasher);
-                let roll = match &stored {
-                    Some(h) if *h == current => None,
-                    Some(_) => Some(Cause::Changed),
-                    None if opts.stamp => Some(Cause::Changed),
-                    None if facts.changed_at.is_some_and(|at| at >= info.created) => {
-                        Some(Cause::Changed)
-                    }
-                    None if opts.reload_on_create
+                let roll = roll_cause(
+                    stored.as_deref(),
+                    &current,
+                    facts.changed_at.is_some_and(|at| at >= info.created),
+                    opts.stamp,
+                    opts.reload_on_create
                         && (opts.sync_after_restart
-                            || (facts.created_after_start && facts.created >= info.created)) =>
-                    {
-                        Some(Cause::Created)
-                    }
-                    None => None,
-                };
+                            || (facts.created_after_start && facts.created >= info.created)),
+                );
                 new_record.insert(source.clone(), current.clone());
                 selected.push(Selected { source, via, hash: current, roll });
             }
@@ -496,6 +490,27 @@ fn plan_annotation(
     });
 }
 
+/// The one stored-versus-current rule of both modes: whether a source rolls a workload, and why.
+/// `stored` is the hash the workload was last rolled with (its record, or the `STAKATER_*`
+/// variable), `current` the source's hash now. Without a stored hash the source is a baseline
+/// (recorded, no rollout) unless it changed after the workload was created, the write is an
+/// admission stamp, or it counts as created (`--reload-on-create`).
+pub fn roll_cause(
+    stored: Option<&str>,
+    current: &str,
+    changed_since_created: bool,
+    stamp: bool,
+    counts_as_created: bool,
+) -> Option<Cause> {
+    match stored {
+        Some(stored) if stored == current => None,
+        Some(_) => Some(Cause::Changed),
+        None if stamp || changed_since_created => Some(Cause::Changed),
+        None if counts_as_created => Some(Cause::Created),
+        None => None,
+    }
+}
+
 /// A change to `spec.paused` and the `paused-at` annotation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PauseWrite {
@@ -507,6 +522,31 @@ pub struct PauseWrite {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stored_versus_current_ladder() {
+        use Cause::{Changed, Created};
+        // (stored, changed since created, stamp, counts as created) -> cause
+        type Case<'a> = (Option<&'a str>, bool, bool, bool, Option<Cause>);
+        let cases: [Case; 9] = [
+            (Some("h"), false, false, false, None),
+            (Some("h"), true, true, true, None),
+            (Some("old"), false, false, false, Some(Changed)),
+            (None, false, false, false, None),
+            (None, true, false, false, Some(Changed)),
+            (None, false, true, false, Some(Changed)),
+            (None, false, false, true, Some(Created)),
+            (None, true, false, true, Some(Changed)),
+            (None, false, true, true, Some(Changed)),
+        ];
+        for (stored, changed, stamp, created, expected) in cases {
+            assert_eq!(
+                roll_cause(stored, "h", changed, stamp, created),
+                expected,
+                "{stored:?} changed={changed} stamp={stamp} created={created}"
+            );
+        }
+    }
     use crate::model::annotations::AnnotationKeys;
     use crate::model::source::SourceKind;
     use crate::model::workload::{

@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 
 use crate::decide::hash;
-use crate::decide::plan::{Cause, Change, EnvWrite, ReloadSource, SourceFacts, TemplateWrite};
+use crate::decide::plan::{Change, EnvWrite, ReloadSource, SourceFacts, TemplateWrite, roll_cause};
 use crate::model::naming::env_var_name;
 use crate::model::policy::{
     PolicySource, PolicySourceKind, PolicyStrategy, PolicyTarget, PolicyTargetKind,
@@ -139,17 +139,14 @@ impl Resolved {
     /// The hash that counts for `info`: with key-precise references, a source the target
     /// consumes only key by key is hashed over those keys (within the entry's `keys` filter).
     pub fn hash_for(&self, info: &WorkloadInfo, key_precise: bool) -> String {
-        match info.used_keys.get(&self.source) {
-            Some(used) if key_precise && !self.keys_untracked => {
-                let keys: Vec<String> = used
-                    .iter()
-                    .filter(|k| self.keys.as_ref().is_none_or(|filter| filter.contains(k)))
-                    .cloned()
-                    .collect();
-                self.hasher.apply(&hash::keyed_hash(&self.key_hashes, &keys))
-            }
-            _ => self.hash.clone(),
-        }
+        hash::key_precise_sha1(
+            info.used_keys.get(&self.source),
+            key_precise,
+            self.keys_untracked,
+            &self.key_hashes,
+            self.keys.as_deref(),
+        )
+        .map_or_else(|| self.hash.clone(), |sha1| self.hasher.apply(&sha1))
     }
 }
 
@@ -260,13 +257,14 @@ pub fn plan_policy(
         };
         let stored =
             record.get(&key).or(from_env.filter(|_| !env_owned_by_annotations.contains(&env)));
-        let roll = match stored {
-            Some(h) if *h == current => None,
-            Some(_) => Some(Cause::Changed),
-            None if stamp => Some(Cause::Changed),
-            None if r.changed_at.is_some_and(|at| at >= info.created) => Some(Cause::Changed),
-            None => None,
-        };
+        // Policies have no reload-on-create: a source created after its target is a change.
+        let roll = roll_cause(
+            stored.map(String::as_str),
+            &current,
+            r.changed_at.is_some_and(|at| at >= info.created),
+            stamp,
+            false,
+        );
         out.record.insert(key, current.clone());
         if let Some(cause) = roll {
             out.changes.push(Change { source: r.source.clone(), cause, hash: current.clone() });
