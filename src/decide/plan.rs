@@ -149,6 +149,40 @@ pub enum TemplateWrite {
 }
 
 impl TemplateWrite {
+    /// The `restart` strategy: `kubectl.kubernetes.io/restartedAt`, as `kubectl rollout
+    /// restart` writes it.
+    pub fn restart(now_rfc3339: &str) -> TemplateWrite {
+        TemplateWrite::Annotation {
+            key: RESTARTED_AT_ANNOTATION.to_string(),
+            value: now_rfc3339.to_string(),
+        }
+    }
+
+    /// The `annotations` strategy: the `last-reloaded-from` pod-template annotation (under
+    /// `key`, renamable by flag) naming the source that rolled the workload, as stakater/Reloader
+    /// writes it.
+    pub fn last_reloaded_from(
+        key: &str,
+        source: &SourceRef,
+        namespace: &str,
+        hash: &str,
+        container_refs: Vec<&str>,
+        now: i64,
+    ) -> TemplateWrite {
+        let value = ReloadSource {
+            kind: source.kind.env_suffix(),
+            name: &source.name,
+            namespace,
+            hash,
+            container_refs,
+            observed_at: now,
+        };
+        TemplateWrite::Annotation {
+            key: key.to_string(),
+            value: serde_json::to_string(&value).expect("serialisable"),
+        }
+    }
+
     /// Both writes as one, so a workload selected several ways rolls once.
     pub fn combine(a: Option<TemplateWrite>, b: Option<TemplateWrite>) -> Option<TemplateWrite> {
         match (a, b) {
@@ -469,24 +503,15 @@ fn plan_annotation(
     }
     let Some((source, hash, container)) = first else { return };
     out.template = Some(match opts.strategy {
-        Strategy::Restart => TemplateWrite::Annotation {
-            key: RESTARTED_AT_ANNOTATION.to_string(),
-            value: opts.now_rfc3339.clone(),
-        },
-        _ => {
-            let value = ReloadSource {
-                kind: source.kind.env_suffix(),
-                name: &source.name,
-                namespace: &info.key.namespace,
-                hash: &hash,
-                container_refs: container.into_iter().collect(),
-                observed_at: opts.now,
-            };
-            TemplateWrite::Annotation {
-                key: opts.last_reloaded_from_key.clone(),
-                value: serde_json::to_string(&value).expect("serialisable"),
-            }
-        }
+        Strategy::Restart => TemplateWrite::restart(&opts.now_rfc3339),
+        _ => TemplateWrite::last_reloaded_from(
+            &opts.last_reloaded_from_key,
+            source,
+            &info.key.namespace,
+            &hash,
+            container.into_iter().collect(),
+            opts.now,
+        ),
     });
 }
 

@@ -8,16 +8,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 
 use crate::decide::hash;
-use crate::decide::plan::{Change, EnvWrite, ReloadSource, SourceFacts, TemplateWrite, roll_cause};
+use crate::decide::plan::{Change, EnvWrite, SourceFacts, TemplateWrite, roll_cause};
 use crate::model::naming::env_var_name;
 use crate::model::policy::{
     PolicySource, PolicySourceKind, PolicyStrategy, PolicyTarget, PolicyTargetKind,
     ReloadPolicySpec,
 };
 use crate::model::source::{SourceKind, SourceRef};
-use crate::model::workload::{
-    POLICY_RECORD_ANNOTATION, RESTARTED_AT_ANNOTATION, WorkloadInfo, WorkloadKind,
-};
+use crate::model::workload::{POLICY_RECORD_ANNOTATION, WorkloadInfo, WorkloadKind};
 
 /// A policy as the engine holds it, its selectors parsed once when it changes.
 #[derive(Debug, Clone, PartialEq)]
@@ -295,23 +293,16 @@ pub fn plan_policy(
         }
         PolicyStrategy::Annotation => {
             let (r, hash) = &rolled[0];
-            let value = ReloadSource {
-                kind: r.source.kind.env_suffix(),
-                name: &r.source.name,
-                namespace: &info.key.namespace,
+            TemplateWrite::last_reloaded_from(
+                last_reloaded_from_key,
+                &r.source,
+                &info.key.namespace,
                 hash,
-                container_refs: containers.clone(),
-                observed_at: now,
-            };
-            TemplateWrite::Annotation {
-                key: last_reloaded_from_key.to_string(),
-                value: serde_json::to_string(&value).expect("serialisable"),
-            }
+                containers.clone(),
+                now,
+            )
         }
-        PolicyStrategy::Restart => TemplateWrite::Annotation {
-            key: RESTARTED_AT_ANNOTATION.to_string(),
-            value: now_rfc3339.to_string(),
-        },
+        PolicyStrategy::Restart => TemplateWrite::restart(now_rfc3339),
     });
     out
 }
@@ -320,6 +311,7 @@ pub fn plan_policy(
 mod tests {
     use super::*;
     use crate::model::source::SourceState;
+    use crate::model::workload::RESTARTED_AT_ANNOTATION;
     use crate::model::workload::{ContainerInfo, WorkloadKey};
     use serde_json::json;
 
