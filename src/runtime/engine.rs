@@ -51,6 +51,7 @@ use crate::decide::selection::Selection;
 use crate::decide::template::{
     WORKLOAD_FIELD_MANAGER, apply_to_template, record_annotations, record_patch, workload_patch,
 };
+use crate::index::relist;
 use crate::index::remembered::{Remembered, WorkloadMemory};
 use crate::index::store::{Candidates, SourceUpdate, Store, WorkloadEntry};
 use crate::kube::access::Follow;

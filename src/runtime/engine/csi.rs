@@ -67,16 +67,9 @@ impl Engine {
                     engine.forget_pod_status(&obj.namespace().unwrap_or_default(), &obj.name_any())
                 }
                 WatchItem::RelistDone(seen) => {
-                    let gone: Vec<(String, String)> = engine
-                        .csi
-                        .class_of
-                        .lock()
-                        .keys()
-                        .filter(|(ns, _)| scope.as_ref().is_none_or(|sc| sc == ns))
-                        .filter(|k| !seen.contains(k))
-                        .cloned()
-                        .collect();
-                    for (ns, name) in gone {
+                    let known: Vec<(String, String)> =
+                        engine.csi.class_of.lock().keys().cloned().collect();
+                    for (ns, name) in crate::index::relist::gone(known, scope.as_deref(), &seen) {
                         engine.forget_pod_status(&ns, &name);
                     }
                 }

@@ -117,16 +117,14 @@ impl Engine {
                     engine.delete_policy(&p.namespace().unwrap_or_default(), &p.name_any())
                 }
                 WatchItem::RelistDone(seen) => {
-                    let gone: Vec<PolicyKey> = engine
+                    let known: Vec<PolicyKey> = engine
                         .policy
                         .policies
                         .read()
                         .iter()
                         .flat_map(|(ns, m)| m.keys().map(move |n| (ns.clone(), n.clone())))
-                        .filter(|(ns, _)| scope.as_ref().is_none_or(|s| s == ns))
-                        .filter(|k| !seen.contains(k))
                         .collect();
-                    for (ns, name) in gone {
+                    for (ns, name) in crate::index::relist::gone(known, scope.as_deref(), &seen) {
                         engine.delete_policy(&ns, &name);
                     }
                 }

@@ -164,17 +164,16 @@ impl Engine {
         scope: Option<&str>,
         seen: &HashSet<(String, String)>,
     ) {
-        let gone: Vec<_> = self
+        let known: Vec<(String, String)> = self
             .store
             .read()
             .workload_keys()
             .into_iter()
             .filter(|k| k.kind == kind)
-            .filter(|k| scope.is_none_or(|sc| sc == k.namespace))
-            .filter(|k| !seen.contains(&(k.namespace.clone(), k.name.clone())))
+            .map(|k| (k.namespace, k.name))
             .collect();
-        for key in gone {
-            self.remove_workload(&key);
+        for (namespace, name) in relist::gone(known, scope, seen) {
+            self.remove_workload(&WorkloadKey { kind, namespace, name });
         }
     }
 
@@ -268,10 +267,16 @@ impl Engine {
                     engine.selected_namespaces.write().remove(&ns.name_any());
                 }
                 WatchItem::RelistDone(seen) => {
-                    engine
+                    let known: Vec<(String, String)> = engine
                         .selected_namespaces
-                        .write()
-                        .retain(|n| seen.contains(&(String::new(), n.clone())));
+                        .read()
+                        .iter()
+                        .map(|n| (String::new(), n.clone()))
+                        .collect();
+                    let mut selected = engine.selected_namespaces.write();
+                    for (_, name) in relist::gone(known, None, &seen) {
+                        selected.remove(&name);
+                    }
                 }
             }
         })
@@ -309,17 +314,16 @@ impl Engine {
                     engine.delete_source(&ns, SourceRef::new(kind, name));
                 }
                 WatchItem::RelistDone(seen) => {
-                    let gone: Vec<_> = engine
+                    let known: Vec<(String, String)> = engine
                         .store
                         .read()
                         .source_keys(kind)
                         .into_iter()
-                        .filter(|(ns, _)| scope.as_ref().is_none_or(|sc| sc == ns))
-                        .filter(|(ns, s)| !seen.contains(&(ns.clone(), s.name.clone())))
+                        .map(|(ns, s)| (ns, s.name))
                         .collect();
-                    for (ns, s) in gone {
+                    for (ns, name) in relist::gone(known, scope.as_deref(), &seen) {
                         engine.metrics.event_received("delete", &kind.to_string());
-                        engine.delete_source(&ns, s);
+                        engine.delete_source(&ns, SourceRef::new(kind, name));
                     }
                 }
             }
