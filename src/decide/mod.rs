@@ -5,7 +5,8 @@
 //! - [`plan`]: annotation mode, stored hashes versus current ones → roll or not, and how;
 //! - [`policy_plan`]: the same for a `ReloadPolicy`'s targets; [`policy_status`]: its status;
 //! - [`template`]: a plan turned into the pod-template write (env var or annotation strategy);
-//! - [`pause`], [`churn`]: pausing after a reload, and the rollout budgets;
+//! - [`pause`], [`settle`], [`churn`]: pausing after a reload, the debounce of rollouts, and the
+//!   rollout budgets;
 //! - [`hash`], [`csi`], [`jobs`]: source hashes, SecretProviderClass hashes, Job re-creation.
 
 pub mod churn;
@@ -17,5 +18,6 @@ pub mod plan;
 pub mod policy_plan;
 pub mod policy_status;
 pub mod selection;
+pub mod settle;
 pub mod template;
 pub mod token_bucket;

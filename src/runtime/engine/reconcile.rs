@@ -353,15 +353,14 @@ impl Engine {
             .max()?;
         drop(store);
         let now = std::time::Instant::now();
-        let settled_at = newest + window;
         let max_wait = self.config.debounce_max_wait;
         self.remembered.lock().update(key, |m| {
-            let since = *m.deferred_since.get_or_insert(now);
-            if settled_at > now && now.duration_since(since) < max_wait {
-                return Some(settled_at - now);
+            let held_since = *m.deferred_since.get_or_insert(now);
+            let wait = crate::decide::settle::wait(newest, window, held_since, max_wait, now);
+            if wait.is_none() {
+                m.deferred_since = None;
             }
-            m.deferred_since = None;
-            None
+            wait
         })
     }
 }
