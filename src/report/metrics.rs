@@ -361,7 +361,7 @@ impl Metrics {
             ),
             reconcile_errors: counter(
                 "reloader_reconcile_errors_total",
-                "Failed reconciles, by reason (update, job_recreate).",
+                "Failed reconciles, by reason (update, webhook, job_recreate).",
                 &["reason"],
             ),
             policy_ready: {

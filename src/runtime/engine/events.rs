@@ -52,7 +52,7 @@ impl Engine {
         let key = &info.key;
         let retry = self.next_retry(key);
         warn!(workload = %key, error = %error, ?retry, "update failed; will retry");
-        self.metrics.reconcile_failed("update");
+        self.metrics.reconcile_failed(error.reason());
         self.metrics.retries_total.inc();
         if !plan.changes.is_empty() {
             self.metrics.reload(&key.namespace, false);

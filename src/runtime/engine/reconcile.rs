@@ -149,7 +149,7 @@ impl Engine {
                     }
                     return revisit;
                 }
-                Err(ExecError::Kube(kube::Error::Api(status))) if status.code == 409 => {
+                Err(ExecError::Conflict(_)) => {
                     debug!(workload = %key, attempt, "conflict; retrying on fresh state");
                     match self.get(key).await {
                         Ok(obj) => {
@@ -162,7 +162,7 @@ impl Engine {
                         }
                     }
                 }
-                Err(ExecError::Kube(kube::Error::Api(status))) if status.code == 404 => {
+                Err(ExecError::Gone(_)) => {
                     self.remove_workload(key);
                     return None;
                 }

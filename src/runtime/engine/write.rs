@@ -58,7 +58,7 @@ impl Engine {
                         Err(kube::Error::Api(e)) if e.code == 409 => {
                             let existing = jobs.get(&name).await?;
                             if !is_controlled_by(&existing, &uid) {
-                                return Err(ExecError::Kube(kube::Error::Api(e)));
+                                return Err(kube::Error::Api(e).into());
                             }
                             info!(workload = %key, job = %name, "Job for this reload exists already (earlier attempt); recording the hashes");
                         }
@@ -200,7 +200,7 @@ impl Engine {
         let api: Api<Job> = Api::namespaced(self.client.clone(), &key.namespace);
         let old = api.get(&key.name).await?;
         if old.metadata.resource_version != info.resource_version {
-            return Err(ExecError::Kube(conflict(key)));
+            return Err(ExecError::Conflict(format!("{key} changed since it was read")));
         }
         let annotations: BTreeMap<String, String> = record_annotations(plan)
             .into_iter()
@@ -360,17 +360,45 @@ impl Engine {
     }
 }
 
-/// Why carrying out a plan failed.
+/// Why carrying out a plan failed: the one error of the write boundary.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
+    /// The workload changed since it was read (a 409, or a resourceVersion seen to differ):
+    /// the plan is made again from a fresh read.
+    #[error("{0}")]
+    Conflict(String),
+    /// The workload is gone (404): forgotten.
+    #[error("{0}")]
+    Gone(String),
+    /// Any other refusal or failure of the API server.
     #[error(transparent)]
-    Kube(#[from] kube::Error),
+    Kube(kube::Error),
     #[error("webhook: {0}")]
     Webhook(String),
     /// A Job deleted for a reload could not be created again yet (it stays pending, and its
     /// own Warning Event says so).
     #[error("the Job was deleted for a reload and is not created again yet: {0}")]
     JobPending(kube::Error),
+}
+
+impl From<kube::Error> for ExecError {
+    fn from(error: kube::Error) -> Self {
+        match error {
+            kube::Error::Api(status) if status.code == 409 => ExecError::Conflict(status.message),
+            kube::Error::Api(status) if status.code == 404 => ExecError::Gone(status.message),
+            other => ExecError::Kube(other),
+        }
+    }
+}
+
+impl ExecError {
+    /// The `reason` label of `reloader_reconcile_errors_total` for a failed reconcile.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ExecError::Webhook(_) => "webhook",
+            _ => "update",
+        }
+    }
 }
 
 pub(super) fn convert<K: DeserializeOwned>(obj: &DynamicObject) -> Option<K> {
@@ -452,10 +480,23 @@ pub fn dynamic_info(
     Some(info)
 }
 
-pub(super) fn conflict(key: &WorkloadKey) -> kube::Error {
-    kube::Error::Api(
-        kube::core::Status::failure(&format!("{key} changed since it was read"), "Conflict")
-            .with_code(409)
-            .boxed(),
-    )
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("deployments.apps \"api\"", reason).with_code(code).boxed(),
+        )
+    }
+
+    #[test]
+    fn api_errors_become_conflict_gone_or_kube_with_a_reason_label() {
+        assert!(matches!(ExecError::from(api_error(409, "Conflict")), ExecError::Conflict(_)));
+        assert!(matches!(ExecError::from(api_error(404, "NotFound")), ExecError::Gone(_)));
+        let forbidden = ExecError::from(api_error(403, "Forbidden"));
+        assert!(matches!(forbidden, ExecError::Kube(_)));
+        assert_eq!(forbidden.reason(), "update");
+        assert_eq!(ExecError::Webhook("receiver answered 500".into()).reason(), "webhook");
+    }
 }
