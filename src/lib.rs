@@ -237,6 +237,31 @@ mod layers {
         assert!(wrong.is_empty(), "{wrong:#?}");
     }
 
+    /// Lines of code a source file may have before its tests: past it, a file holds more than
+    /// one idea and should be split.
+    const MAX_FILE_LINES: usize = 800;
+
+    #[test]
+    fn no_file_is_over_800_lines_of_code() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut long = Vec::new();
+        for (name, _) in modules() {
+            let mut path = root.join(name.replace("::", "/"));
+            path = if path.join("mod.rs").exists() {
+                path.join("mod.rs")
+            } else {
+                path.with_extension("rs")
+            };
+            let text = std::fs::read_to_string(&path).expect("a readable source file");
+            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap_or_default();
+            let lines = code.lines().count();
+            if lines > MAX_FILE_LINES {
+                long.push(format!("{}: {lines}", path.display()));
+            }
+        }
+        assert!(long.is_empty(), "over {MAX_FILE_LINES} lines of code: {long:#?}");
+    }
+
     #[test]
     fn the_checks_see_an_upward_import_and_a_cycle() {
         let source = |code: &str| code.to_string();
