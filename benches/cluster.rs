@@ -25,9 +25,11 @@
 //! ready. The report goes to `report.json` and `report.md` in `BENCH_OUT` (default
 //! `target/bench`); operator logs to its `logs/`.
 
+#[path = "../tests/support/control_plane.rs"]
+mod control_plane;
+
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -242,9 +244,7 @@ fn start_control_plane(s: &Settings) -> Result<ControlPlane> {
         }
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let bin = std::env::var_os("TESTENV_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/testenv/bin/testenv"));
+    let bin = control_plane::testenv_bin(&root);
     if !bin.exists() {
         bail!("{} is missing: run `make testenv` (or set BENCH_KUBECONFIG)", bin.display());
     }
@@ -257,35 +257,9 @@ fn start_control_plane(s: &Settings) -> Result<ControlPlane> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
-    std::fs::create_dir_all(&dir)?;
     let started = Instant::now();
-    let mut child = Command::new(&bin)
-        .arg("up")
-        .arg("--dir")
-        .arg(&dir)
-        .arg("--exit-on-stdin-eof")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .with_context(|| format!("start {}", bin.display()))?;
-    let stdout = child.stdout.take().expect("supervisor stdout");
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        for line in BufReader::new(stdout).lines().map_while(std::result::Result::ok) {
-            if line.contains(" ready at ")
-                && let Some(t) = tx.take()
-            {
-                let _ = t.send(line);
-                continue;
-            }
-            eprintln!("{line}");
-        }
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(300))
-        .map_err(|_| anyhow!("the control plane did not start; logs in {}", dir.display()))?;
+    let (child, line) =
+        control_plane::start(&bin, &dir, Duration::from_secs(300)).map_err(|e| anyhow!(e))?;
     eprintln!("bench: control plane up in {:.1}s: {line}", started.elapsed().as_secs_f64());
     Ok(ControlPlane { kubeconfig: dir.join("kubeconfig"), local: true, _supervisor: Some(child) })
 }

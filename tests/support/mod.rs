@@ -6,6 +6,7 @@
 //! harness holds the supervisor's stdin, and the supervisor shuts down when that pipe closes.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod control_plane;
 pub mod faults;
 pub mod fixture;
 pub mod invariants;
@@ -61,9 +62,7 @@ pub fn env() -> &'static TestEnv {
 
 fn start_local_control_plane() -> TestEnv {
     let root = repo_root();
-    let bin = std::env::var_os("TESTENV_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target/testenv/bin/testenv"));
+    let bin = control_plane::testenv_bin(&root);
     assert!(
         bin.exists(),
         "the local control plane binary {} is missing: run `make testenv` (or set \
@@ -79,56 +78,9 @@ fn start_local_control_plane() -> TestEnv {
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| "tests".into());
     let dir = runs.join(format!("{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("create testenv run directory");
-
     let started = Instant::now();
-    let mut child = Command::new(&bin)
-        .arg("up")
-        .arg("--dir")
-        .arg(&dir)
-        .arg("--exit-on-stdin-eof")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
-    let stdout = child.stdout.take().expect("supervisor stdout");
-    // A thread reads the supervisor's output for the life of the process: the ready line is
-    // passed back, later lines (restarts, shutdown) go to stderr. Closing the pipe instead would
-    // kill the supervisor with SIGPIPE on its next line, before it cleans up.
-    let (tx, rx) = std::sync::mpsc::channel::<Result<String, Vec<String>>>();
-    std::thread::spawn(move || {
-        let mut seen = Vec::new();
-        let mut tx = Some(tx);
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            match tx.take() {
-                Some(sender) if line.contains(" ready at ") => {
-                    let _ = sender.send(Ok(line));
-                }
-                Some(sender) => {
-                    seen.push(line);
-                    tx = Some(sender);
-                }
-                None => announce(&line),
-            }
-        }
-        if let Some(sender) = tx {
-            let _ = sender.send(Err(seen));
-        }
-    });
-    let ready_line = match rx.recv() {
-        Ok(Ok(line)) => line,
-        Ok(Err(seen)) => {
-            let _ = child.kill();
-            panic!(
-                "local control plane did not start; supervisor said:\n{}\nlogs in {}",
-                seen.join("\n"),
-                dir.join("logs").display()
-            );
-        }
-        Err(_) => panic!("control plane supervisor output thread ended unexpectedly"),
-    };
+    let (child, ready_line) = control_plane::start(&bin, &dir, Duration::from_secs(300))
+        .unwrap_or_else(|e| panic!("{e}"));
     let _ = SUPERVISOR.set(Mutex::new(child));
     announce(&format!(
         "test cluster: local control plane started in {:.1}s: {}",
