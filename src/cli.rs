@@ -10,7 +10,7 @@ use crate::model::annotations::AnnotationKeys;
 use crate::model::workload::HashMode;
 use crate::model::workload::WorkloadKind;
 use crate::runtime::engine::EngineConfig;
-use crate::serve::webhook::{CertSource, Endpoint, Scope, WebhookError, parse_labels, url_host};
+use crate::serve::admission::{CertSource, Endpoint, Scope, WebhookError, parse_labels, url_host};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

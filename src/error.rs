@@ -45,7 +45,7 @@ pub enum Error {
 
     /// The admission webhook is misconfigured or cannot start.
     #[error(transparent)]
-    Webhook(#[from] crate::serve::webhook::WebhookError),
+    Webhook(#[from] crate::serve::admission::WebhookError),
 
     /// `--hash-mode hmac-sha256` and the key cannot be loaded.
     #[error("--hash-mode hmac-sha256 needs the hash key: {0}")]

@@ -62,7 +62,7 @@ impl ClassStatuses {
         self.statuses.is_empty()
     }
 
-    /// Records a pod status. `listing` is true during the first list, when there is no order of
+    /// Records a pod status. `in_first_list` is true during the first list, when there is no order of
     /// events to go by: the newest pod's versions are taken as current. Returns the new current
     /// hash when it changed.
     pub fn observe(
@@ -70,10 +70,10 @@ impl ClassStatuses {
         status: &str,
         hash: &str,
         created: i64,
-        listing: bool,
+        in_first_list: bool,
     ) -> Option<String> {
         let previous = self.statuses.insert(status.to_string(), (hash.to_string(), created));
-        let next = if listing {
+        let next = if in_first_list {
             self.newest().map(str::to_string)
         } else if previous.as_ref().is_some_and(|(h, _)| h == hash) {
             // This pod reports what it reported before (a status write that changed nothing).

@@ -115,7 +115,7 @@ pub fn secret_key_hashes(data: Option<&BTreeMap<String, ByteString>>) -> BTreeMa
 
 /// The hash of only `keys` of a source, from its per-key hashes: SHA-1 of `key=<key hash>` for
 /// each selected key present, sorted and joined with `;` (keys absent from the data drop out).
-pub fn keyed_hash(key_hashes: &BTreeMap<String, String>, keys: &[String]) -> String {
+pub fn hash_of_keys(key_hashes: &BTreeMap<String, String>, keys: &[String]) -> String {
     let entries = keys
         .iter()
         .filter_map(|k| key_hashes.get(k).map(|h| entry(k, h.as_bytes())))
@@ -140,7 +140,7 @@ pub fn key_precise_sha1(
     let used = used.filter(|_| key_precise && !keys_untracked)?;
     let keys: Vec<String> =
         used.iter().filter(|k| filter.is_none_or(|filter| filter.contains(k))).cloned().collect();
-    Some(keyed_hash(key_hashes, &keys))
+    Some(hash_of_keys(key_hashes, &keys))
 }
 
 /// The hash the annotations strategy writes when a source is deleted.
@@ -312,13 +312,13 @@ mod tests {
         let a = configmap_key_hashes(Some(&strings(&[("flags", "on"), ("other", "1")])), None);
         let b = configmap_key_hashes(Some(&strings(&[("flags", "on"), ("other", "2")])), None);
         let keys = ["flags".to_string()];
-        assert_eq!(keyed_hash(&a, &keys), keyed_hash(&b, &keys));
+        assert_eq!(hash_of_keys(&a, &keys), hash_of_keys(&b, &keys));
         let c = configmap_key_hashes(Some(&strings(&[("flags", "off"), ("other", "1")])), None);
-        assert_ne!(keyed_hash(&a, &keys), keyed_hash(&c, &keys));
+        assert_ne!(hash_of_keys(&a, &keys), hash_of_keys(&c, &keys));
         // printf 'flags=on' | sha1sum  -> the key hash; then 'flags=<that>' | sha1sum
         assert_eq!(a["flags"], "45d8cfd70c0bf8ec3986fa1e3e1a57effabb56ce");
-        assert_eq!(keyed_hash(&a, &keys), "1f469c5ee206403869a902f453bea0f5208415cf");
-        assert_eq!(keyed_hash(&a, &["missing".to_string()]), EMPTY_HASH);
+        assert_eq!(hash_of_keys(&a, &keys), "1f469c5ee206403869a902f453bea0f5208415cf");
+        assert_eq!(hash_of_keys(&a, &["missing".to_string()]), EMPTY_HASH);
     }
 
     #[test]

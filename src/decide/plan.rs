@@ -57,7 +57,7 @@ impl std::str::FromStr for Strategy {
 pub struct SourceFacts {
     pub state: SourceState,
     /// Seen being created while the operator ran (not in its first list).
-    pub created_after_start: bool,
+    pub created_after_first_list: bool,
     /// Creation time, seconds since the epoch.
     pub created: i64,
     /// When the operator saw the data change while running (seconds since the epoch): a
@@ -100,7 +100,7 @@ pub struct PlanOptions {
 
 /// The hash that stands for `source` in `info`, as written: with `key_precise`, a source the
 /// workload consumes only key by key is hashed over those keys alone (see
-/// [`hash::keyed_hash`]); `hasher` then applies the hash mode.
+/// [`hash::hash_of_keys`]); `hasher` then applies the hash mode.
 pub fn effective_hash(
     info: &WorkloadInfo,
     source: &SourceRef,
@@ -348,7 +348,7 @@ pub fn plan(
                     opts.stamp,
                     opts.reload_on_create
                         && (opts.sync_after_restart
-                            || (facts.created_after_start && facts.created >= info.created)),
+                            || (facts.created_after_first_list && facts.created >= info.created)),
                 );
                 new_record.insert(source.clone(), current.clone());
                 selected.push(Selected { source, via, hash: current, roll });
@@ -586,7 +586,7 @@ mod tests {
     fn facts(hash: &str) -> Option<SourceFacts> {
         Some(SourceFacts {
             state: SourceState { hash: hash.into(), matches_search: false, ignored: false },
-            created_after_start: false,
+            created_after_first_list: false,
             created: 100,
             changed_at: None,
             labels: BTreeMap::new(),
@@ -795,7 +795,7 @@ mod tests {
         let mut o = opts(Strategy::EnvVars);
         o.reload_on_create = true;
         let mut f = facts("h1").unwrap();
-        f.created_after_start = true;
+        f.created_after_first_list = true;
         f.created = 60; // after the workload (50)
         let p = run(&workload(), &[(cm("app-config"), Some(f.clone()))], &o);
         assert_eq!(p.changes[0].cause, Cause::Created);
@@ -905,7 +905,7 @@ mod tests {
         let mut w = workload();
         w.used_keys.insert(cm("app-config"), ["url".to_string()].into());
         let used =
-            hash::keyed_hash(&[("url".to_string(), "u1".to_string())].into(), &["url".into()]);
+            hash::hash_of_keys(&[("url".to_string(), "u1".to_string())].into(), &["url".into()]);
         let w = with_record(
             with_env(w, 1, "STAKATER_APP_CONFIG_CONFIGMAP", &used),
             &[(cm("app-config"), used.as_str())],
@@ -919,7 +919,7 @@ mod tests {
         let p = run(&w, &[(cm("app-config"), keyed("full-3", &[("url", "u2"), ("x", "x2")]))], &o);
         let Some(TemplateWrite::EnvVars { set, .. }) = &p.template else { panic!("{p:?}") };
         let want =
-            hash::keyed_hash(&[("url".to_string(), "u2".to_string())].into(), &["url".into()]);
+            hash::hash_of_keys(&[("url".to_string(), "u2".to_string())].into(), &["url".into()]);
         assert_eq!(set[0].value, want);
         // Off (the default): the full hash counts, as in stakater/Reloader.
         let p = run(
@@ -989,7 +989,7 @@ mod tests {
         w.used_keys.insert(cm("app-config"), ["url".to_string()].into());
         o.key_precise = true;
         let f = keyed_facts("full", &[("url", "u1")]);
-        let want = keyed(&hash::keyed_hash(
+        let want = keyed(&hash::hash_of_keys(
             &[("url".to_string(), "u1".to_string())].into(),
             &["url".into()],
         ));

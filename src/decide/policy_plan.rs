@@ -166,7 +166,7 @@ pub fn resolve_sources<'a>(
             }
             found = true;
             let sha1 = match &entry.keys {
-                Some(keys) if !facts.keys_untracked => hash::keyed_hash(&facts.key_hashes, keys),
+                Some(keys) if !facts.keys_untracked => hash::hash_of_keys(&facts.key_hashes, keys),
                 _ => facts.state.hash.clone(),
             };
             resolved.insert(
@@ -321,7 +321,7 @@ mod tests {
     fn facts(hash: &str, labels: &[(&str, &str)], keys: &[(&str, &str)]) -> SourceFacts {
         SourceFacts {
             state: SourceState { hash: hash.into(), matches_search: false, ignored: false },
-            created_after_start: false,
+            created_after_first_list: false,
             created: 0,
             changed_at: None,
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
@@ -436,7 +436,10 @@ mod tests {
         let (resolved, missing) = resolve_sources(&policy, &sources, &hash::Hasher::Sha1);
         let names: Vec<_> = resolved.iter().map(|r| r.source.name.as_str()).collect();
         assert_eq!(names, ["settings", "shop-a"]);
-        assert_eq!(resolved[0].hash, hash::keyed_hash(&sources[0].1.key_hashes, &["flags".into()]));
+        assert_eq!(
+            resolved[0].hash,
+            hash::hash_of_keys(&sources[0].1.key_hashes, &["flags".into()])
+        );
         assert_eq!(resolved[1].hash, "a");
         assert_eq!(missing.len(), 1);
         assert_eq!(missing[0].name.as_deref(), Some("missing"));
@@ -527,7 +530,7 @@ mod tests {
             hasher: hash::Hasher::Sha1,
         };
         let url_only = |url: &str| {
-            hash::keyed_hash(&[("url".to_string(), url.to_string())].into(), &["url".into()])
+            hash::hash_of_keys(&[("url".to_string(), url.to_string())].into(), &["url".into()])
         };
         assert_eq!(r("u1", "x1", None).hash_for(&w, true), r("u1", "x2", None).hash_for(&w, true));
         assert_eq!(r("u1", "x1", None).hash_for(&w, true), url_only("u1"));
@@ -576,13 +579,13 @@ mod tests {
         ];
         let policy = active(s.clone());
         let (resolved, _) = resolve_sources(&policy, &sources, &hasher);
-        let url = hash::keyed_hash(&sources[1].1.key_hashes, &["url".into()]);
+        let url = hash::hash_of_keys(&sources[1].1.key_hashes, &["url".into()]);
         assert_eq!(resolved[0].hash, hasher.apply(&url), "keys filter, then keyed");
         assert_eq!(resolved[1].hash, hasher.apply("s1"));
         // Key-precise hashes of a target are keyed too.
         let mut w = workload(&[]);
         w.used_keys.insert(SourceRef::new(SourceKind::Secret, "db"), ["pw".to_string()].into());
-        let pw = hash::keyed_hash(&sources[0].1.key_hashes, &["pw".into()]);
+        let pw = hash::hash_of_keys(&sources[0].1.key_hashes, &["pw".into()]);
         assert_eq!(resolved[1].hash_for(&w, true), hasher.apply(&pw));
         // The plan records and writes only keyed values.
         let p = active(s);

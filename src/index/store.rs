@@ -48,7 +48,7 @@ struct StoredSource {
     hash: Box<str>,
     matches_search: bool,
     ignored: bool,
-    created_after_start: bool,
+    created_after_first_list: bool,
     created: i64,
     changed_at: Option<i64>,
     /// Usually empty, which allocates nothing.
@@ -96,7 +96,7 @@ impl StoredSource {
             hash: facts.state.hash.into_boxed_str(),
             matches_search: facts.state.matches_search,
             ignored: facts.state.ignored,
-            created_after_start: facts.created_after_start,
+            created_after_first_list: facts.created_after_first_list,
             created: facts.created,
             changed_at: facts.changed_at,
             labels: facts.labels,
@@ -118,7 +118,7 @@ impl StoredSource {
                 matches_search: self.matches_search,
                 ignored: self.ignored,
             },
-            created_after_start: self.created_after_start,
+            created_after_first_list: self.created_after_first_list,
             created: self.created,
             changed_at: self.changed_at,
             labels: self.labels.clone(),
@@ -376,7 +376,7 @@ mod tests {
     fn facts(hash: &str) -> SourceFacts {
         SourceFacts {
             state: SourceState { hash: hash.into(), matches_search: false, ignored: false },
-            created_after_start: false,
+            created_after_first_list: false,
             created: 0,
             changed_at: None,
             labels: BTreeMap::new(),

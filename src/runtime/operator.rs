@@ -169,7 +169,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     let stop_webhook = Arc::new(tokio::sync::Notify::new());
     let webhook = match webhook {
         Some((source, scope)) => {
-            let slot = Arc::new(crate::serve::webhook::CertSlot::default());
+            let slot = Arc::new(crate::serve::admission::CertSlot::default());
             let stop = stop_webhook.clone();
             // The configuration's own rule: exclusions apply when no namespaces are listed
             // (listed ones are checked by the engine either way).
@@ -178,11 +178,11 @@ pub async fn run(cli: Cli) -> Result<()> {
             } else {
                 Vec::new()
             };
-            let guard = crate::serve::webhook::Guard {
+            let guard = crate::serve::admission::Guard {
                 excluded_namespaces: excluded,
                 client_ca: cli.webhook.webhook_client_ca.clone(),
             };
-            let (bound, server) = crate::serve::webhook::serve(
+            let (bound, server) = crate::serve::admission::serve(
                 cli.webhook.webhook_addr,
                 engine.clone(),
                 slot.clone(),
@@ -190,13 +190,13 @@ pub async fn run(cli: Cli) -> Result<()> {
                 async move { stop.notified().await },
             )
             .await
-            .map_err(|source| crate::serve::webhook::WebhookError::Listen {
+            .map_err(|source| crate::serve::admission::WebhookError::Listen {
                 addr: cli.webhook.webhook_addr,
                 source,
             })?;
-            info!(address = %bound, path = crate::serve::webhook::MUTATE_PATH, "serving the admission webhook");
+            info!(address = %bound, path = crate::serve::admission::MUTATE_PATH, "serving the admission webhook");
             let stop = stop_webhook.clone();
-            let upkeep = crate::serve::webhook::maintain_certificates(
+            let upkeep = crate::serve::admission::maintain_certificates(
                 client.clone(),
                 source,
                 scope,

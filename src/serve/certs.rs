@@ -1,7 +1,7 @@
 //! The admission webhook's serving certificate: a private CA and a certificate it signs, made
 //! with rcgen, kept in a Secret so every replica serves the same one and a restart reuses it,
 //! and renewed before it runs out. Generation and the renewal decision are pure; the engine-side
-//! task that stores them lives in [`crate::serve::webhook`].
+//! task that stores them lives in [`crate::serve::admission`].
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,7 @@
-//! What the operator serves: metrics and health endpoints, the admission webhook and its
-//! certificates.
+//! What the operator serves: metrics and health endpoints ([`http`]), the admission webhook
+//! ([`admission`]: its HTTPS server, certificate upkeep and configuration; the admission
+//! decision itself is `runtime::engine::admission`) and its certificates ([`certs`]).
 
+pub mod admission;
 pub mod certs;
 pub mod http;
-pub mod webhook;

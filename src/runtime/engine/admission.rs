@@ -53,7 +53,7 @@ pub fn admitted_kind_of(kind: WorkloadKind) -> bool {
     )
 }
 
-impl crate::serve::webhook::Reviewer for Engine {
+impl crate::serve::admission::Reviewer for Engine {
     type Error = AdmissionError;
     fn review(&self, body: &[u8], excluded: &[String]) -> Result<Value, AdmissionError> {
         self.review(body, excluded)
@@ -464,7 +464,7 @@ mod tests {
                 matches_search: false,
                 ignored: false,
             },
-            created_after_start: false,
+            created_after_first_list: false,
             created: 0,
             changed_at: None,
             labels: Default::default(),

@@ -53,14 +53,18 @@ impl Engine {
         let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
         let what = ar.kind.clone();
         // Not counted for readiness: the driver may be installed long after start.
-        self.consume_inner(stream, what, scope.clone(), false, move |engine, event, listed| {
-            match event {
+        self.consume_inner(
+            stream,
+            what,
+            scope.clone(),
+            false,
+            move |engine, event, after_first_list| match event {
                 WatchItem::Apply(obj) => {
                     let key = (obj.namespace().unwrap_or_default(), obj.name_any());
                     let known = engine.csi.class_of.lock().contains_key(&key);
-                    let event_type = if listed && known { "update" } else { "add" };
+                    let event_type = if after_first_list && known { "update" } else { "add" };
                     engine.metrics.event_received(event_type, "SecretProviderClassPodStatus");
-                    engine.apply_pod_status(&obj, listed)
+                    engine.apply_pod_status(&obj, after_first_list)
                 }
                 WatchItem::Delete(obj) => {
                     engine.metrics.event_received("delete", "SecretProviderClassPodStatus");
@@ -73,8 +77,8 @@ impl Engine {
                         engine.forget_pod_status(&ns, &name);
                     }
                 }
-            }
-        })
+            },
+        )
         .await;
     }
 
@@ -102,7 +106,7 @@ impl Engine {
         debug!(namespace = %ns, class = %facts.class_name, status = %name, "SecretProviderClass content changed");
         let source_facts = SourceFacts {
             state: SourceState { hash, matches_search: false, ignored: false },
-            created_after_start: after_first_list,
+            created_after_first_list: after_first_list,
             created,
             changed_at: after_first_list.then(|| k8s_openapi::jiff::Timestamp::now().as_second()),
             labels: Default::default(),

@@ -335,14 +335,14 @@ impl Engine {
         &self,
         kind: SourceKind,
         obj: &K,
-        after_start: bool,
+        after_first_list: bool,
     ) {
         let meta = obj.meta();
         let ns = meta.namespace.clone().unwrap_or_default();
         if self.ignored_namespace(&ns) {
             // Never stored, so the store cannot tell new from known: the list is adds.
             self.metrics
-                .event_received(if after_start { "update" } else { "add" }, &kind.to_string());
+                .event_received(if after_first_list { "update" } else { "add" }, &kind.to_string());
             return;
         }
         let annotations = meta.annotations.as_ref();
@@ -380,9 +380,9 @@ impl Engine {
         }
         let facts = SourceFacts {
             state,
-            created_after_start: after_start,
+            created_after_first_list: after_first_list,
             created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0),
-            changed_at: after_start.then(|| k8s_openapi::jiff::Timestamp::now().as_second()),
+            changed_at: after_first_list.then(|| k8s_openapi::jiff::Timestamp::now().as_second()),
             labels,
             key_hashes: if keys_untracked { BTreeMap::new() } else { obj.key_hashes() },
             keys_untracked,
