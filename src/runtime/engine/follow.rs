@@ -434,6 +434,16 @@ impl Engine {
         self.report_missing(&needed);
     }
 
+    /// A watch of `kind` that was refused works again: its rights are asked again and the
+    /// answers replace those given during the refusal, and a later refusal is said again.
+    pub(super) async fn recheck_after_refusal(&self, kind: WorkloadKind, scope: Option<&str>) {
+        self.follow.refusals.lock().remove(&(kind, scope.map(str::to_string)));
+        let rights: Vec<Right> = kind_rights(kind, scope).into_iter().map(|(r, _)| r).collect();
+        let answers = access::review(&self.client, &rights).await;
+        self.follow.access.write().merge(answers);
+        info!(kind = %kind, namespace = ?scope, "watch allowed again; its rights were asked again");
+    }
+
     // ---- list on change ------------------------------------------------------------------
 
     /// A source changed in `namespace`: the kinds listed on change list their workloads there.
@@ -489,9 +499,17 @@ impl Engine {
     pub(super) async fn scan_worker(self: Arc<Self>) {
         while let Some(key) = self.follow.scans.next().await {
             let triggers = self.follow.scan_triggers.lock().remove(&key);
-            if let Some(triggers) = triggers
-                && let Err(e) = self.scan(&key, triggers.clone()).await
-            {
+            let scope = key.namespace.as_deref().and_then(|ns| self.scope_of(ns));
+            let scope = scope.unwrap_or_else(|| key.namespace.clone());
+            let result = match &triggers {
+                Some(triggers) => Some(self.scan(&key, triggers.clone()).await),
+                None => None,
+            };
+            let refused_before = self.follow.refusals.lock().contains(&(key.kind, scope.clone()));
+            if refused_before && matches!(result, Some(Ok(()))) {
+                self.recheck_after_refusal(key.kind, scope.as_deref()).await;
+            }
+            if let (Some(triggers), Some(Err(e))) = (triggers, result) {
                 let gone = matches!(&e, kube::Error::Api(s) if s.code == 404);
                 if gone {
                     // The kind's API is not served (yet): nothing of it to reload.
@@ -500,8 +518,6 @@ impl Engine {
                     // A right removed while running: said once, as a missing right; the next
                     // change tries again.
                     debug!(kind = %key.kind, namespace = ?key.namespace, error = %e, "listing workloads for a change is refused");
-                    let scope = key.namespace.as_deref().and_then(|ns| self.scope_of(ns));
-                    let scope = scope.unwrap_or_else(|| key.namespace.clone());
                     self.report_refusal(key.kind, scope.as_deref()).await;
                 } else {
                     warn!(kind = %key.kind, namespace = ?key.namespace, error = %e, "cannot list workloads for a change; trying again in 5s");

@@ -95,7 +95,9 @@ impl Engine {
 
     /// Passes a workload watch through, saying once what right a refusal shows missing. The
     /// watcher keeps retrying with backoff, so a right restored (an RBAC object re-created
-    /// during an upgrade, say) is picked up again without a restart.
+    /// during an upgrade, say) is picked up again without a restart; the first event after a
+    /// refusal re-asks the kind's rights, so answers given while the refusal lasted (an API
+    /// server whose authorizer was still warming up denies everything) do not stay.
     pub(super) fn reporting_refusals<K, S>(
         self: &Arc<Self>,
         stream: S,
@@ -106,12 +108,20 @@ impl Engine {
         S: Stream<Item = Result<Event<K>, watcher::Error>>,
     {
         let engine = self.clone();
+        let refused_before = Arc::new(AtomicBool::new(false));
         stream.then(move |event| {
             let refused = matches!(&event, Err(e) if follow::watch_refused(e));
+            let recovered = event.is_ok() && refused_before.swap(refused, Ordering::SeqCst);
+            if refused {
+                refused_before.store(true, Ordering::SeqCst);
+            }
             let (engine, scope) = (engine.clone(), scope.clone());
             async move {
                 if refused {
                     engine.report_refusal(kind, scope.as_deref()).await;
+                }
+                if recovered {
+                    engine.recheck_after_refusal(kind, scope.as_deref()).await;
                 }
                 event
             }
