@@ -399,13 +399,7 @@ impl Engine {
     /// Asks about the rights of `kind` in `scope` once its API is found (DeploymentConfigs are
     /// not asked about at start) and returns how it is followed.
     pub(super) async fn recheck_follow(&self, kind: WorkloadKind, scope: Option<&str>) -> Follow {
-        let mut needed = self.needed_rights();
-        let own = kind_rights(kind, scope);
-        let rights: Vec<Right> = own.iter().map(|(r, _)| r.clone()).collect();
-        needed.extend(own);
-        let answers = access::review(&self.client, &rights).await;
-        self.follow.access.write().merge(answers);
-        self.report_missing(&needed);
+        self.review_kind(kind, scope, true).await;
         let mode = mode_of(&self.follow.access.read(), kind, scope);
         let before = self.follow.modes.write().insert((kind, scope.map(str::to_string)), mode);
         if before != Some(mode) {
@@ -417,6 +411,20 @@ impl Engine {
         mode
     }
 
+    /// Asks again about the rights `kind` uses in `scope`, the answers replacing earlier ones;
+    /// with `report`, says what is missing of every right annotation mode uses (once per right).
+    async fn review_kind(&self, kind: WorkloadKind, scope: Option<&str>, report: bool) {
+        let own = kind_rights(kind, scope);
+        let rights: Vec<Right> = own.iter().map(|(r, _)| r.clone()).collect();
+        let answers = access::review(&self.client, &rights).await;
+        self.follow.access.write().merge(answers);
+        if report {
+            let mut needed = self.needed_rights();
+            needed.extend(own);
+            self.report_missing(&needed);
+        }
+    }
+
     /// A request about `kind` in `scope` was refused while running: asks once about its rights
     /// and says what is missing (once per right). How the kind is followed does not change: the
     /// watch retries with backoff and a list on change is tried again at the next change, so a
@@ -425,22 +433,14 @@ impl Engine {
         if !self.follow.refusals.lock().insert((kind, scope.map(str::to_string))) {
             return;
         }
-        let mut needed = self.needed_rights();
-        let own = kind_rights(kind, scope);
-        let rights: Vec<Right> = own.iter().map(|(r, _)| r.clone()).collect();
-        needed.extend(own);
-        let answers = access::review(&self.client, &rights).await;
-        self.follow.access.write().merge(answers);
-        self.report_missing(&needed);
+        self.review_kind(kind, scope, true).await;
     }
 
     /// A watch of `kind` that was refused works again: its rights are asked again and the
     /// answers replace those given during the refusal, and a later refusal is said again.
     pub(super) async fn recheck_after_refusal(&self, kind: WorkloadKind, scope: Option<&str>) {
         self.follow.refusals.lock().remove(&(kind, scope.map(str::to_string)));
-        let rights: Vec<Right> = kind_rights(kind, scope).into_iter().map(|(r, _)| r).collect();
-        let answers = access::review(&self.client, &rights).await;
-        self.follow.access.write().merge(answers);
+        self.review_kind(kind, scope, false).await;
         info!(kind = %kind, namespace = ?scope, "watch allowed again; its rights were asked again");
     }
 
