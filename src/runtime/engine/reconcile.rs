@@ -210,9 +210,11 @@ impl Engine {
         {
             let mut remembered = self.remembered.lock();
             let unchanged = remembered.update(&info.key, |m| {
-                let same = m.reported_limits == violations;
+                if m.reported_limits == violations {
+                    return true;
+                }
                 m.reported_limits = violations.clone();
-                same
+                false
             });
             if unchanged || violations.is_empty() {
                 return;
