@@ -73,8 +73,8 @@ clippy:
 unit: ## fast tests of pure logic, no cluster
 	$(CARGO) test --locked --lib --bins
 
-# Each integration test binary starts its own control plane from $(TESTENV) unless
-# RELOADER_TEST_KUBECONFIG points at a cluster.
+# The integration tests (one binary, tests/it) and the soak test each start a control plane
+# from $(TESTENV) unless RELOADER_TEST_KUBECONFIG points at a cluster.
 # What `make test` needs beyond the Go and Rust toolchains, checked in seconds, before any build.
 # (Everything else it builds itself: the control plane, helm, promtool, cargo-deny.)
 prereqs: ## check the toolchains and system tools `make test` needs, naming what is missing
@@ -87,7 +87,7 @@ prereqs: ## check the toolchains and system tools `make test` needs, naming what
 		|| missing="$$missing\n  musl-gcc, for the image's static build (Debian/Ubuntu: apt-get install musl-tools)"; \
 	if [ -n "$$missing" ]; then printf "make test needs:$$missing\n"; exit 1; fi
 
-# promtool checks the /metrics exposition (tests/operations.rs), built from the pinned module.
+# promtool checks the /metrics exposition (tests/it/operations.rs), built from the pinned module.
 PROMTOOL := $(CURDIR)/target/tools/bin/promtool
 promtool: $(PROMTOOL) ## build promtool pinned in tools/promtool (no-op when up to date)
 
@@ -95,7 +95,7 @@ $(PROMTOOL): tools/promtool/go.mod tools/promtool/go.sum
 	@mkdir -p $(dir $@)
 	cd tools/promtool && $(GO) build -buildvcs=false -ldflags "-s -w" -o $@ github.com/prometheus/prometheus/cmd/promtool
 
-# Evaluates docs/gitops/ health checks as Flux and Argo CD do (tests/gitops_health.rs).
+# Evaluates docs/gitops/ health checks as Flux and Argo CD do (tests/it/gitops_health.rs).
 GITOPS_HEALTH := $(CURDIR)/target/tools/bin/gitops-health
 $(GITOPS_HEALTH): tools/gitops-health/go.mod tools/gitops-health/go.sum tools/gitops-health/main.go
 	@mkdir -p $(dir $@)

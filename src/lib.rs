@@ -5,7 +5,7 @@
 //!
 //! 1. `runtime/`: wiring and the engine ([`runtime::operator::run`] starts everything);
 //! 2. `serve/`: what is served (metrics and health endpoints, the admission webhook);
-//! 3. `report/`: what is told (metrics, alerts);
+//! 3. `report/`: what is told (Events through `report/events.rs`, metrics, alerts);
 //! 4. `kube/`: the API besides the engine's writes (rights, leader election, hash key, budget);
 //! 5. `index/`: in-memory state fed by watch events;
 //! 6. `decide/`: every rule, values in and values out (no runtime, no API client, no clap);
@@ -26,23 +26,35 @@
 //! 4. `runtime/engine/reconcile.rs`: `reconcile` reads the workload and its sources from the
 //!    index and **decides**: `decide/plan.rs` (annotation mode: stored hashes versus current ones,
 //!    stakater/Reloader's precedence from `decide/selection.rs`) and `decide/policy_plan.rs`
-//!    (policies) give one plan; pause (`decide/pause.rs`), debounce, leadership and the churn
-//!    budgets (`decide/churn.rs`) may hold it;
+//!    (policies) give one plan; pause (`decide/pause.rs`), debounce (`decide/settle.rs`),
+//!    leadership and the churn budgets (`decide/churn.rs`) may hold it; each way out is a
+//!    `decide/rollout.rs::Next` (when to look again, and why), which the worker schedules;
 //! 5. `runtime/engine/write.rs`: `execute` **applies** it: the patch built by
 //!    `decide/template.rs` (env var, annotation or restart strategy), a Job re-created, or a POST
-//!    to `--webhook-url`; a conflict is retried from a fresh read;
-//! 6. `runtime/engine/events.rs`: `reloaded` / `failed` **report** it (Events, metrics, alerts);
+//!    to `--webhook-url`; `decide/rollout.rs::after_write` says what follows a write that did
+//!    not apply (a conflict is planned again from a fresh read, a deletion forgotten, a
+//!    failure retried with backoff);
+//! 6. `runtime/engine/events.rs`: `reloaded` / `failed` **report** it (Events written by
+//!    `report/events.rs::EventWriter`, metrics, alerts);
 //!    `runtime/engine/policies.rs` writes the policy status that `decide/policy_status.rs`
 //!    computes (leader only, by server-side apply).
+//!
+//! What the operator may do at all follows from its identity's rights, reviewed at start and
+//! again after a refusal (`runtime/engine/rights.rs`): which kinds are watched, listed on
+//! change (`runtime/engine/follow.rs`) or skipped, and which Events API is written to.
 //!
 //! # What is remembered
 //!
 //! - Per source and per workload: `index/store.rs` (a source's hash and key hashes, a
 //!   workload's summary `model/workload.rs::WorkloadInfo` and its parsed selection), filled by
-//!   watches and relists; the engine's per-workload retry, deferral and trigger maps
-//!   (`runtime/engine.rs`, `Engine`).
-//! - Per policy: `runtime/engine/policies.rs::PolicyState` (the policy, its observed status,
-//!   outcomes per target and counts).
+//!   watches and relists.
+//! - Per workload, between its reconciles: `index/remembered.rs::WorkloadMemory` (first pass
+//!   after start, consecutive failures, deferral start, triggers, throttled episode, limits
+//!   reported), kept only while something is remembered and forgotten with the workload. Jobs
+//!   deleted for a reload and not yet created again: `runtime/engine.rs`, `Engine::pending_jobs`.
+//! - Per policy: the policy in `runtime/engine/policies.rs::Policies`, and what is reported
+//!   about it in `index/remembered.rs::PolicyMemory` (observed status, outcomes per target,
+//!   counts, dry-run notices).
 //! - On the workload itself, so nothing is lost on restart: the hashes it was last rolled with
 //!   (`reloader.rs/source-hashes`, `reloader.rs/policy-hashes`, or the STAKATER_* env vars).
 

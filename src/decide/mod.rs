@@ -3,10 +3,11 @@
 //!
 //! - [`selection`]: which sources a workload's annotations select (stakater/Reloader's precedence);
 //! - [`plan`]: annotation mode, stored hashes versus current ones → roll or not, and how;
-//! - [`policy_plan`]: the same for a `ReloadPolicy`'s targets; [`policy_status`]: its status;
+//! - [`policy_plan`]: the same for a `ReloadPolicy`'s targets; [`policy_part`]: what a policy
+//!   brings to a rollout (its debounce and churn limits); [`policy_status`]: its status;
 //! - [`template`]: a plan turned into the pod-template write (env var or annotation strategy);
 //! - [`pause`], [`settle`], [`churn`]: pausing after a reload, the debounce of rollouts, and the
-//!   rollout budgets;
+//!   rollout budgets; [`rollout`]: what a reconcile comes to, and what follows a write;
 //! - [`hash`], [`csi`], [`jobs`]: source hashes, SecretProviderClass hashes, Job re-creation.
 
 pub mod churn;
@@ -15,8 +16,10 @@ pub mod hash;
 pub mod jobs;
 pub mod pause;
 pub mod plan;
+pub mod policy_part;
 pub mod policy_plan;
 pub mod policy_status;
+pub mod rollout;
 pub mod selection;
 pub mod settle;
 pub mod template;

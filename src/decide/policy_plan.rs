@@ -3,6 +3,7 @@
 //! mode, with its own record so the two never mistake each other's hashes).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
@@ -24,9 +25,15 @@ pub struct ActivePolicy {
     pub name: String,
     pub generation: Option<i64>,
     pub spec: ReloadPolicySpec,
+    /// `spec.debounce` and `spec.minRolloutInterval`, parsed (`None`: absent or invalid, the
+    /// operator's setting applies; the CRD's schema rejects invalid ones).
+    pub debounce: Option<Duration>,
+    pub min_rollout_interval: Option<Duration>,
     /// Per entry of `spec.sources` and of `spec.targets`, in order: the entry's selector, parsed.
     source_selectors: Vec<Option<Selector>>,
     target_selectors: Vec<Option<Selector>>,
+    /// The selectors that do not parse, each with where it is and why (they select nothing).
+    pub invalid_selectors: Vec<String>,
 }
 
 impl ActivePolicy {
@@ -36,12 +43,46 @@ impl ActivePolicy {
         generation: Option<i64>,
         spec: ReloadPolicySpec,
     ) -> Self {
-        let parse = |selector: &Option<LabelSelector>| {
-            selector.clone().and_then(|s| Selector::try_from(s).ok())
+        let mut invalid_selectors = Vec::new();
+        let mut parse = |list: &str, index: usize, selector: &Option<LabelSelector>| {
+            let parsed = Selector::try_from(selector.clone()?);
+            if let Err(e) = &parsed {
+                invalid_selectors.push(format!("spec.{list}[{index}].selector: {e}"));
+            }
+            parsed.ok()
         };
-        let source_selectors = spec.sources.iter().map(|e| parse(&e.selector)).collect();
-        let target_selectors = spec.targets.iter().map(|e| parse(&e.selector)).collect();
-        ActivePolicy { namespace, name, generation, spec, source_selectors, target_selectors }
+        let source_selectors = spec
+            .sources
+            .iter()
+            .enumerate()
+            .map(|(i, e)| parse("sources", i, &e.selector))
+            .collect();
+        let target_selectors = spec
+            .targets
+            .iter()
+            .enumerate()
+            .map(|(i, e)| parse("targets", i, &e.selector))
+            .collect();
+        let duration = |d: &Option<String>| {
+            d.as_deref().and_then(|d| {
+                crate::model::duration::parse_at_most(
+                    d,
+                    crate::model::duration::MAX_ANNOTATION_DURATION,
+                )
+                .ok()
+            })
+        };
+        ActivePolicy {
+            namespace,
+            name,
+            generation,
+            debounce: duration(&spec.debounce),
+            min_rollout_interval: duration(&spec.min_rollout_interval),
+            spec,
+            source_selectors,
+            target_selectors,
+            invalid_selectors,
+        }
     }
 
     /// The target entry that selects `info`, if any.
@@ -410,7 +451,17 @@ mod tests {
             w.labels = labels.clone();
             assert!(p.target_for(&w).is_none(), "{expression}");
             assert!(!p.target_entry_selects(0, &w), "{expression}");
+            // Said where it is and why, for the Warning Event.
+            assert_eq!(p.invalid_selectors.len(), 1, "{expression}");
+            assert!(
+                p.invalid_selectors[0].starts_with("spec.targets[0].selector: "),
+                "{:?}",
+                p.invalid_selectors
+            );
         }
+        let valid = active(spec(json!({"sources": [{"kind": "ConfigMap", "name": "c"}],
+            "targets": [{"kind": "Deployment", "selector": {"matchLabels": {"app": "api"}}}]})));
+        assert!(valid.invalid_selectors.is_empty());
     }
 
     #[test]

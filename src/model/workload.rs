@@ -59,6 +59,33 @@ impl WorkloadKind {
         }
     }
 
+    /// The API of the kind: group, version, kind and plural.
+    pub fn api_resource(self) -> kube::core::ApiResource {
+        use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+        use k8s_openapi::api::batch::v1::{CronJob, Job};
+        use kube::core::{ApiResource, GroupVersionKind};
+        let custom = |group, version, kind, plural| {
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+        };
+        match self {
+            WorkloadKind::Deployment => ApiResource::erase::<Deployment>(&()),
+            WorkloadKind::DaemonSet => ApiResource::erase::<DaemonSet>(&()),
+            WorkloadKind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
+            WorkloadKind::CronJob => ApiResource::erase::<CronJob>(&()),
+            WorkloadKind::Job => ApiResource::erase::<Job>(&()),
+            WorkloadKind::Rollout => custom("argoproj.io", "v1alpha1", "Rollout", "rollouts"),
+            WorkloadKind::DeploymentConfig => {
+                custom("apps.openshift.io", "v1", "DeploymentConfig", "deploymentconfigs")
+            }
+        }
+    }
+
+    /// Whether the kind's API is always served (the others, custom resources, are found by
+    /// discovery at run time).
+    pub fn always_served(self) -> bool {
+        !matches!(self, WorkloadKind::Rollout | WorkloadKind::DeploymentConfig)
+    }
+
     /// The lower-case plural used by `--ignored-workload-types` (`jobs`, `cronjobs`, ...).
     pub fn plural(self) -> &'static str {
         match self {
@@ -509,6 +536,30 @@ pub fn format_record(record: &BTreeMap<SourceRef, String>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_names_its_api() {
+        let apis: Vec<(String, String, String)> = WorkloadKind::ALL
+            .iter()
+            .map(|k| {
+                let ar = k.api_resource();
+                assert_eq!(ar.kind, k.as_str());
+                (ar.api_version, ar.plural, k.always_served().to_string())
+            })
+            .collect();
+        let want = [
+            ("apps/v1", "deployments", "true"),
+            ("apps/v1", "daemonsets", "true"),
+            ("apps/v1", "statefulsets", "true"),
+            ("batch/v1", "cronjobs", "true"),
+            ("batch/v1", "jobs", "true"),
+            ("argoproj.io/v1alpha1", "rollouts", "false"),
+            ("apps.openshift.io/v1", "deploymentconfigs", "false"),
+        ];
+        let want: Vec<(String, String, String)> =
+            want.iter().map(|(v, p, s)| (v.to_string(), p.to_string(), s.to_string())).collect();
+        assert_eq!(apis, want);
+    }
     use serde_json::json;
 
     fn template(spec: serde_json::Value) -> PodTemplateSpec {

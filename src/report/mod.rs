@@ -1,5 +1,6 @@
-//! What the operator tells: Prometheus metrics and alert webhooks (Events and policy status are
-//! written by the runtime, see `runtime::engine`).
+//! What the operator tells: Events, Prometheus metrics and alert webhooks (policy status is
+//! written by the runtime, see `runtime::engine::policies`).
 
 pub mod alerts;
+pub mod events;
 pub mod metrics;

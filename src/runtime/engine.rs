@@ -14,11 +14,11 @@ use std::panic::AssertUnwindSafe;
 
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, ObjectReference, PodTemplateSpec, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodTemplateSpec, Secret};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy};
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::events::{EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -31,6 +31,7 @@ mod events;
 mod follow;
 mod policies;
 mod reconcile;
+mod rights;
 mod watches;
 mod write;
 
@@ -60,6 +61,7 @@ use crate::model::limits::{LimitViolation, MAX_KEY_HASHES, MAX_SOURCE_LABELS};
 use crate::model::source::{SourceKind, SourceRef, SourceState};
 use crate::model::workload::POLICY_RECORD_ANNOTATION;
 use crate::model::workload::{RECORD_ANNOTATION, WorkloadInfo, WorkloadKey, WorkloadKind};
+use crate::report::events::Regarding;
 use crate::report::metrics::SkipReason;
 use crate::runtime::queue::WorkQueue;
 use crate::serve::http::Readiness;
@@ -110,24 +112,25 @@ pub struct EngineConfig {
 pub struct Engine {
     client: Client,
     config: EngineConfig,
-    store: RwLock<Store>,
-    queue: WorkQueue<WorkloadKey>,
-    recorder: Recorder,
+    store: Arc<RwLock<Store>>,
+    queue: Arc<WorkQueue<WorkloadKey>>,
+    /// Every Event is written through it.
+    events: Arc<crate::report::events::EventWriter>,
     http: reqwest::Client,
     /// Set once every watcher finished its first list.
-    synced: AtomicBool,
+    synced: Arc<AtomicBool>,
     pending_watchers: AtomicUsize,
     ready: watch::Sender<Readiness>,
     /// The identity's rights and how each kind is followed under them.
-    follow: follow::FollowState,
+    rights: rights::Rights,
+    /// Lists of the kinds followed by listing on change (see `follow`).
+    scans: follow::ScanState,
     /// With `--namespace-selector`: the namespaces that match it now.
     selected_namespaces: RwLock<HashSet<String>>,
     /// With `--enable-csi-integration`: SecretProviderClass pod statuses.
     csi: csi::CsiState,
-    /// ReloadPolicies and what the engine reports about them.
-    policy: policies::PolicyState,
-    /// Policies whose status needs writing.
-    policy_queue: WorkQueue<(String, String)>,
+    /// ReloadPolicies, what is reported about them, and their status writer.
+    policies: policies::Policies,
     metrics: Arc<crate::report::metrics::Metrics>,
     /// What is remembered about each workload between its reconciles (see
     /// [`crate::index::remembered`]); forgotten with the workload.
@@ -137,7 +140,7 @@ pub struct Engine {
     /// With `--alert-on-reload`: told about every reloaded source (set once, at start).
     alerter: std::sync::OnceLock<crate::report::alerts::Alerter>,
     /// Churn limits on rollouts.
-    rollouts: Mutex<RolloutLimiter<WorkloadKey>>,
+    rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
     /// The key of keyed hashes, once loaded (see [`crate::kube::hash_key`]).
     hash_key: Arc<crate::kube::hash_key::KeySlot>,
     /// The reconcile workers still running, for `/live`.
@@ -157,52 +160,79 @@ impl Engine {
         config: EngineConfig,
         leadership: watch::Receiver<bool>,
     ) -> Arc<Self> {
-        let reporter =
-            Reporter { controller: "reloader".into(), instance: std::env::var("POD_NAME").ok() };
-        let recorder = Recorder::new(client.clone(), reporter);
+        let events = Arc::new(crate::report::events::EventWriter::new(client.clone()));
         let metrics =
             Arc::new(crate::report::metrics::Metrics::new(config.metrics_count_by_namespace));
         let queue =
             WorkQueue::new(config.debounce_max_wait).with_metrics(metrics.workqueue.clone());
-        let rollouts = Mutex::new(RolloutLimiter::new(
+        let queue = Arc::new(queue);
+        let rollouts = Arc::new(Mutex::new(RolloutLimiter::new(
             config.max_rollouts_per_second,
             config.rollout_burst,
             tokio::time::Instant::now().into_std(),
+        )));
+        let store = Arc::new(RwLock::new(Store::default()));
+        let synced = Arc::new(AtomicBool::new(false));
+        let hash_key = Arc::new(crate::kube::hash_key::KeySlot::new(
+            config.hash_key_namespace.clone(),
+            config.hash_key_secret.clone(),
         ));
+        let policies = policies::Policies::new(
+            policies::Shared {
+                client: client.clone(),
+                store: store.clone(),
+                workloads: queue.clone(),
+                events: events.clone(),
+                metrics: metrics.clone(),
+                hash_key: hash_key.clone(),
+                rollouts: rollouts.clone(),
+                synced: synced.clone(),
+                leadership: leadership.clone(),
+            },
+            &config,
+        );
         let (source_reports, source_reports_rx) = tokio::sync::mpsc::channel(256);
         Arc::new(Engine {
+            rights: rights::Rights::new(client.clone(), &config, metrics.clone(), events.clone()),
             client,
-            store: RwLock::new(Store::default()),
+            store,
             queue,
-            recorder,
+            events,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .expect("an HTTP client with a timeout"),
-            synced: AtomicBool::new(false),
+            synced,
             pending_watchers: AtomicUsize::new(0),
             ready: watch::channel(Readiness::Syncing).0,
-            follow: follow::FollowState::default(),
+            scans: follow::ScanState::default(),
             selected_namespaces: RwLock::new(HashSet::new()),
             metrics,
-            policy: policies::PolicyState::default(),
+            policies,
             csi: csi::CsiState::default(),
             remembered: Mutex::new(Remembered::default()),
-            policy_queue: WorkQueue::new(Duration::from_secs(2)),
             leadership,
             alerter: std::sync::OnceLock::new(),
             rollouts,
-            hash_key: Arc::new(crate::kube::hash_key::KeySlot::new(
-                config.hash_key_namespace.clone(),
-                config.hash_key_secret.clone(),
-            )),
+            hash_key,
             workers: crate::runtime::containment::Workers::default(),
             pending_jobs: Mutex::new(std::collections::HashMap::new()),
             source_reports,
             source_reports_rx: Mutex::new(Some(source_reports_rx)),
             config,
         })
+    }
+
+    /// Says once per right what `--enable-ha`'s election lacks (see
+    /// [`crate::kube::access::lease_rights`]).
+    pub fn report_lease_rights(&self, missing: &[crate::kube::access::Right]) {
+        self.rights.report_lease_rights(missing);
+    }
+
+    /// Whether policy mode is on: `None` until the rights were reviewed at start.
+    pub fn policy_mode(&self) -> watch::Receiver<Option<bool>> {
+        self.rights.policy_mode()
     }
 
     /// False once a worker has ended while the queue is open (`/live` answers 503 then).
@@ -225,7 +255,7 @@ impl Engine {
                 self.enqueue_everything();
             } else {
                 // Policies report why they wait.
-                self.enqueue_all_policies();
+                self.policies.enqueue_all();
             }
         }
     }
@@ -256,7 +286,7 @@ impl Engine {
         for key in keys {
             self.queue.add(key, Duration::ZERO);
         }
-        self.enqueue_all_policies();
+        self.policies.enqueue_all();
     }
 
     /// Sends an alert for every source of every reload from now on (`--alert-on-reload`).
@@ -278,9 +308,9 @@ impl Engine {
     /// Runs until `shutdown` resolves; in-flight reconciles finish first.
     pub async fn run(self: Arc<Self>, shutdown: impl std::future::Future<Output = ()>) {
         let mut tasks = tokio::task::JoinSet::new();
-        let scopes = self.scopes();
+        let scopes = self.rights.scopes();
         // What the identity may do decides what is watched (see `crate::kube::access`).
-        if let Some(why) = self.review_rights().await {
+        if let Some(why) = self.rights.review().await {
             let _ = self.ready.send(Readiness::Unable(why));
         }
         // Every watcher reports its first list once; the count must be in place before any
@@ -294,12 +324,12 @@ impl Engine {
                     SourceKind::Secret => self.config.watch_secrets,
                     SourceKind::SecretProviderClass => false,
                 };
-                if on && self.may_follow_source(kind, scope.as_deref()) {
+                if on && self.rights.may_follow_source(kind, scope.as_deref()) {
                     sources.push((scope.clone(), kind));
                 }
             }
-            for &kind in self.config.kinds.iter().filter(|k| Self::watchable(**k)) {
-                if self.follow_of(kind, scope.as_deref()) == Follow::Watch {
+            for &kind in self.config.kinds.iter().filter(|k| k.always_served()) {
+                if self.rights.follow_of(kind, scope.as_deref()) == Follow::Watch {
                     watched.push((scope.clone(), kind));
                 }
             }
@@ -313,14 +343,15 @@ impl Engine {
         // Kinds whose API may not exist (yet): found by discovery, watched once found. They do
         // not hold up readiness; their workloads are checked as they arrive.
         tasks.spawn(self.clone().discover_and_watch_policies(scopes.clone()));
-        tasks.spawn(self.clone().policy_status_worker());
+        let engine = self.clone();
+        tasks.spawn(async move { engine.policies.status_worker().await });
         if let Some(reports) = self.source_reports_rx.lock().take() {
             tasks.spawn(self.clone().publish_source_reports(reports));
         }
         if self.config.csi_integration {
             tasks.spawn(self.clone().discover_and_watch_csi(scopes.clone()));
         }
-        for kind in self.config.kinds.iter().copied().filter(|k| !Self::watchable(*k)) {
+        for kind in self.config.kinds.iter().copied().filter(|k| !k.always_served()) {
             tasks.spawn(self.clone().discover_and_watch(kind, scopes.clone()));
         }
         for (scope, kind) in sources {
@@ -371,7 +402,7 @@ impl Engine {
         info!("stopping: no new work is taken, in-flight writes finish");
         self.workers.stopping();
         self.queue.close();
-        self.policy_queue.close();
+        self.policies.close();
         self.close_scans();
         // Workers return once the queue is closed and their current reconcile is done.
         let drained = tokio::time::timeout(Duration::from_secs(20), async {
@@ -421,7 +452,7 @@ impl Engine {
             // goes on, and no lock is poisoned (parking_lot locks do not poison).
             let outcome = AssertUnwindSafe(self.reconcile(&key)).catch_unwind().await;
             let retry = match outcome {
-                Ok(retry) => retry,
+                Ok(next) => next.after(),
                 Err(panic) => {
                     let retry = self.next_retry(&key);
                     crate::runtime::containment::report_panic(
@@ -457,7 +488,7 @@ impl Engine {
             self.metrics
                 .watched_objects
                 .with_label_values(&["policy"])
-                .set(self.policy_count() as i64);
+                .set(self.policies.count() as i64);
             self.queue.done(&key);
             match (retry, scanned) {
                 (Some(after), _) => self.queue.schedule(key, after),
@@ -466,21 +497,5 @@ impl Engine {
                 (None, None) => {}
             }
         }
-    }
-}
-
-/// Backoff after the `n`th consecutive failure: 1 s, 2 s, 4 s, … up to 5 minutes.
-pub fn retry_delay(n: u32) -> Duration {
-    Duration::from_secs(1u64 << n.saturating_sub(1).min(9)).min(Duration::from_secs(300))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retries_back_off_exponentially_to_five_minutes() {
-        let delays: Vec<u64> = (1..=12).map(|n| retry_delay(n).as_secs()).collect();
-        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
     }
 }

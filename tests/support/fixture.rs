@@ -71,7 +71,7 @@ impl Fixture {
         if !extra.contains(&"--debounce") {
             args.extend_from_slice(&["--debounce", "200ms"]);
         }
-        // Tests roll one workload several times in a row; tests/churn.rs covers the limit.
+        // Tests roll one workload several times in a row; tests/it/churn.rs covers the limit.
         if !extra.contains(&"--min-rollout-interval") {
             args.extend_from_slice(&["--min-rollout-interval", "0s"]);
         }
@@ -87,11 +87,27 @@ impl Fixture {
             + serde::Serialize
             + std::fmt::Debug,
     {
+        let deployment = value["kind"] == "Deployment";
         let obj: K = serde_json::from_value(value).unwrap();
-        Api::<K>::namespaced(self.client.clone(), self.name())
+        let created = Api::<K>::namespaced(self.client.clone(), self.name())
             .create(&PostParams::default(), &obj)
             .await
-            .unwrap_or_else(|e| panic!("create {}: {e}", obj.name_any()))
+            .unwrap_or_else(|e| panic!("create {}: {e}", obj.name_any()));
+        if deployment {
+            self.wait_observed(&created.name_any()).await;
+        }
+        created
+    }
+
+    /// Waits until the deployment controller has synced the Deployment once (so its first
+    /// ReplicaSet exists): a busy controller-manager otherwise folds the creation and the
+    /// operator's first write into one ReplicaSet, and "one more ReplicaSet" counts wrong.
+    pub async fn wait_observed(&self, deployment: &str) {
+        eventually(&format!("the deployment controller to see {deployment}"), TIMEOUT, || async {
+            let d = self.deployment_now(deployment).await;
+            d.status.and_then(|s| s.observed_generation).filter(|g| *g >= 1)
+        })
+        .await;
     }
 
     pub async fn configmap(&self, name: &str, data: Value) -> ConfigMap {
@@ -166,11 +182,19 @@ impl Fixture {
             }
             if std::time::Instant::now() > deadline {
                 let d = self.deployment_now(deployment).await;
+                // Who wrote the Deployment, and when: tells another writer from a slow controller.
+                let writers: Vec<String> = d
+                    .managed_fields()
+                    .iter()
+                    .map(|m| format!("{:?} {:?} {:?}", m.manager, m.operation, m.time))
+                    .collect();
                 panic!(
-                    "timed out waiting for {deployment} to have {n} ReplicaSet(s); it has {:?}; deployment generation {:?}, observed {:?}, template {}",
-                    sets.iter().map(|r| r.name_any()).collect::<Vec<_>>(),
+                    "timed out waiting for {deployment} to have {n} ReplicaSet(s); it has {:?}; deployment generation {:?}, observed {:?}, conditions {}, writers {writers:?}, template {}",
+                    sets.iter().map(|r| (r.name_any(), r.creation_timestamp())).collect::<Vec<_>>(),
                     d.metadata.generation,
                     d.status.as_ref().and_then(|s| s.observed_generation),
+                    serde_json::to_string(&d.status.as_ref().map(|s| &s.conditions))
+                        .unwrap_or_default(),
                     serde_json::to_string(&d.spec.template).unwrap_or_default()
                 );
             }
@@ -233,6 +257,8 @@ impl Fixture {
 /// A workload that reloads on its own ConfigMap, used to flush the operator's pipeline.
 pub struct Sentinel {
     rollouts: std::sync::atomic::AtomicUsize,
+    /// Its ReplicaSets before the first poke.
+    replicasets: usize,
 }
 
 impl Sentinel {
@@ -250,7 +276,6 @@ impl Sentinel {
             json!({"containers": [{"name": "app", "image": "nginx", "envFrom": [{"configMapRef": {"name": "sentinel"}}]}]}),
         )
         .await;
-        f.wait_replicasets("sentinel", 1).await;
         eventually("the sentinel's baseline", TIMEOUT, || async {
             f.deployment_now("sentinel")
                 .await
@@ -259,13 +284,24 @@ impl Sentinel {
                 .cloned()
         })
         .await;
-        Sentinel { rollouts: 0.into() }
+        // One ReplicaSet, or two when the operator reloads on create: counted once the
+        // controller has seen the template the baseline came with.
+        let replicasets = eventually("the sentinel's ReplicaSets", TIMEOUT, || async {
+            let d = f.deployment_now("sentinel").await;
+            let seen = d.status.as_ref().and_then(|s| s.observed_generation);
+            if seen.is_none() || seen != d.metadata.generation {
+                return None;
+            }
+            Some(f.replicasets("sentinel").await.len())
+        })
+        .await;
+        Sentinel { rollouts: 0.into(), replicasets }
     }
 
     pub async fn poke(&self, f: &Fixture) {
         let n = self.rollouts.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
         f.patch_configmap("sentinel", json!({"data": {"n": n.to_string()}})).await;
-        f.wait_replicasets("sentinel", n + 1).await;
+        f.wait_replicasets("sentinel", self.replicasets + n).await;
     }
 }
 

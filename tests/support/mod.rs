@@ -1,10 +1,11 @@
 //! Shared test harness: a real control plane, a namespace per test, wait-until helpers.
 //!
 //! With `RELOADER_TEST_KUBECONFIG` set, tests run against that cluster (kind, k3d, a real one).
-//! Otherwise each test binary starts its own local control plane (`testenv up`, built by
-//! `make testenv`) once, on free loopback ports, and it stops when the test binary exits: the
-//! harness holds the supervisor's stdin, and the supervisor shuts down when that pipe closes.
-#![allow(dead_code)] // each test binary uses a different part of the harness
+//! Otherwise the test binary (`tests/it`, or the soak test) starts its own local control plane
+//! (`testenv up`, built by `make testenv`) once, on free loopback ports, and it stops when the
+//! test binary exits: the harness holds the supervisor's stdin, and the supervisor shuts down
+//! when that pipe closes. Who may share it at the same time: [`sharing`].
+#![allow(dead_code)] // the soak test uses a part of the harness
 
 pub mod control_plane;
 pub mod faults;
@@ -12,6 +13,7 @@ pub mod fixture;
 pub mod invariants;
 pub mod policies;
 pub mod receiver;
+pub mod sharing;
 
 use std::future::Future;
 use std::io::{BufRead, BufReader, Write};
@@ -126,11 +128,14 @@ static NS_COUNTER: AtomicU32 = AtomicU32::new(0);
 /// A namespace that belongs to one test and is deleted when the value is dropped.
 pub struct TestNamespace {
     pub name: String,
+    // Dropped after `drop` has asked for the namespace to be deleted.
+    _share: sharing::Share,
 }
 
 impl TestNamespace {
     /// Creates `<prefix>-<pid>-<n>`: unique across parallel tests and concurrent test runs.
     pub async fn create(client: &Client, prefix: &str) -> Self {
+        let share = sharing::namespaced();
         let n = NS_COUNTER.fetch_add(1, Ordering::Relaxed);
         let name = format!("{prefix}-{}-{n}", std::process::id());
         let ns: Namespace = serde_json::from_value(serde_json::json!({
@@ -143,7 +148,7 @@ impl TestNamespace {
             .create(&PostParams::default(), &ns)
             .await
             .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
-        Self { name }
+        Self { name, _share: share }
     }
 }
 
@@ -235,6 +240,13 @@ impl Operator {
     }
 
     fn start_until(args: &[&str], vars: &[(&str, &str)], message: &str) -> Self {
+        let scoped = args.iter().any(|a| *a == "--namespaces" || a.starts_with("--namespaces="))
+            || vars.iter().any(|(k, _)| *k == "KUBERNETES_NAMESPACE");
+        assert!(
+            scoped || sharing::held_group().is_some(),
+            "an operator over the whole cluster sees every other test's objects: call \
+             support::sharing::cluster_wide first in this test ({args:?})"
+        );
         let env = env();
         let level = if args.contains(&"--log-level") {
             &[][..]
@@ -338,7 +350,7 @@ impl Operator {
     }
 }
 
-/// Tests give Secret values this prefix (tests/secret_hygiene.rs); no operator may log one.
+/// Tests give Secret values this prefix (tests/it/secret_hygiene.rs); no operator may log one.
 pub const SECRET_MARKER: &str = "s3cr3t-marker";
 
 impl Drop for Operator {

@@ -194,7 +194,7 @@ impl Engine {
         // namespace; the reconciler records those without a rollout after the write).
         candidates.retain(|source, _| entry.info.references.contains_key(source));
         let mut plan = plan(&entry.info, &entry.selection, &candidates, &opts);
-        self.add_policies(&entry.info, &mut plan, opts.now, &opts.now_rfc3339, true);
+        self.policies.add_to_plan(&entry.info, &mut plan, opts.now, &opts.now_rfc3339, true);
         // A restart is a timestamp, not a hash: the pods start anew with this write anyway, so
         // they read the current data, and the record alone says so.
         plan.template = without_restarts(plan.template.take()).0;

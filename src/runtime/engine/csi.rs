@@ -53,12 +53,8 @@ impl Engine {
         let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
         let what = ar.kind.clone();
         // Not counted for readiness: the driver may be installed long after start.
-        self.consume_inner(
-            stream,
-            what,
-            scope.clone(),
-            false,
-            move |engine, event, after_first_list| match event {
+        self.consume(stream, what, scope.clone(), false, move |engine, event, after_first_list| {
+            match event {
                 WatchItem::Apply(obj) => {
                     let key = (obj.namespace().unwrap_or_default(), obj.name_any());
                     let known = engine.csi.class_of.lock().contains_key(&key);
@@ -77,8 +73,8 @@ impl Engine {
                         engine.forget_pod_status(&ns, &name);
                     }
                 }
-            },
-        )
+            }
+        })
         .await;
     }
 

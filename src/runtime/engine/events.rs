@@ -34,7 +34,7 @@ impl Engine {
             key.kind,
             key.namespace
         );
-        self.event(info, EventType::Normal, "Reloaded", note).await;
+        self.events.about_workload(info, EventType::Normal, "Reloaded", note).await;
         if let Some(alerter) = self.alerter.get() {
             // Queued, never awaited: a slow receiver must not hold up the next reload.
             for change in &plan.changes {
@@ -48,7 +48,7 @@ impl Engine {
         info: &WorkloadInfo,
         plan: &Plan,
         error: ExecError,
-    ) -> Option<Duration> {
+    ) -> crate::decide::rollout::Next {
         let key = &info.key;
         let retry = self.next_retry(key);
         warn!(workload = %key, error = %error, ?retry, "update failed; will retry");
@@ -67,51 +67,8 @@ impl Engine {
                 key.kind,
                 crate::model::limits::bounded_list(&sources, NOTE_LIST_BYTES)
             );
-            self.event(info, EventType::Warning, "ReloadFail", note).await;
+            self.events.about_workload(info, EventType::Warning, "ReloadFail", note).await;
         }
-        Some(retry)
-    }
-
-    pub(super) async fn event(
-        &self,
-        info: &WorkloadInfo,
-        type_: EventType,
-        reason: &str,
-        note: String,
-    ) {
-        let (api_version, kind) = match info.key.kind {
-            WorkloadKind::CronJob | WorkloadKind::Job => ("batch/v1", info.key.kind.as_str()),
-            WorkloadKind::Rollout => ("argoproj.io/v1alpha1", "Rollout"),
-            WorkloadKind::DeploymentConfig => ("apps.openshift.io/v1", "DeploymentConfig"),
-            k => ("apps/v1", k.as_str()),
-        };
-        let (ns, name) = (&info.key.namespace, &info.key.name);
-        self.publish(api_version, kind, ns, name, info.uid.clone(), type_, reason, note).await;
-    }
-
-    /// Publishes an Event about an object; a failure is logged, never fatal.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) async fn publish(
-        &self,
-        api_version: &str,
-        kind: &str,
-        namespace: &str,
-        name: &str,
-        uid: Option<String>,
-        type_: EventType,
-        reason: &str,
-        note: String,
-    ) {
-        let reference = ObjectReference {
-            api_version: Some(api_version.into()),
-            kind: Some(kind.into()),
-            name: Some(name.into()),
-            namespace: Some(namespace.into()),
-            uid,
-            ..Default::default()
-        };
-        // The last word on size: events.k8s.io refuses longer notes outright.
-        let note = crate::model::limits::truncate(&note, crate::model::limits::MAX_EVENT_NOTE);
-        self.publish_event(reference, type_, reason, note).await;
+        crate::decide::rollout::Next::Retry(retry)
     }
 }

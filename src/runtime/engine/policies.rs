@@ -1,11 +1,13 @@
-//! ReloadPolicy in the engine: policies are watched next to annotation mode and add their
-//! sources and strategies to the same per-workload plan, so a workload selected several ways
-//! rolls once. Each policy's status is written by server-side apply from what the engine knows.
+//! ReloadPolicy next to annotation mode: the engine watches policies into [`Policies`], which
+//! adds each policy that targets a workload to that workload's plan (so a workload selected
+//! several ways rolls once), remembers what came of it per target, and writes each policy's
+//! status by server-side apply (leader only) from `decide::policy_status`.
 
 use futures::FutureExt;
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -13,80 +15,38 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use super::{Engine, WatchItem};
-use crate::decide::churn::GroupBudget;
+use super::{Engine, EngineConfig, WatchItem};
+use crate::decide::churn::RolloutLimiter;
 use crate::decide::hash::Hasher;
 use crate::decide::plan::{Plan, TemplateWrite};
+use crate::decide::policy_part::{PartMode, PolicyKey, PolicyPart};
 use crate::decide::policy_plan::{
     ActivePolicy, combined_hash, parse_policy_record, plan_policy, resolve_sources, target_kind,
 };
 use crate::decide::policy_status::{Outcome, condition_status, desired_status};
 use crate::index::remembered::{PolicyMemory, Remembered};
+use crate::index::store::Store;
+use crate::kube::hash_key::KeySlot;
 use crate::model::naming::env_var_name;
 use crate::model::policy::{PolicyTarget, ReloadPolicy};
 use crate::model::source::SourceRef;
 use crate::model::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
+use crate::report::events::EventWriter;
+use crate::report::metrics::Metrics;
+use crate::runtime::queue::WorkQueue;
 
 /// The field manager of policy status writes.
 pub const STATUS_FIELD_MANAGER: &str = "reloader.rs/policy-status";
-
-type PolicyKey = (String, String);
-
-#[derive(Default)]
-pub(super) struct PolicyState {
-    /// namespace → name → policy.
-    policies: RwLock<HashMap<String, BTreeMap<String, Arc<ActivePolicy>>>>,
-    /// What is remembered per policy (see [`crate::index::remembered`]).
-    memory: Mutex<Remembered<PolicyKey, PolicyMemory>>,
-}
-
-impl PolicyState {
-    fn outcome(&self, key: &PolicyKey, target: &(WorkloadKind, String)) -> Option<Outcome> {
-        self.memory.lock().get(key).and_then(|m| m.outcome(target))
-    }
-
-    fn set_outcome(&self, key: &PolicyKey, target: (WorkloadKind, String), outcome: Outcome) {
-        self.memory.lock().update(key, |m| m.outcomes.insert(target, outcome));
-    }
-}
-
-/// What one policy contributed to a workload's plan, for reporting after the write.
-pub(super) struct PolicyPart {
-    key: PolicyKey,
-    target: WorkloadKey,
-    mode: PartMode,
-    combined: String,
-    changed: Vec<SourceRef>,
-    /// The policy's `debounce` (or the operator's).
-    debounce: Duration,
-    /// The policy's `minRolloutInterval` (or the operator's `--min-rollout-interval`).
-    min_rollout_interval: Duration,
-    /// The policy's `maxRolloutsPerMinute`.
-    max_rollouts_per_minute: Option<u32>,
-}
-
-impl PolicyPart {
-    /// A live policy whose sources changed: it takes part in the rollout.
-    fn carries_changes(&self) -> bool {
-        self.mode == PartMode::Live && !self.changed.is_empty()
-    }
-}
-
-#[derive(PartialEq)]
-enum PartMode {
-    Live,
-    DryRun,
-    Suspended,
-}
 
 impl Engine {
     pub(super) async fn discover_and_watch_policies(self: Arc<Self>, scopes: Vec<Option<String>>) {
         // Where the identity may not read ReloadPolicies (Reloader's RBAC), policy mode is off.
         let (scopes, refused): (Vec<_>, Vec<_>) =
-            scopes.into_iter().partition(|s| self.may_read_policies(s.as_deref()));
+            scopes.into_iter().partition(|s| self.rights.may_read_policies(s.as_deref()));
         if !refused.is_empty() {
             // Said as an Info: the missing rights were each a warning already.
             info!(namespaces = ?refused, "policy mode off where the identity may not list and watch reloadpolicies.reloader.rs (see the permission-missing lines for the rule to grant)");
@@ -106,38 +66,127 @@ impl Engine {
     async fn watch_policies(self: Arc<Self>, scope: Option<String>) {
         let api: Api<ReloadPolicy> = self.api_for(scope.as_deref());
         let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
-        self.consume_inner(
+        self.consume(
             stream,
             "ReloadPolicy".into(),
             scope.clone(),
             false,
             move |engine, event, _after_first_list| match event {
-                WatchItem::Apply(p) => engine.apply_policy(&p),
+                WatchItem::Apply(p) => {
+                    if !engine.ignored_namespace(&p.namespace().unwrap_or_default()) {
+                        engine.policies.apply(&p)
+                    }
+                }
                 WatchItem::Delete(p) => {
-                    engine.delete_policy(&p.namespace().unwrap_or_default(), &p.name_any())
+                    engine.policies.delete(&p.namespace().unwrap_or_default(), &p.name_any())
                 }
                 WatchItem::RelistDone(seen) => {
-                    let known: Vec<PolicyKey> = engine
-                        .policy
-                        .policies
-                        .read()
-                        .iter()
-                        .flat_map(|(ns, m)| m.keys().map(move |n| (ns.clone(), n.clone())))
-                        .collect();
+                    let known = engine.policies.keys();
                     for (ns, name) in crate::index::relist::gone(known, scope.as_deref(), &seen) {
-                        engine.delete_policy(&ns, &name);
+                        engine.policies.delete(&ns, &name);
                     }
                 }
             },
         )
         .await;
     }
+}
 
-    fn apply_policy(&self, p: &ReloadPolicy) {
-        let ns = p.namespace().unwrap_or_default();
-        if self.ignored_namespace(&ns) {
-            return;
+/// The ReloadPolicies in memory, what is reported about each, and the writer of their status.
+pub(super) struct Policies {
+    client: Client,
+    store: Arc<RwLock<Store>>,
+    /// The workload queue: a policy's targets are looked at when it or its sources change.
+    workloads: Arc<WorkQueue<WorkloadKey>>,
+    /// Policies whose status needs writing.
+    statuses: WorkQueue<PolicyKey>,
+    /// namespace → name → policy.
+    policies: RwLock<HashMap<String, BTreeMap<String, Arc<ActivePolicy>>>>,
+    /// What is remembered per policy (see [`crate::index::remembered`]).
+    memory: Mutex<Remembered<PolicyKey, PolicyMemory>>,
+    events: Arc<EventWriter>,
+    metrics: Arc<Metrics>,
+    hash_key: Arc<KeySlot>,
+    rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
+    /// Set once the engine's caches are synced.
+    synced: Arc<AtomicBool>,
+    leadership: watch::Receiver<bool>,
+    /// The operator's settings a policy falls back to.
+    debounce: Duration,
+    min_rollout_interval: Duration,
+    last_reloaded_from: String,
+}
+
+/// What [`Policies`] shares with the engine.
+pub(super) struct Shared {
+    pub client: Client,
+    pub store: Arc<RwLock<Store>>,
+    pub workloads: Arc<WorkQueue<WorkloadKey>>,
+    pub events: Arc<EventWriter>,
+    pub metrics: Arc<Metrics>,
+    pub hash_key: Arc<KeySlot>,
+    pub rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
+    pub synced: Arc<AtomicBool>,
+    pub leadership: watch::Receiver<bool>,
+}
+
+impl Policies {
+    pub(super) fn new(shared: Shared, config: &EngineConfig) -> Self {
+        let Shared {
+            client,
+            store,
+            workloads,
+            events,
+            metrics,
+            hash_key,
+            rollouts,
+            synced,
+            leadership,
+        } = shared;
+        Policies {
+            client,
+            store,
+            workloads,
+            statuses: WorkQueue::new(Duration::from_secs(2)),
+            policies: RwLock::default(),
+            memory: Mutex::default(),
+            events,
+            metrics,
+            hash_key,
+            rollouts,
+            synced,
+            leadership,
+            debounce: config.debounce,
+            min_rollout_interval: config.min_rollout_interval,
+            last_reloaded_from: config.keys.last_reloaded_from.clone(),
         }
+    }
+
+    /// Every policy known, by namespace and name.
+    pub(super) fn keys(&self) -> Vec<PolicyKey> {
+        self.policies
+            .read()
+            .iter()
+            .flat_map(|(ns, m)| m.keys().map(move |n| (ns.clone(), n.clone())))
+            .collect()
+    }
+
+    /// No more status writes are taken (shutdown).
+    pub(super) fn close(&self) {
+        self.statuses.close();
+    }
+
+    fn outcome(&self, key: &PolicyKey, target: &(WorkloadKind, String)) -> Option<Outcome> {
+        self.memory.lock().get(key).and_then(|m| m.outcome(target))
+    }
+
+    fn set_outcome(&self, key: &PolicyKey, target: (WorkloadKind, String), outcome: Outcome) {
+        self.memory.lock().update(key, |m| m.outcomes.insert(target, outcome));
+    }
+
+    /// A policy was created or changed: kept, and its targets looked at when it changed.
+    pub(super) fn apply(&self, p: &ReloadPolicy) {
+        let ns = p.namespace().unwrap_or_default();
         let key = (ns.clone(), p.name_any());
         let active = Arc::new(ActivePolicy::new(
             ns.clone(),
@@ -147,48 +196,63 @@ impl Engine {
         ));
         let status = p.status.clone().unwrap_or_default();
         // The larger of ours and the stored one: a standby follows the leader's count.
-        self.policy.memory.lock().update(&key, |m| {
+        self.memory.lock().update(&key, |m| {
             m.reload_count = m.reload_count.max(status.reload_count);
             m.throttled_count = m.throttled_count.max(status.throttled_count);
             m.observed = status;
         });
         let changed = {
-            let mut policies = self.policy.policies.write();
+            let mut policies = self.policies.write();
             let slot = policies.entry(ns.clone()).or_default();
             let changed = slot
                 .get(&key.1)
                 .is_none_or(|old| old.spec != active.spec || old.generation != active.generation);
-            slot.insert(key.1.clone(), active);
+            slot.insert(key.1.clone(), active.clone());
             changed
         };
+        if changed && !active.invalid_selectors.is_empty() {
+            // Said once per change of the policy: a log line and a Warning Event naming each.
+            // The errors quote the tenant's keys and operators: bounded like an Event note.
+            let errors = crate::model::limits::truncate(
+                &active.invalid_selectors.join("; "),
+                crate::model::limits::MAX_EVENT_NOTE,
+            );
+            warn!(policy = %format!("{ns}/{}", key.1), errors = %errors,
+                  "policy selectors that do not parse select nothing");
+            let events = self.events.clone();
+            let note = format!("Selectors that do not parse select nothing: {errors}");
+            let policy = key.clone();
+            tokio::spawn(async move {
+                events.about_policy(&policy, EventType::Warning, "InvalidSelector", note).await;
+            });
+        }
         if changed {
             debug!(policy = %format!("{ns}/{}", key.1), "policy changed");
             self.enqueue_namespace(&ns);
         }
-        self.policy_queue.add(key, Duration::ZERO);
+        self.statuses.add(key, Duration::ZERO);
     }
 
     /// A workload that is gone is no policy's target any more: its last outcome (a failure,
     /// say) must not hold a policy's conditions.
-    pub(super) fn forget_policy_target(&self, key: &WorkloadKey) {
+    pub(super) fn forget_target(&self, key: &WorkloadKey) {
         let target = (key.kind, key.name.clone());
         let mut touched = Vec::new();
-        self.policy.memory.lock().update_all(|policy, m| {
+        self.memory.lock().update_all(|policy, m| {
             if policy.0 == key.namespace && m.outcomes.remove(&target).is_some() {
                 touched.push(policy.clone());
             }
             m.dry_run_seen.remove(key);
         });
         for policy in touched {
-            self.policy_queue.add(policy, Duration::ZERO);
+            self.statuses.add(policy, Duration::ZERO);
         }
     }
 
-    fn delete_policy(&self, ns: &str, name: &str) {
-        let removed =
-            self.policy.policies.write().get_mut(ns).and_then(|m| m.remove(name)).is_some();
+    pub(super) fn delete(&self, ns: &str, name: &str) {
+        let removed = self.policies.write().get_mut(ns).and_then(|m| m.remove(name)).is_some();
         let key = (ns.to_string(), name.to_string());
-        self.policy.memory.lock().forget(&key);
+        self.memory.lock().forget(&key);
         self.rollouts.lock().forget_group(&format!("{ns}/{name}"));
         // One series per existing policy: a deleted policy's series goes with it.
         let _ = self.metrics.policy_reloads.remove_label_values(&[ns, name]);
@@ -199,45 +263,39 @@ impl Engine {
         }
     }
 
-    pub(super) fn policy_count(&self) -> usize {
-        self.policy.policies.read().values().map(BTreeMap::len).sum()
+    pub(super) fn count(&self) -> usize {
+        self.policies.read().values().map(BTreeMap::len).sum()
     }
 
     /// Queues every policy's status for writing.
-    pub(super) fn enqueue_all_policies(&self) {
+    pub(super) fn enqueue_all(&self) {
         let keys: Vec<PolicyKey> = self
-            .policy
             .policies
             .read()
             .iter()
             .flat_map(|(ns, m)| m.keys().map(move |name| (ns.clone(), name.clone())))
             .collect();
         for key in keys {
-            self.policy_queue.add(key, Duration::ZERO);
+            self.statuses.add(key, Duration::ZERO);
         }
     }
 
     fn enqueue_namespace(&self, ns: &str) {
-        if !self.is_synced() {
+        if !self.synced.load(Ordering::SeqCst) {
             return;
         }
         let keys = self.store.read().workload_keys();
         for key in keys.into_iter().filter(|k| k.namespace == ns) {
-            self.queue.add(key, Duration::ZERO);
+            self.workloads.add(key, Duration::ZERO);
         }
     }
 
     fn policies_in(&self, ns: &str) -> Vec<Arc<ActivePolicy>> {
-        self.policy
-            .policies
-            .read()
-            .get(ns)
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default()
+        self.policies.read().get(ns).map(|m| m.values().cloned().collect()).unwrap_or_default()
     }
 
     /// A source changed: queue the targets of every policy in its namespace that selects it.
-    pub(super) fn enqueue_for_policies(&self, ns: &str, source: &SourceRef) {
+    pub(super) fn enqueue_for_source(&self, ns: &str, source: &SourceRef) {
         let policies = self.policies_in(ns);
         if policies.is_empty() {
             return;
@@ -257,42 +315,14 @@ impl Engine {
                     .collect()
             };
             for t in targets {
-                self.queue.add(t, self.policy_debounce(&p));
+                self.workloads.add(t, p.debounce.unwrap_or(self.debounce));
             }
-            self.policy_queue.add((ns.to_string(), p.name.clone()), Duration::ZERO);
+            self.statuses.add((ns.to_string(), p.name.clone()), Duration::ZERO);
         }
     }
 
-    fn policy_debounce(&self, p: &ActivePolicy) -> Duration {
-        p.spec
-            .debounce
-            .as_deref()
-            .and_then(|d| {
-                crate::model::duration::parse_at_most(
-                    d,
-                    crate::model::duration::MAX_ANNOTATION_DURATION,
-                )
-                .ok()
-            })
-            .unwrap_or(self.config.debounce)
-    }
-
-    fn policy_min_rollout_interval(&self, p: &ActivePolicy) -> Duration {
-        p.spec
-            .min_rollout_interval
-            .as_deref()
-            .and_then(|d| {
-                crate::model::duration::parse_at_most(
-                    d,
-                    crate::model::duration::MAX_ANNOTATION_DURATION,
-                )
-                .ok()
-            })
-            .unwrap_or(self.config.min_rollout_interval)
-    }
-
     /// Adds every policy that targets `info` to `plan`; returns what each contributed.
-    pub(super) fn add_policies(
+    pub(super) fn add_to_plan(
         &self,
         info: &WorkloadInfo,
         plan: &mut Plan,
@@ -345,7 +375,7 @@ impl Engine {
                 &annotation_env,
                 now,
                 now_rfc3339,
-                &self.config.keys.last_reloaded_from,
+                &self.last_reloaded_from,
                 stamp,
             );
             let mode = if p.spec.suspend {
@@ -369,8 +399,8 @@ impl Engine {
                 mode,
                 combined: combined_hash(&resolved),
                 changed,
-                debounce: self.policy_debounce(&p),
-                min_rollout_interval: self.policy_min_rollout_interval(&p),
+                debounce: p.debounce.unwrap_or(self.debounce),
+                min_rollout_interval: p.min_rollout_interval.unwrap_or(self.min_rollout_interval),
                 max_rollouts_per_minute: p
                     .spec
                     .max_rollouts_per_minute
@@ -384,40 +414,12 @@ impl Engine {
         parts
     }
 
-    /// How long a rollout waits for quiet sources: the operator's `--debounce` for changes seen
-    /// by annotation mode, a policy's own `debounce` for its changes; the longest applies.
-    pub(super) fn debounce_window(global: Duration, plan: &Plan, parts: &[PolicyPart]) -> Duration {
-        longest_setting(global, plan, parts, |p| p.debounce)
-    }
-
-    /// The churn limits of a rollout: the longest minimum interval among annotation mode's
-    /// (`--min-rollout-interval`, for changes it saw) and the policies' whose changes it carries,
-    /// and the budgets of those policies.
-    pub(super) fn churn_limits(
-        global_interval: Duration,
-        plan: &Plan,
-        parts: &[PolicyPart],
-    ) -> (Duration, Vec<GroupBudget>) {
-        let interval = longest_setting(global_interval, plan, parts, |p| p.min_rollout_interval);
-        let budgets = parts
-            .iter()
-            .filter(|p| p.carries_changes())
-            .filter_map(|p| {
-                Some(GroupBudget {
-                    group: format!("{}/{}", p.key.0, p.key.1),
-                    per_minute: p.max_rollouts_per_minute?,
-                })
-            })
-            .collect();
-        (interval, budgets)
-    }
-
     /// Tells the policies taking part in a held-back rollout: their target's result becomes
     /// `Throttled` until it rolls; the first hold of an episode is counted and an Event.
     pub(super) async fn report_throttled(&self, parts: &[PolicyPart], why: &str, first: bool) {
         for part in parts.iter().filter(|p| p.carries_changes()) {
             let target = (part.target.kind, part.target.name.clone());
-            let previous = self.policy.outcome(&part.key, &target);
+            let previous = self.outcome(&part.key, &target);
             let outcome = Outcome {
                 result: "Throttled",
                 message: Some(format!(
@@ -426,21 +428,23 @@ impl Engine {
                 time: previous.as_ref().and_then(|o| o.time),
                 hash: previous.and_then(|o| o.hash),
             };
-            self.policy.set_outcome(&part.key, target, outcome);
+            self.set_outcome(&part.key, target, outcome);
             if first {
-                self.policy.memory.lock().update(&part.key, |m| m.throttled_count += 1);
+                self.memory.lock().update(&part.key, |m| m.throttled_count += 1);
                 let note = format!(
                     "Rollout of {} held back: {why}; the latest state is applied then",
                     part.target
                 );
-                self.policy_event(&part.key, EventType::Normal, "ReloadThrottled", note).await;
+                self.events
+                    .about_policy(&part.key, EventType::Normal, "ReloadThrottled", note)
+                    .await;
             }
-            self.policy_queue.add(part.key.clone(), Duration::from_millis(100));
+            self.statuses.add(part.key.clone(), Duration::from_millis(100));
         }
     }
 
     /// Reports the outcome of a workload reconcile to the policies that took part in it.
-    pub(super) async fn report_policies(&self, parts: Vec<PolicyPart>, error: Option<&str>) {
+    pub(super) async fn report(&self, parts: Vec<PolicyPart>, error: Option<&str>) {
         let now = Timestamp::now().as_second();
         for part in parts {
             let target = (part.target.kind, part.target.name.clone());
@@ -449,7 +453,7 @@ impl Engine {
                     Outcome { result: "Suspended", message: None, time: None, hash: None }
                 }
                 (PartMode::DryRun, _) if !part.changed.is_empty() => {
-                    let first = self.policy.memory.lock().update(&part.key, |m| {
+                    let first = self.memory.lock().update(&part.key, |m| {
                         m.dry_run_seen.insert(part.target.clone(), part.combined.clone())
                             != Some(part.combined.clone())
                     });
@@ -463,7 +467,9 @@ impl Engine {
                                 .collect::<Vec<_>>()
                                 .join(", ")
                         );
-                        self.policy_event(&part.key, EventType::Normal, "DryRun", note).await;
+                        self.events
+                            .about_policy(&part.key, EventType::Normal, "DryRun", note)
+                            .await;
                     }
                     Outcome {
                         result: "DryRun",
@@ -476,13 +482,14 @@ impl Engine {
                     Outcome { result: "UpToDate", message: None, time: None, hash: None }
                 }
                 (PartMode::Live, Some(e)) if !part.changed.is_empty() => {
-                    self.policy_event(
-                        &part.key,
-                        EventType::Warning,
-                        "ReloadFail",
-                        format!("Reload of {} failed: {e}", part.target),
-                    )
-                    .await;
+                    self.events
+                        .about_policy(
+                            &part.key,
+                            EventType::Warning,
+                            "ReloadFail",
+                            format!("Reload of {} failed: {e}", part.target),
+                        )
+                        .await;
                     Outcome {
                         result: "Failed",
                         message: Some(e.to_string()),
@@ -495,7 +502,7 @@ impl Engine {
                         .policy_reloads
                         .with_label_values(&[&part.key.0, &part.key.1])
                         .inc();
-                    self.policy.memory.lock().update(&part.key, |m| m.reload_count += 1);
+                    self.memory.lock().update(&part.key, |m| m.reload_count += 1);
                     let note = format!(
                         "Reloaded {} for {}",
                         part.target,
@@ -504,7 +511,7 @@ impl Engine {
                             600
                         )
                     );
-                    self.policy_event(&part.key, EventType::Normal, "Reloaded", note).await;
+                    self.events.about_policy(&part.key, EventType::Normal, "Reloaded", note).await;
                     Outcome {
                         result: "Reloaded",
                         message: None,
@@ -514,11 +521,11 @@ impl Engine {
                 }
                 _ => {
                     // Keep the last reload's time and hash when nothing changed.
-                    let previous = self.policy.outcome(&part.key, &target);
+                    let previous = self.outcome(&part.key, &target);
                     // A target reloaded before keeps that result; "UpToDate" means never needed one.
                     // After a restart the memory is empty: fall back to the written status.
                     let previous = previous.or_else(|| {
-                        let memory = self.policy.memory.lock();
+                        let memory = self.memory.lock();
                         let t = memory.get(&part.key)?.observed.targets.iter().find(|t| {
                             t.name == part.target.name && target_kind(t.kind) == part.target.kind
                         })?;
@@ -545,35 +552,21 @@ impl Engine {
                     }
                 }
             };
-            self.policy.set_outcome(&part.key, target, outcome);
-            self.policy_queue.add(part.key, Duration::from_millis(100));
+            self.set_outcome(&part.key, target, outcome);
+            self.statuses.add(part.key, Duration::from_millis(100));
         }
     }
 
-    async fn policy_event(&self, key: &PolicyKey, type_: EventType, reason: &str, note: String) {
-        self.publish(
-            "reloader.rs/v1alpha1",
-            "ReloadPolicy",
-            &key.0,
-            &key.1,
-            None,
-            type_,
-            reason,
-            note,
-        )
-        .await;
-    }
-
-    pub(super) async fn policy_status_worker(self: Arc<Self>) {
-        while let Some(key) = self.policy_queue.next().await {
-            if !self.is_leader() {
+    pub(super) async fn status_worker(&self) {
+        while let Some(key) = self.statuses.next().await {
+            if !*self.leadership.borrow() {
                 // Standbys never write; taking over queues every policy again.
-                self.policy_queue.done(&key);
+                self.statuses.done(&key);
                 continue;
             }
             // A panic while working out one policy's status is that policy's alone.
             let written =
-                std::panic::AssertUnwindSafe(self.write_policy_status(&key)).catch_unwind().await;
+                std::panic::AssertUnwindSafe(self.write_status(&key)).catch_unwind().await;
             let failed = match written {
                 Ok(Ok(())) => false,
                 Ok(Err(e)) => {
@@ -592,17 +585,16 @@ impl Engine {
                 }
             };
             if failed {
-                self.policy_queue.done(&key);
-                self.policy_queue.schedule(key, Duration::from_secs(2));
+                self.statuses.done(&key);
+                self.statuses.schedule(key, Duration::from_secs(2));
                 continue;
             }
-            self.policy_queue.done(&key);
+            self.statuses.done(&key);
         }
     }
 
-    async fn write_policy_status(&self, key: &PolicyKey) -> kube::Result<()> {
-        let Some(policy) =
-            self.policy.policies.read().get(&key.0).and_then(|m| m.get(&key.1).cloned())
+    async fn write_status(&self, key: &PolicyKey) -> kube::Result<()> {
+        let Some(policy) = self.policies.read().get(&key.0).and_then(|m| m.get(&key.1).cloned())
         else {
             return Ok(());
         };
@@ -612,7 +604,7 @@ impl Engine {
         let (resolved, missing_sources) =
             resolve_sources(&policy, &ns_sources, hasher.as_ref().unwrap_or(&Hasher::Sha1));
         let (targets, missing_targets) = self.resolve_targets(&policy);
-        let memory = self.policy.memory.lock().get(key).cloned().unwrap_or_default();
+        let memory = self.memory.lock().get(key).cloned().unwrap_or_default();
         let (observed, outcomes) = (memory.observed, memory.outcomes);
         let desired = desired_status(
             &policy,
@@ -646,7 +638,7 @@ impl Engine {
             &Patch::Apply(&body),
         )
         .await?;
-        self.policy.memory.lock().update(key, |m| m.observed = desired.clone());
+        self.memory.lock().update(key, |m| m.observed = desired.clone());
         if became_invalid {
             let reason = desired
                 .conditions
@@ -654,7 +646,7 @@ impl Engine {
                 .find(|c| c.type_ == "Ready")
                 .map(|c| c.message.clone())
                 .unwrap_or_default();
-            self.policy_event(key, EventType::Warning, "Invalid", reason).await;
+            self.events.about_policy(key, EventType::Warning, "Invalid", reason).await;
         }
         Ok(())
     }
@@ -682,23 +674,4 @@ impl Engine {
             .collect();
         (infos, missing)
     }
-}
-
-/// The longest of a per-rollout setting: each live policy's own (`pick`) for the changes it
-/// brings, and `global` when annotation mode brings a change no policy does (or nothing does).
-fn longest_setting(
-    global: Duration,
-    plan: &Plan,
-    parts: &[PolicyPart],
-    pick: impl Fn(&PolicyPart) -> Duration,
-) -> Duration {
-    let from_policies: Vec<&PolicyPart> = parts.iter().filter(|p| p.carries_changes()).collect();
-    let by_annotations =
-        plan.changes.iter().any(|c| !from_policies.iter().any(|p| p.changed.contains(&c.source)));
-    from_policies
-        .iter()
-        .map(|p| pick(p))
-        .chain(by_annotations.then_some(global))
-        .max()
-        .unwrap_or(global)
 }

@@ -2,13 +2,15 @@
 //! and the churn budgets, then applied (write.rs) and reported (events.rs).
 
 use super::*;
+use crate::decide::policy_part::{self, PolicyPart};
+use crate::decide::rollout::{self, AfterWrite, Next, WriteResult};
 
 impl Engine {
     /// Counts one more consecutive failure of `key` and returns the backoff before its retry.
     pub(super) fn next_retry(&self, key: &WorkloadKey) -> Duration {
         self.remembered.lock().update(key, |m| {
             m.failures = m.failures.saturating_add(1);
-            retry_delay(m.failures)
+            rollout::retry_delay(m.failures)
         })
     }
 
@@ -44,80 +46,85 @@ impl Engine {
         })
     }
 
-    /// Brings one workload up to date; returns a delay after which to try again on failure.
-    pub(super) async fn reconcile(&self, key: &WorkloadKey) -> Option<Duration> {
+    /// Brings one workload up to date; says when to look at it again ([`Next`]).
+    pub(super) async fn reconcile(&self, key: &WorkloadKey) -> Next {
         // Fault injection for the containment test (debug builds only): a reconcile that panics.
         #[cfg(debug_assertions)]
         if std::env::var("RELOADER_FAULT_PANIC_WORKLOAD").is_ok_and(|name| name == key.name) {
             panic!("fault injection: the reconcile of {key} panics");
         }
         if !self.namespace_selected(&key.namespace) {
-            return None;
+            return Next::Idle;
         }
         if self.pending_jobs.lock().contains_key(key) {
             // A Job deleted for a reload and not yet created again comes first.
             return match self.create_pending_job(key, None).await {
-                Ok(()) => None,
-                Err(_) => Some(self.next_retry(key)),
+                Ok(()) => Next::Idle,
+                Err(_) => Next::Retry(self.next_retry(key)),
             };
         }
-        let opts = self.plan_options(key)?;
-        let mut entry = self.store.read().workload(key)?;
+        let Some(opts) = self.plan_options(key) else { return Next::Idle };
+        let Some(mut entry) = self.store.read().workload(key) else { return Next::Idle };
         // A rollout admitted by the churn limits stays admitted through conflict retries (the
         // admission counts as this workload's rollout: a retry must not be held back by it).
         let mut admitted = false;
-        for attempt in 0..5 {
+        let mut attempt: u32 = 0;
+        loop {
             let Candidates { sources: candidates, named_left_out } =
                 self.store.read().candidates(&entry);
             let mut plan = plan(&entry.info, &entry.selection, &candidates, &opts);
             // A pause window that ends later needs this workload looked at again then.
             let (revisit, pause_problem) =
                 match pause::apply(&mut plan, &entry.info, &self.config.keys, opts.now) {
-                    Ok(at) => {
-                        (at.map(|at| Duration::from_secs((at - opts.now).max(0) as u64 + 1)), None)
-                    }
+                    Ok(at) => (at.map(|at| rollout::after_pause(at, opts.now)), None),
                     Err(e) => (
                         None,
                         Some(LimitViolation::new("duration", format!("invalid pause period: {e}"))),
                     ),
                 };
             self.report_limits(&entry, named_left_out, pause_problem).await;
-            let parts =
-                self.add_policies(&entry.info, &mut plan, opts.now, &opts.now_rfc3339, false);
+            let parts = self.policies.add_to_plan(
+                &entry.info,
+                &mut plan,
+                opts.now,
+                &opts.now_rfc3339,
+                false,
+            );
             if !plan.unwritable.is_empty() {
                 warn!(workload = %key, sources = ?plan.unwritable.iter().map(ToString::to_string).collect::<Vec<_>>(),
                       "workload has no container to write the reload variable to");
-                self.event(
-                    &entry.info,
-                    EventType::Warning,
-                    "ReloadFail",
-                    format!("Cannot reload {key}: it has no containers"),
-                )
-                .await;
+                self.events
+                    .about_workload(
+                        &entry.info,
+                        EventType::Warning,
+                        "ReloadFail",
+                        format!("Cannot reload {key}: it has no containers"),
+                    )
+                    .await;
             }
             if plan.is_noop() {
                 self.first_pass_done(key);
-                self.report_policies(parts, None).await;
+                self.policies.report(parts, None).await;
                 self.count_triggers(&entry, &candidates, &plan, &opts);
-                return revisit;
+                return Next::done(revisit);
             }
             if entry.info.suspended {
                 debug!(workload = %key, "suspended: left alone");
                 self.first_pass_done(key);
-                return None;
+                return Next::Idle;
             }
-            let window = Self::debounce_window(self.config.debounce, &plan, &parts);
+            let window = policy_part::debounce_window(self.config.debounce, &plan, &parts);
             if let Some(wait) = self.settle_time(key, &plan, window) {
                 debug!(workload = %key, ?wait, "sources still changing; rollout deferred");
-                return Some(wait);
+                return Next::Held(wait);
             }
             if !self.is_leader() {
                 // Lost the Lease while planning: the new leader does this.
-                return None;
+                return Next::Idle;
             }
             if plan.template.is_some() && !admitted {
                 if let Err(wait) = self.admit_rollout(&entry.info, &plan, &parts).await {
-                    return Some(wait);
+                    return Next::Held(wait);
                 }
                 admitted = true;
             }
@@ -131,14 +138,14 @@ impl Engine {
                 .action_latency
                 .with_label_values(&[key.kind.as_str()])
                 .observe(since_change.unwrap_or_else(|| started.elapsed()).as_secs_f64());
-            match executed {
+            let error = match executed {
                 Ok(()) => {
                     self.remembered.lock().update(key, |m| m.failures = 0);
                     self.count_triggers(&entry, &candidates, &plan, &opts);
                     if let Some(latency) = since_change {
                         self.metrics.reload_latency.observe(latency.as_secs_f64());
                     }
-                    self.report_policies(parts, None).await;
+                    self.policies.report(parts, None).await;
                     if !plan.changes.is_empty() {
                         self.reloaded(&entry.info, &plan).await;
                     } else {
@@ -147,33 +154,45 @@ impl Engine {
                     if let Some(p) = &plan.pause {
                         info!(workload = %key, paused = p.paused, "pause period: {}", if p.paused { "paused" } else { "resumed" });
                     }
-                    return revisit;
+                    return Next::done(revisit);
                 }
-                Err(ExecError::Conflict(_)) => {
+                Err(error) => error,
+            };
+            let error = match rollout::after_write(error.result(), attempt) {
+                AfterWrite::Replan => {
                     debug!(workload = %key, attempt, "conflict; retrying on fresh state");
-                    match self.get(key).await {
+                    // The read ends as a write would: a workload deleted meanwhile is
+                    // forgotten, a failed read is a failure.
+                    match self.get(key).await.map_err(ExecError::from) {
                         Ok(obj) => {
                             self.refresh(key, &obj);
-                            entry = self.store.read().workload(key)?;
+                            let Some(fresh) = self.store.read().workload(key) else {
+                                return Next::Idle;
+                            };
+                            entry = fresh;
+                            attempt += 1;
+                            continue;
                         }
-                        Err(e) => {
-                            self.report_policies(parts, Some(&e.to_string())).await;
-                            return self.failed(&entry.info, &plan, e.into()).await;
+                        Err(e) if e.result() == WriteResult::Gone => {
+                            self.remove_workload(key);
+                            return Next::Idle;
                         }
+                        Err(e) => e,
                     }
                 }
-                Err(ExecError::Gone(_)) => {
+                AfterWrite::GiveUp => {
+                    warn!(workload = %key, "gave up after repeated conflicts; will retry");
+                    return Next::Retry(rollout::AFTER_CONFLICTS);
+                }
+                AfterWrite::Forget => {
                     self.remove_workload(key);
-                    return None;
+                    return Next::Idle;
                 }
-                Err(e) => {
-                    self.report_policies(parts, Some(&e.to_string())).await;
-                    return self.failed(&entry.info, &plan, e).await;
-                }
-            }
+                AfterWrite::Fail | AfterWrite::Report => error,
+            };
+            self.policies.report(parts, Some(&error.to_string())).await;
+            return self.failed(&entry.info, &plan, error).await;
         }
-        warn!(workload = %key, "gave up after repeated conflicts; will retry");
-        Some(Duration::from_secs(1))
     }
 
     /// Reports the input limits `entry` breaks, once per change of what it breaks: a log line
@@ -224,7 +243,7 @@ impl Engine {
         let (limits, note) = crate::model::limits::describe(&violations);
         warn!(workload = %info.key, limits = ?limits, details = %note,
               "workload annotations or pod template break input limits; the rest still works");
-        self.event(info, EventType::Warning, "InputLimit", note).await;
+        self.events.about_workload(info, EventType::Warning, "InputLimit", note).await;
     }
 
     /// Applies the churn limits to a rollout about to be written. Held back, the workload is
@@ -234,11 +253,11 @@ impl Engine {
         &self,
         info: &WorkloadInfo,
         plan: &Plan,
-        parts: &[policies::PolicyPart],
+        parts: &[PolicyPart],
     ) -> Result<(), Duration> {
         let key = &info.key;
         let (min_interval, budgets) =
-            Self::churn_limits(self.config.min_rollout_interval, plan, parts);
+            policy_part::churn_limits(self.config.min_rollout_interval, plan, parts);
         let admitted = self.rollouts.lock().admit(
             key,
             min_interval,
@@ -267,7 +286,7 @@ impl Engine {
         };
         let first =
             self.remembered.lock().update(key, |m| !std::mem::replace(&mut m.throttled, true));
-        self.report_throttled(parts, &why, first).await;
+        self.policies.report_throttled(parts, &why, first).await;
         if first {
             let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
             info!(workload = %key, reason = held.reason.as_str(), wait = ?held.wait, sources = ?sources,
@@ -277,10 +296,9 @@ impl Engine {
                 crate::model::limits::bounded_list(&sources, NOTE_LIST_BYTES),
                 held.wait.as_secs_f64()
             );
-            self.event(info, EventType::Normal, "ReloadThrottled", note).await;
+            self.events.about_workload(info, EventType::Normal, "ReloadThrottled", note).await;
         }
-        // A little past the limit, so the next look is admitted rather than held again.
-        Err(held.wait + Duration::from_millis(10))
+        Err(rollout::after_churn_hold(held.wait))
     }
 
     /// Says what came of the source changes that queued this workload: rolled (matched), not

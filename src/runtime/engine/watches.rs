@@ -7,18 +7,6 @@ use super::*;
 pub(super) const SOURCE_PAGE_SIZE: u32 = 100;
 
 impl Engine {
-    /// The API of a kind without a typed client here.
-    pub(super) fn dynamic_resource(kind: WorkloadKind) -> ApiResource {
-        let (group, version, kind_name, plural) = match kind {
-            WorkloadKind::Rollout => ("argoproj.io", "v1alpha1", "Rollout", "rollouts"),
-            _ => ("apps.openshift.io", "v1", "DeploymentConfig", "deploymentconfigs"),
-        };
-        ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk(group, version, kind_name),
-            plural,
-        )
-    }
-
     /// Waits until the API of `kind` is served, then watches it in every scope where it may
     /// (where it may only be listed, it is listed on change: see `follow`).
     pub(super) async fn discover_and_watch(
@@ -28,17 +16,17 @@ impl Engine {
     ) {
         let candidates: Vec<Option<String>> = scopes
             .into_iter()
-            .filter(|s| self.follow_of(kind, s.as_deref()) != Follow::Skip)
+            .filter(|s| self.rights.follow_of(kind, s.as_deref()) != Follow::Skip)
             .collect();
         if candidates.is_empty() {
             return;
         }
-        let ar = Self::dynamic_resource(kind);
+        let ar = kind.api_resource();
         self.wait_for_api(&ar).await;
         let mut watchers = tokio::task::JoinSet::new();
         for scope in candidates {
             // Its rights now that it exists (DeploymentConfigs were not asked about before).
-            if self.recheck_follow(kind, scope.as_deref()).await != Follow::Watch {
+            if self.rights.recheck_follow(kind, scope.as_deref()).await != Follow::Watch {
                 continue;
             }
             watchers.spawn(self.clone().watch_dynamic(scope, kind, ar.clone()));
@@ -80,7 +68,7 @@ impl Engine {
         );
         // Not counted for readiness: these APIs may appear long after start.
         let handler_scope = scope.clone();
-        self.consume_inner(stream, kind.to_string(), scope.clone(), false, move |engine, event, _| {
+        self.consume(stream, kind.to_string(), scope.clone(), false, move |engine, event, _| {
             engine.on_workload_item(kind, handler_scope.as_deref(), event, |obj| {
                 let info = dynamic_info(obj, kind, &engine.config.keys);
                 if info.is_none() {
@@ -90,7 +78,6 @@ impl Engine {
             })
         })
         .await;
-        self.stopped_watching(kind, scope.as_deref(), false, true);
     }
 
     /// Passes a workload watch through, saying once what right a refusal shows missing. The
@@ -110,7 +97,7 @@ impl Engine {
         let engine = self.clone();
         let refused_before = Arc::new(AtomicBool::new(false));
         stream.then(move |event| {
-            let refused = matches!(&event, Err(e) if follow::watch_refused(e));
+            let refused = matches!(&event, Err(e) if rights::watch_refused(e));
             let recovered = event.is_ok() && refused_before.swap(refused, Ordering::SeqCst);
             if refused {
                 refused_before.store(true, Ordering::SeqCst);
@@ -118,29 +105,14 @@ impl Engine {
             let (engine, scope) = (engine.clone(), scope.clone());
             async move {
                 if refused {
-                    engine.report_refusal(kind, scope.as_deref()).await;
+                    engine.rights.report_refusal(kind, scope.as_deref()).await;
                 }
                 if recovered {
-                    engine.recheck_after_refusal(kind, scope.as_deref()).await;
+                    engine.rights.recheck_after_refusal(kind, scope.as_deref()).await;
                 }
                 event
             }
         })
-    }
-
-    /// A workload watch ended: what it stored is forgotten, and a watcher that never finished
-    /// its first list no longer holds up readiness.
-    pub(super) fn stopped_watching(
-        &self,
-        kind: WorkloadKind,
-        scope: Option<&str>,
-        listed: bool,
-        counted: bool,
-    ) {
-        self.forget_unseen_workloads(kind, scope, &HashSet::new());
-        if counted && !listed {
-            self.watcher_synced();
-        }
     }
 
     /// One watch event of a workload kind: `info` summarises the object, `None` meaning it is
@@ -194,12 +166,7 @@ impl Engine {
         }
         self.remembered.lock().forget(key);
         self.rollouts.lock().forget(key);
-        self.forget_policy_target(key);
-    }
-
-    /// Kinds with a typed watcher here (the others are discovered at run time).
-    pub(super) fn watchable(kind: WorkloadKind) -> bool {
-        !matches!(kind, WorkloadKind::Rollout | WorkloadKind::DeploymentConfig)
+        self.policies.forget_target(key);
     }
 
     pub(super) fn api_for<K>(&self, namespace: Option<&str>) -> Api<K>
@@ -233,7 +200,7 @@ impl Engine {
             }
             // Kinds that may not be watched get the same first look, by listing them once.
             self.scan_everything();
-            let _ = self.ready.send(self.readiness_after_sync());
+            let _ = self.ready.send(self.rights.readiness_after_sync());
         }
     }
 
@@ -256,7 +223,7 @@ impl Engine {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let stream =
             watcher::watcher(api, watcher::Config::default().labels(&selector)).default_backoff();
-        self.consume(stream, "Namespace".into(), None, |engine, event, _after_first_list| {
+        self.consume(stream, "Namespace".into(), None, true, |engine, event, _after_first_list| {
             match event {
                 WatchItem::Apply(ns) => {
                     let name = ns.name_any();
@@ -315,8 +282,12 @@ impl Engine {
             config = config.labels(sel);
         }
         let stream = watcher::watcher(api, config).default_backoff();
-        self.consume(stream, kind.to_string(), scope.clone(), |engine, event, after_first_list| {
-            match event {
+        self.consume(
+            stream,
+            kind.to_string(),
+            scope.clone(),
+            true,
+            |engine, event, after_first_list| match event {
                 WatchItem::Apply(obj) => engine.apply_source(kind, &obj, after_first_list),
                 WatchItem::Delete(obj) => {
                     let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
@@ -336,8 +307,8 @@ impl Engine {
                         engine.delete_source(&ns, SourceRef::new(kind, name));
                     }
                 }
-            }
-        })
+            },
+        )
         .await;
     }
 
@@ -438,17 +409,15 @@ impl Engine {
             let (limits, note) = crate::model::limits::describe(&r.violations);
             warn!(source = %format!("{} {}/{}", r.kind, r.namespace, r.name), limits = ?limits,
                   details = %note, "source breaks input limits");
-            self.publish(
-                "v1",
-                &r.kind.to_string(),
-                &r.namespace,
-                &r.name,
-                r.uid,
-                EventType::Warning,
-                "InputLimit",
-                note,
-            )
-            .await;
+            let kind = r.kind.to_string();
+            let regarding = Regarding {
+                api_version: "v1",
+                kind: &kind,
+                namespace: &r.namespace,
+                name: &r.name,
+                uid: r.uid,
+            };
+            self.events.about(regarding, EventType::Warning, "InputLimit", note).await;
         }
     }
 
@@ -473,7 +442,7 @@ impl Engine {
             processed("unchanged");
             if update == SourceUpdate::Relabelled {
                 // Labels roll nothing, but they can change what a policy's selector picks.
-                self.enqueue_for_policies(ns, &source);
+                self.policies.enqueue_for_source(ns, &source);
             }
             return update;
         }
@@ -511,7 +480,7 @@ impl Engine {
         }
         // Kinds that may be listed but not watched are listed now (Reloader's model).
         self.scan_for_change(ns, source);
-        self.enqueue_for_policies(ns, source);
+        self.policies.enqueue_for_source(ns, source);
     }
 
     // ---- workloads -----------------------------------------------------------------------
@@ -537,15 +506,13 @@ impl Engine {
             scope.clone(),
         );
         let handler_scope = scope.clone();
-        let listed = self
-            .consume(stream, kind.to_string(), scope.clone(), move |engine, event, _| {
-                engine.on_workload_item(kind, handler_scope.as_deref(), event, |obj| {
-                    obj.info(kind, &engine.config.keys)
-                })
+        // The watcher retries for ever (with backoff): this returns at shutdown only.
+        self.consume(stream, kind.to_string(), scope.clone(), true, move |engine, event, _| {
+            engine.on_workload_item(kind, handler_scope.as_deref(), event, |obj| {
+                obj.info(kind, &engine.config.keys)
             })
-            .await;
-        // The watcher retries for ever; should its stream end, what it stored is forgotten.
-        self.stopped_watching(kind, scope.as_deref(), listed, true);
+        })
+        .await;
     }
 
     pub(super) fn apply_workload(&self, mut info: WorkloadInfo) {
@@ -613,32 +580,16 @@ impl Engine {
         changed
     }
 
-    /// Drives one watch stream, translating its events for `handle` and tracking relists.
-    /// Returns (when the stream ends) whether its first list was done.
+    /// Drives one watch stream, translating its events for `handle` and tracking relists;
+    /// a `counted` watch holds up readiness until its first list is done.
     pub(super) async fn consume<K, S, F>(
-        self: &Arc<Self>,
-        stream: S,
-        what: String,
-        scope: Option<String>,
-        handle: F,
-    ) -> bool
-    where
-        K: Resource + Clone,
-        S: Stream<Item = Result<Event<K>, watcher::Error>>,
-        F: FnMut(&Arc<Self>, WatchItem<K>, bool),
-    {
-        self.consume_inner(stream, what, scope, true, handle).await
-    }
-
-    pub(super) async fn consume_inner<K, S, F>(
         self: &Arc<Self>,
         stream: S,
         what: String,
         scope: Option<String>,
         counted: bool,
         mut handle_unguarded: F,
-    ) -> bool
-    where
+    ) where
         K: Resource + Clone,
         S: Stream<Item = Result<Event<K>, watcher::Error>>,
         F: FnMut(&Arc<Self>, WatchItem<K>, bool),
@@ -707,10 +658,7 @@ impl Engine {
                 state.failing = false;
             }
         }
-        state.first_done
     }
-
-    // ---- reconciling ---------------------------------------------------------------------
 }
 
 /// A source's input-limit violations, on their way to a Warning Event.

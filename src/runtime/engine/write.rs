@@ -4,17 +4,6 @@
 use super::*;
 
 impl Engine {
-    pub(super) fn resource(kind: WorkloadKind) -> ApiResource {
-        match kind {
-            WorkloadKind::DaemonSet => ApiResource::erase::<DaemonSet>(&()),
-            WorkloadKind::StatefulSet => ApiResource::erase::<StatefulSet>(&()),
-            WorkloadKind::CronJob => ApiResource::erase::<CronJob>(&()),
-            WorkloadKind::Job => ApiResource::erase::<Job>(&()),
-            WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => Self::dynamic_resource(kind),
-            WorkloadKind::Deployment => ApiResource::erase::<Deployment>(&()),
-        }
-    }
-
     /// Carries out a plan: a patch for kinds rolled in place, a new Job for a CronJob, a
     /// delete and create for a Job. Conflicts and not-found errors go back to the caller.
     pub(super) async fn execute(&self, info: &WorkloadInfo, plan: &Plan) -> Result<(), ExecError> {
@@ -68,7 +57,7 @@ impl Engine {
                 // Without the right to patch CronJobs (Reloader's RBAC), the Job is the reload
                 // and nothing is recorded: it follows changes seen while running.
                 if let Some(patch) =
-                    record_patch(plan).filter(|_| self.may_record(key.kind, &key.namespace))
+                    record_patch(plan).filter(|_| self.rights.may_record(key.kind, &key.namespace))
                 {
                     let obj = self.patch(key, &Patch::Merge(&patch)).await?;
                     self.refresh(key, &obj);
@@ -82,8 +71,8 @@ impl Engine {
                 // A baseline is recorded where Jobs may be patched; a reload's Job carries its
                 // record from its creation.
                 None => {
-                    if let Some(patch) =
-                        record_patch(plan).filter(|_| self.may_record(key.kind, &key.namespace))
+                    if let Some(patch) = record_patch(plan)
+                        .filter(|_| self.rights.may_record(key.kind, &key.namespace))
                     {
                         let obj = self.patch(key, &Patch::Merge(&patch)).await?;
                         self.refresh(key, &obj);
@@ -273,18 +262,14 @@ impl Engine {
                              again failed: {e}. The operator keeps retrying.",
                             key.name
                         );
-                        let (ns, name) = (&key.namespace, &key.name);
-                        self.publish(
-                            "batch/v1",
-                            "Job",
-                            ns,
-                            name,
+                        let regarding = Regarding {
+                            api_version: "batch/v1",
+                            kind: "Job",
+                            namespace: &key.namespace,
+                            name: &key.name,
                             uid,
-                            EventType::Warning,
-                            "ReloadFail",
-                            note,
-                        )
-                        .await;
+                        };
+                        self.events.about(regarding, EventType::Warning, "ReloadFail", note).await;
                     }
                     return Err(ExecError::JobPending(e));
                 }
@@ -298,7 +283,7 @@ impl Engine {
         patch: &Patch<&serde_json::Value>,
     ) -> kube::Result<DynamicObject> {
         let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), &key.namespace, &Self::resource(key.kind));
+            Api::namespaced_with(self.client.clone(), &key.namespace, &key.kind.api_resource());
         let params = PatchParams {
             field_manager: Some(WORKLOAD_FIELD_MANAGER.into()),
             ..Default::default()
@@ -308,35 +293,17 @@ impl Engine {
 
     pub(super) async fn get(&self, key: &WorkloadKey) -> kube::Result<DynamicObject> {
         let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), &key.namespace, &Self::resource(key.kind));
+            Api::namespaced_with(self.client.clone(), &key.namespace, &key.kind.api_resource());
         api.get(&key.name).await
     }
 
     /// Updates the store from an object the API server just returned.
     pub(super) fn refresh(&self, key: &WorkloadKey, obj: &DynamicObject) {
-        if let Some(mut info) = Self::info_of(key.kind, obj, &self.config.keys) {
+        if let Some(mut info) = info_of(key.kind, obj, &self.config.keys) {
             if let Some(deployment) = info.workload_ref.clone() {
                 self.fill_from_deployment(&mut info, &deployment);
             }
             self.store_workload(info);
-        }
-    }
-
-    /// The summary of a workload object the API server returned (a write's answer, a list).
-    pub(super) fn info_of(
-        kind: WorkloadKind,
-        obj: &DynamicObject,
-        keys: &AnnotationKeys,
-    ) -> Option<WorkloadInfo> {
-        match kind {
-            WorkloadKind::DaemonSet => convert::<DaemonSet>(obj).and_then(|o| o.info(kind, keys)),
-            WorkloadKind::StatefulSet => {
-                convert::<StatefulSet>(obj).and_then(|o| o.info(kind, keys))
-            }
-            WorkloadKind::CronJob => convert::<CronJob>(obj).and_then(|o| o.info(kind, keys)),
-            WorkloadKind::Job => convert::<Job>(obj).and_then(|o| o.info(kind, keys)),
-            WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => dynamic_info(obj, kind, keys),
-            WorkloadKind::Deployment => convert::<Deployment>(obj).and_then(|o| o.info(kind, keys)),
         }
     }
 
@@ -357,6 +324,22 @@ impl Engine {
             ))
         });
         WorkloadEntry { info, selection }
+    }
+}
+
+/// The summary of a workload object the API server returned (a write's answer, a list).
+pub(super) fn info_of(
+    kind: WorkloadKind,
+    obj: &DynamicObject,
+    keys: &AnnotationKeys,
+) -> Option<WorkloadInfo> {
+    match kind {
+        WorkloadKind::DaemonSet => convert::<DaemonSet>(obj).and_then(|o| o.info(kind, keys)),
+        WorkloadKind::StatefulSet => convert::<StatefulSet>(obj).and_then(|o| o.info(kind, keys)),
+        WorkloadKind::CronJob => convert::<CronJob>(obj).and_then(|o| o.info(kind, keys)),
+        WorkloadKind::Job => convert::<Job>(obj).and_then(|o| o.info(kind, keys)),
+        WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => dynamic_info(obj, kind, keys),
+        WorkloadKind::Deployment => convert::<Deployment>(obj).and_then(|o| o.info(kind, keys)),
     }
 }
 
@@ -392,6 +375,18 @@ impl From<kube::Error> for ExecError {
 }
 
 impl ExecError {
+    /// What the next step of a reconcile makes of it ([`crate::decide::rollout::after_write`]).
+    pub fn result(&self) -> crate::decide::rollout::WriteResult {
+        use crate::decide::rollout::WriteResult;
+        match self {
+            ExecError::Conflict(_) => WriteResult::Conflict,
+            ExecError::Gone(_) => WriteResult::Gone,
+            ExecError::Kube(_) | ExecError::Webhook(_) | ExecError::JobPending(_) => {
+                WriteResult::Failed
+            }
+        }
+    }
+
     /// The `reason` label of `reloader_reconcile_errors_total` for a failed reconcile.
     pub fn reason(&self) -> &'static str {
         match self {

@@ -4,7 +4,7 @@
 //! reuses the key and rolls nothing; a keyed policy whose key cannot be loaded is not acted on
 //! and says why, and keyed annotation mode without its key does not start.
 
-mod support;
+use crate::support;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;

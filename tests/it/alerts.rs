@@ -2,7 +2,7 @@
 //! receiver gets it, a receiver that hangs does not slow reloads, and alerts stay off without a
 //! URL and in `--webhook-url` mode.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -6,7 +6,7 @@
 //! references, with the annotation-mode flag and as the ReloadPolicy default, and a workload a
 //! ReloadPolicy selects stamped like an annotated one.
 
-mod support;
+use crate::support;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Patch, PatchParams, PostParams};

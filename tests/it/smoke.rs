@@ -1,7 +1,7 @@
 //! Smoke tests that prove the test cluster is a real Kubernetes control plane: controllers roll
 //! Deployments, CRD schemas and CEL rules are enforced, watches deliver new resourceVersions.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

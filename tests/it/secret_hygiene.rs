@@ -4,7 +4,7 @@
 //! at `trace`, then every log line, Event, policy status, workload, metric and outgoing HTTP body
 //! is searched for the markers.
 
-mod support;
+use crate::support;
 
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;

@@ -4,7 +4,7 @@
 //! ends on the final hash. A ReloadPolicy's own limits (`minRolloutInterval`,
 //! `maxRolloutsPerMinute`) hold its targets back the same way and show in its status.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -136,9 +136,11 @@ async fn policy_churn_limits_hold_back_their_targets_and_show_in_status() {
     }
 
     // The interval: two changes 1 s apart; the second waits until 6 s after the first rollout.
+    // Timed from the first change: its rollout comes after it, however late the controller
+    // shows the ReplicaSet, so the gap to the second is at least the interval.
+    let first = Instant::now();
     f.patch_configmap("cfg-a", json!({"data": {"n": "1"}})).await;
     f.wait_replicasets("slow", 2).await;
-    let first = Instant::now();
     f.patch_configmap("cfg-a", json!({"data": {"n": "2"}})).await;
     let held = status_where(&f, "interval", "the interval to hold slow back", |s| {
         condition(s, "Throttled") == Some(("True", "RolloutsHeldBack"))

@@ -6,7 +6,7 @@
 //! sentinel: a second workload changed after the event under test, whose rollout shows the
 //! operator has already handled everything before it.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! reference; oversized and slow requests cost bounded memory; and the API server's own calls
 //! are still answered afterwards.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,7 @@ fn patch_of(answer: &str) -> String {
 
 #[tokio::test]
 async fn direct_callers_learn_nothing_and_cannot_exhaust_the_webhook() {
+    let _cluster = support::sharing::cluster_wide("hostile_webhook");
     let victim = Fixture::new("victim").await;
     let attacker = Fixture::new("attacker").await;
     victim.secret("db", json!({"password": format!("{SECRET_MARKER}-db")})).await;

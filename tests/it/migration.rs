@@ -8,7 +8,7 @@
 //! still reloads every kind, workloads created after it started included, as fast as under this
 //! chart's RBAC, and says once per missing right what it lacks.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -47,6 +47,7 @@ fn env_patch(hash: &str) -> Value {
 
 #[tokio::test]
 async fn taking_over_from_stakater_rolls_only_what_is_stale() {
+    let _cluster = support::sharing::cluster_wide("migration");
     let f = Fixture::new("migrate-env").await;
     f.configmap("app-config", json!({"a": "2"})).await;
     let current = sha1_hex(b"a=2");
@@ -72,6 +73,7 @@ async fn taking_over_from_stakater_rolls_only_what_is_stale() {
 
 #[tokio::test]
 async fn the_annotations_strategy_takes_over_without_a_rollout() {
+    let _cluster = support::sharing::cluster_wide("migration");
     let f = Fixture::new("migrate-annot").await;
     f.configmap("app-config", json!({"a": "2"})).await;
     let from = json!({"type": "CONFIGMAP", "name": "app-config", "namespace": f.name(),
@@ -340,13 +342,15 @@ fn warnings(op: &Operator) -> Vec<Value> {
 
 #[tokio::test]
 async fn under_reloaders_cluster_role_workloads_created_after_start_reload_as_fast() {
+    let _cluster = support::sharing::cluster_wide("migration");
     const KINDS: &[&str] = &["Deployment", "DaemonSet", "StatefulSet", "CronJob"];
 
     // Reloader's default ClusterRole: workloads may be listed, not watched.
     let theirs = Fixture::new("swap-theirs").await;
     labelled_configmap(&theirs).await;
     let account =
-        bind_reloader_rbac(&theirs, include_str!("fixtures/stakater-rbac/clusterrole.yaml")).await;
+        bind_reloader_rbac(&theirs, include_str!("../fixtures/stakater-rbac/clusterrole.yaml"))
+            .await;
     let kubeconfig = token_kubeconfig(&theirs, &account).await;
     let selector = source_label(&theirs);
     let (their_time, op) = reloads_before_and_after_start(
@@ -463,12 +467,14 @@ spec:
 
 #[tokio::test]
 async fn under_reloaders_namespaced_roles_rollouts_reload_too() {
+    let _cluster = support::sharing::cluster_wide("migration");
     const KINDS: &[&str] = &["Deployment", "Rollout"];
     let f = Fixture::new("swap-roles").await;
     support::install_crds(&f.client, ROLLOUT_CRD).await;
     f.configmap("app-config", json!({"a": "1"})).await;
     let account =
-        bind_reloader_rbac(&f, include_str!("fixtures/stakater-rbac/roles-namespaced.yaml")).await;
+        bind_reloader_rbac(&f, include_str!("../fixtures/stakater-rbac/roles-namespaced.yaml"))
+            .await;
     let kubeconfig = token_kubeconfig(&f, &account).await;
     // As Reloader's chart runs it with watchGlobally false: its own namespace only.
     let (elapsed, op) = reloads_before_and_after_start(
@@ -498,6 +504,7 @@ async fn under_reloaders_namespaced_roles_rollouts_reload_too() {
 
 #[tokio::test]
 async fn without_rights_on_sources_readyz_says_why() {
+    let _cluster = support::sharing::cluster_wide("migration");
     let f = Fixture::new("swap-none").await;
     // Workloads only: no source can be watched, so annotation mode has nothing to follow.
     let rbac = "
@@ -545,12 +552,13 @@ subjects:
 
 #[tokio::test]
 async fn a_right_removed_while_running_is_said_once_and_reloads_resume_when_restored() {
+    let _cluster = support::sharing::cluster_wide("migration");
     use k8s_openapi::api::rbac::v1::ClusterRole;
     let f = Fixture::new("swap-revoke").await;
     f.configmap("app-config", json!({"a": "1"})).await;
     f.deployment("web", json!({AUTO: "true"}), support::fixture::env_from_cm("app-config")).await;
     let account =
-        bind_reloader_rbac(&f, include_str!("fixtures/stakater-rbac/clusterrole.yaml")).await;
+        bind_reloader_rbac(&f, include_str!("../fixtures/stakater-rbac/clusterrole.yaml")).await;
     let kubeconfig = token_kubeconfig(&f, &account).await;
     let op = Operator::start_with_env(
         &["--namespaces", f.name()],
@@ -595,13 +603,14 @@ async fn a_right_removed_while_running_is_said_once_and_reloads_resume_when_rest
 
 #[tokio::test]
 async fn with_reloaders_ha_rules_the_lease_is_polled_and_passed_on() {
+    let _cluster = support::sharing::cluster_wide("migration");
     use k8s_openapi::api::coordination::v1::Lease;
     let f = Fixture::new("swap-ha").await;
     f.configmap("app-config", json!({"a": "1"})).await;
     f.deployment("web", json!({AUTO: "true"}), support::fixture::env_from_cm("app-config")).await;
     // enableHA: create on Leases, get/update on stakater-reloader-lock; no watch, no patch.
     let account =
-        bind_reloader_rbac(&f, include_str!("fixtures/stakater-rbac/clusterrole-ha.yaml")).await;
+        bind_reloader_rbac(&f, include_str!("../fixtures/stakater-rbac/clusterrole-ha.yaml")).await;
     let kubeconfig = token_kubeconfig(&f, &account).await;
     let replica = |name: &str| {
         Operator::start_with_env(

@@ -2,7 +2,7 @@
 //! accepted, invalid ones are rejected with a message that says what to fix, the printer columns
 //! and the status subresource are there.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,9 +2,9 @@
 //! namespace author can write to hurt it goes into one of them, an ordinary workload lives in
 //! the other. The ordinary workload keeps reloading promptly, the operator never restarts and
 //! its memory stays bounded, and every hostile object gets exactly one Warning Event naming it
-//! and the limit it broke. (The admission webhook's share is in tests/hostile_webhook.rs.)
+//! and the limit it broke. (The admission webhook's share is in tests/it/hostile_webhook.rs.)
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! killed during a stream of changes, the standby takes over within the Lease duration and every
 //! change is applied exactly once; a replica that stops releases the Lease.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

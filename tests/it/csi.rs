@@ -2,7 +2,7 @@
 //! plane. The test plays the driver: it writes one SecretProviderClassPodStatus per pod and
 //! rotates them one pod at a time, as the driver does.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -67,7 +67,7 @@ fn expected_hash(version: &str) -> String {
 #[tokio::test]
 async fn one_rotation_seen_by_every_pod_rolls_the_workload_once() {
     let f = Fixture::new("csi").await;
-    support::install_crds(&f.client, include_str!("fixtures/csi-secrets-store-crds.yaml")).await;
+    support::install_crds(&f.client, include_str!("../fixtures/csi-secrets-store-crds.yaml")).await;
     let _op = f.operator(&["--enable-csi-integration", "--api-discovery-interval", "1s"]);
     f.deployment(
         "web",

@@ -1,7 +1,7 @@
 //! The `reloader` binary as a user runs it: help, connecting with KUBECONFIG, JSON logs, and a
 //! clean exit on SIGTERM and SIGINT.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -31,6 +31,8 @@ fn unknown_log_level_is_a_clear_error() {
 /// Starts the binary against the test cluster, waits for its "connected" line, sends `signal`
 /// and returns the exit status and every log line.
 fn run_until_signal(signal: &str) -> (std::process::ExitStatus, Vec<serde_json::Value>) {
+    // Runs over the whole cluster with the default flags.
+    let _cluster = support::sharing::cluster_wide("binary");
     let env = support::env();
     let mut child = Command::new(BIN)
         .args(["--log-format", "json", "--metrics-addr", "127.0.0.1:0"])

@@ -2,7 +2,7 @@
 //! resolution, targets appearing later, dry run, suspend, status and conditions, and one rollout
 //! when annotation mode and a policy select the same workload.
 
-mod support;
+use crate::support;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;

@@ -3,7 +3,7 @@
 //! work is unaffected (a sentinel workload still rolls), and nothing is lost (a valid change
 //! that follows is applied).
 
-mod support;
+use crate::support;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
@@ -522,6 +522,30 @@ async fn policy_whose_target_does_not_exist_is_not_ready_with_the_reason() {
     .unwrap();
     let (reason, message) = not_ready(&f, "p").await;
     assert!(message.contains("nowhere") || reason.contains("Target"), "{reason}: {message}");
+    still_healthy(&f, &mut op, &sentinel).await;
+}
+
+#[tokio::test]
+async fn policy_selector_that_does_not_parse_is_a_warning_naming_it() {
+    let f = Fixture::new("bad-rp-selector").await;
+    install_policy_crd(&f.client).await;
+    let mut op = f.operator(&[]);
+    let sentinel = Sentinel::create(&f).await;
+    f.configmap("app-config", json!({"a": "1"})).await;
+    // The schema takes any operator string; the label selector parser does not.
+    create_policy(
+        &f,
+        "p",
+        json!({"sources": [{"kind": "ConfigMap", "name": "app-config"}],
+               "targets": [{"kind": "Deployment", "selector": {"matchExpressions": [
+                   {"key": "app", "operator": "Near", "values": ["web"]}]}}]}),
+    )
+    .await
+    .unwrap();
+    let notes = f.wait_events("ReloadPolicy", "p", "InvalidSelector").await;
+    assert_eq!(notes.len(), 1, "one Warning per change of the policy: {notes:?}");
+    assert!(notes[0].contains("spec.targets[0].selector"), "{notes:?}");
+    assert_eq!(op.lines_with("policy selectors that do not parse select nothing").len(), 1);
     still_healthy(&f, &mut op, &sentinel).await;
 }
 

@@ -4,10 +4,10 @@
 //!
 //! One test on purpose: the CRDs are cluster-wide and their appearance is the thing under test.
 
-mod support;
+use crate::support;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{DynamicObject, PostParams};
+use kube::api::{DeleteParams, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, ResourceExt};
@@ -46,6 +46,20 @@ async fn install(f: &Fixture, crd: CustomResourceDefinition) {
     .unwrap();
 }
 
+/// Deletes the CRD `name` if it exists and waits until it is gone.
+async fn uninstall(f: &Fixture, name: &str) {
+    let api: Api<CustomResourceDefinition> = Api::all(f.client.clone());
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return,
+        Err(e) => panic!("delete CRD {name}: {e}"),
+    }
+    eventually(&format!("the CRD {name} to be gone"), TIMEOUT, || async {
+        matches!(api.get(name).await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+    })
+    .await;
+}
+
 fn dynamic(
     f: &Fixture,
     group: &str,
@@ -75,7 +89,11 @@ fn env_of(obj: &DynamicObject) -> Option<String> {
 
 #[tokio::test]
 async fn rollouts_and_deployment_configs_are_discovered_later_and_reloaded() {
+    let _cluster = support::sharing::cluster_wide("dynamic_kinds");
     let f = Fixture::new("dyn").await;
+    // Other tests of this process may have installed them: start without, as a fresh cluster.
+    uninstall(&f, "rollouts.argoproj.io").await;
+    uninstall(&f, "deploymentconfigs.apps.openshift.io").await;
     // No CRDs yet: the operator must still become ready.
     let _op = Operator::start(&[
         "--namespaces",
@@ -161,4 +179,7 @@ async fn rollouts_and_deployment_configs_are_discovered_later_and_reloaded() {
         (env_of(&d).as_deref() == Some(want.as_str())).then_some(())
     })
     .await;
+    // The other tests of this process ran on a cluster without these kinds: leave it so.
+    uninstall(&f, "rollouts.argoproj.io").await;
+    uninstall(&f, "deploymentconfigs.apps.openshift.io").await;
 }

@@ -1,7 +1,7 @@
 //! Every object in `examples/` is accepted by the real API server (server-side dry run), so
 //! the examples stay valid as the CRD and the APIs move.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

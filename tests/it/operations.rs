@@ -1,7 +1,7 @@
 //! The operator's HTTP endpoint on a real run: liveness, readiness after the caches synced, and
 //! Prometheus metrics that count what happened.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -150,7 +150,7 @@ struct Family {
 }
 
 fn stakater_families() -> Vec<Family> {
-    include_str!("fixtures/stakater-metrics.txt")
+    include_str!("../fixtures/stakater-metrics.txt")
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|line| {

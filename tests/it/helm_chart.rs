@@ -6,7 +6,7 @@
 //! outside the watched namespace in namespaced mode, no writes to sources in either; Secrets are
 //! created only in the release namespace, for the hash key, which alone is read by name).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -192,7 +192,7 @@ async fn install_monitoring_crds(client: &Client) {
         missing |= api.get_opt(name).await.unwrap().is_none();
     }
     if missing {
-        support::install_crds(client, include_str!("fixtures/monitoring-crds.yaml")).await;
+        support::install_crds(client, include_str!("../fixtures/monitoring-crds.yaml")).await;
     }
 }
 
@@ -316,7 +316,7 @@ fn check_common(objects: &[DynamicObject], release: &str) {
 /// (so upgrades bring it) and kept on uninstall.
 fn check_crd(objects: &[DynamicObject]) {
     let committed: Vec<DynamicObject> =
-        serde_saphyr::from_multiple(include_str!("../crd/reloadpolicy.yaml")).unwrap();
+        serde_saphyr::from_multiple(include_str!("../../crd/reloadpolicy.yaml")).unwrap();
     let rendered: Vec<&DynamicObject> =
         objects.iter().filter(|o| kind_of(o) == "CustomResourceDefinition").collect();
     assert_eq!(rendered.len(), 1, "the chart renders exactly the ReloadPolicy CRD");
@@ -489,6 +489,7 @@ async fn server_version(client: &Client) -> String {
 
 #[tokio::test]
 async fn cluster_scope_chart_is_accepted_and_its_rbac_runs_the_operator() {
+    let _cluster = support::sharing::cluster_wide("helm_chart");
     let client = client().await;
     let kube_version = server_version(&client).await;
     install_monitoring_crds(&client).await;
@@ -571,6 +572,7 @@ async fn cluster_scope_chart_is_accepted_and_its_rbac_runs_the_operator() {
 
 #[tokio::test]
 async fn namespace_scope_chart_is_accepted_and_needs_no_cluster_wide_access() {
+    let _cluster = support::sharing::cluster_wide("helm_chart");
     let client = client().await;
     let kube_version = server_version(&client).await;
     install_monitoring_crds(&client).await;
@@ -666,6 +668,7 @@ async fn namespace_scope_chart_is_accepted_and_needs_no_cluster_wide_access() {
 
 #[tokio::test]
 async fn webhook_chart_objects_are_accepted_and_the_operator_registers_itself() {
+    let _cluster = support::sharing::cluster_wide("helm_chart");
     use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
     use k8s_openapi::api::core::v1::Secret;
     let client = client().await;
@@ -765,9 +768,10 @@ async fn webhook_chart_objects_are_accepted_and_the_operator_registers_itself() 
 
 #[tokio::test]
 async fn webhook_chart_with_cert_manager_renders_its_certificate_and_configuration() {
+    let _cluster = support::sharing::cluster_wide("helm_chart");
     let client = client().await;
     let kube_version = server_version(&client).await;
-    support::install_crds(&client, include_str!("fixtures/cert-manager-crds.yaml")).await;
+    support::install_crds(&client, include_str!("../fixtures/cert-manager-crds.yaml")).await;
     let ns = TestNamespace::create(&client, "helm-certmgr").await;
     let release = format!("reloader-cm-{}", std::process::id());
     let objects = render(&release, &ns.name, &kube_version, "webhook-cert-manager", &[]);
@@ -832,6 +836,7 @@ const RENDER_KUBE_VERSION: &str = "v1.34.0";
 
 #[tokio::test]
 async fn reloaders_default_values_file_installs_this_charts_defaults() {
+    let _cluster = support::sharing::cluster_wide("helm_chart");
     let client = client().await;
     let kube_version = server_version(&client).await;
     let ns = TestNamespace::create(&client, "helm-stakater").await;
@@ -887,6 +892,7 @@ async fn reloaders_default_values_file_installs_this_charts_defaults() {
 
 #[tokio::test]
 async fn a_scoped_reloader_values_file_runs_namespaced_with_its_annotations() {
+    let _cluster = support::sharing::cluster_wide("helm_chart");
     let client = client().await;
     let kube_version = server_version(&client).await;
     let ns = TestNamespace::create(&client, "helm-scoped").await;
@@ -951,6 +957,7 @@ async fn a_scoped_reloader_values_file_runs_namespaced_with_its_annotations() {
 
 #[tokio::test]
 async fn a_ha_reloader_values_file_keeps_alerts_monitoring_and_leader_election() {
+    let _cluster = support::sharing::cluster_wide("helm_chart");
     let client = client().await;
     let kube_version = server_version(&client).await;
     install_monitoring_crds(&client).await;

@@ -4,7 +4,7 @@
 //! removes the reload field the operator wrote nor rolls the workload again, and a server-side
 //! diff (a dry-run apply, as Argo CD's `ServerSideDiff=true` does) shows no difference.
 
-mod support;
+use crate::support;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;

@@ -3,7 +3,7 @@
 //! in docs/gitops/ (evaluated by gopher-lua and Flux's own CEL evaluator, `make` builds
 //! target/tools/bin/gitops-health from tools/gitops-health), and kstatus conditions.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

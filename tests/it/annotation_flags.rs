@@ -2,7 +2,7 @@
 //! selectors), renamed annotations, `--auto-reload-all`, `--sync-after-restart`,
 //! `--webhook-url`, and env-var name collisions.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -107,6 +107,7 @@ async fn namespaces_to_ignore() {
 
 #[tokio::test]
 async fn namespace_selector_follows_namespace_labels() {
+    let _cluster = support::sharing::cluster_wide("annotation_flags");
     let f = Fixture::new("af-nssel").await;
     let token = format!("t{}", std::process::id());
     let namespaces: Api<Namespace> = Api::all(f.client.clone());
@@ -147,6 +148,7 @@ async fn namespace_selector_follows_namespace_labels() {
 /// read as the other program reads it. A selector the API server cannot parse stops the start.
 #[tokio::test]
 async fn namespace_selector_in_the_other_charts_form_works_and_a_bad_one_stops_the_start() {
+    let _cluster = support::sharing::cluster_wide("annotation_flags");
     let f = Fixture::new("af-nsquoted").await;
     let token = format!("q{}", std::process::id());
     let patch = json!({"metadata": {"labels": {"reloader-test-quoted": token}}});

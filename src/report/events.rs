@@ -1,0 +1,202 @@
+//! Events: one writer for every Event the operator publishes, about workloads and about
+//! ReloadPolicies. It writes through `events.k8s.io` (as kube's recorder does) and falls back to
+//! core `events` when that is refused (what stakater/Reloader's RBAC grants), or writes none when
+//! both are; the rights review at start chooses, a refusal while running moves down.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use kube::runtime::events::{EventType, Recorder, Reporter};
+use tracing::{debug, warn};
+
+use crate::decide::policy_part::PolicyKey;
+use crate::model::limits::{MAX_EVENT_NOTE, truncate};
+use crate::model::workload::WorkloadInfo;
+
+/// Which Events API is written to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum EventsApi {
+    EventsV1 = 0,
+    Core = 1,
+    Off = 2,
+}
+
+/// What an Event is about.
+pub struct Regarding<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: Option<String>,
+}
+
+pub struct EventWriter {
+    client: Client,
+    recorder: Recorder,
+    /// An [`EventsApi`].
+    api: AtomicU8,
+}
+
+impl EventWriter {
+    pub fn new(client: Client) -> Self {
+        let reporter =
+            Reporter { controller: "reloader".into(), instance: std::env::var("POD_NAME").ok() };
+        EventWriter {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            api: AtomicU8::new(EventsApi::EventsV1 as u8),
+        }
+    }
+
+    /// Writes through `api` from now on (the rights review's choice).
+    pub fn use_api(&self, api: EventsApi) {
+        self.api.store(api as u8, Ordering::SeqCst);
+    }
+
+    /// An Event about a workload.
+    pub async fn about_workload(
+        &self,
+        info: &WorkloadInfo,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let api = info.key.kind.api_resource();
+        let regarding = Regarding {
+            api_version: &api.api_version,
+            kind: &api.kind,
+            namespace: &info.key.namespace,
+            name: &info.key.name,
+            uid: info.uid.clone(),
+        };
+        self.about(regarding, type_, reason, note).await;
+    }
+
+    /// An Event about a ReloadPolicy.
+    pub async fn about_policy(
+        &self,
+        policy: &PolicyKey,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let regarding = Regarding {
+            api_version: "reloader.rs/v1alpha1",
+            kind: "ReloadPolicy",
+            namespace: &policy.0,
+            name: &policy.1,
+            uid: None,
+        };
+        self.about(regarding, type_, reason, note).await;
+    }
+
+    /// Publishes an Event about an object; a failure is logged, never fatal.
+    pub async fn about(
+        &self,
+        regarding: Regarding<'_>,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let reference = ObjectReference {
+            api_version: Some(regarding.api_version.into()),
+            kind: Some(regarding.kind.into()),
+            name: Some(regarding.name.into()),
+            namespace: Some(regarding.namespace.into()),
+            uid: regarding.uid,
+            ..Default::default()
+        };
+        // The last word on size: events.k8s.io refuses longer notes outright.
+        let note = truncate(&note, MAX_EVENT_NOTE);
+        self.publish(reference, type_, reason, note).await;
+    }
+
+    /// Publishes through the API the identity may write Events to: `events.k8s.io` first, the
+    /// core API when that is refused (once refused, always).
+    async fn publish(
+        &self,
+        reference: ObjectReference,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let object = format!(
+            "{} {}/{}",
+            reference.kind.as_deref().unwrap_or_default(),
+            reference.namespace.as_deref().unwrap_or_default(),
+            reference.name.as_deref().unwrap_or_default()
+        );
+        if self.api.load(Ordering::SeqCst) == EventsApi::EventsV1 as u8 {
+            let event = kube::runtime::events::Event {
+                type_,
+                reason: reason.into(),
+                note: Some(note.clone()),
+                action: "Reload".into(),
+                secondary: None,
+            };
+            match self.recorder.publish(&event, &reference).await {
+                Ok(()) => return,
+                Err(e) if is_forbidden(&e) => {
+                    warn!(error = %e, "writing events.k8s.io Events is refused; writing core Events from now on");
+                    self.api.store(EventsApi::Core as u8, Ordering::SeqCst);
+                }
+                Err(e) => {
+                    warn!(object = %object, error = %e, "cannot publish event");
+                    return;
+                }
+            }
+        }
+        if self.api.load(Ordering::SeqCst) != EventsApi::Core as u8 {
+            debug!(object = %object, reason, "no Event written: the identity may not write Events");
+            return;
+        }
+        let namespace = reference.namespace.clone().unwrap_or_default();
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let event = CoreEvent {
+            metadata: ObjectMeta {
+                // client-go's naming: the object's name and the time in hexadecimal nanoseconds.
+                name: Some(format!(
+                    "{}.{:x}",
+                    reference.name.as_deref().unwrap_or("object"),
+                    now.as_nanosecond()
+                )),
+                namespace: Some(namespace.clone()),
+                ..Default::default()
+            },
+            involved_object: reference,
+            reason: Some(reason.into()),
+            message: Some(note),
+            type_: Some(match type_ {
+                EventType::Normal => "Normal".into(),
+                EventType::Warning => "Warning".into(),
+            }),
+            source: Some(EventSource { component: Some("reloader".into()), host: None }),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            count: Some(1),
+            action: Some("Reload".into()),
+            reporting_component: Some("reloader".into()),
+            reporting_instance: Some(
+                std::env::var("POD_NAME").unwrap_or_else(|_| "reloader".into()),
+            ),
+            ..Default::default()
+        };
+        let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), &namespace);
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
+            if is_forbidden(&e) {
+                warn!(error = %e, "writing core Events is refused too; no Events are written from now on");
+                self.api.store(EventsApi::Off as u8, Ordering::SeqCst);
+            } else {
+                warn!(object = %object, error = %e, "cannot publish event");
+            }
+        }
+    }
+}
+
+fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 403)
+}

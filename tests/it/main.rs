@@ -1,0 +1,35 @@
+//! The integration tests: one binary, one control plane, every test against it.
+//!
+//! One process boots the local control plane once (see `support`) and runs every module's
+//! tests in parallel. Tests keep to namespaces of their own; the few that run an operator over
+//! the whole cluster take a cluster-wide share first (`support::sharing`). The soak test is a
+//! binary of its own (`tests/soak.rs`): it restarts the API server under the other tests' feet.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod alerts;
+mod annotation_flags;
+mod annotation_mode;
+mod bad_input;
+mod binary;
+mod churn;
+mod csi;
+mod docs;
+mod dynamic_kinds;
+mod examples;
+mod gitops;
+mod gitops_health;
+mod ha;
+mod helm_chart;
+mod hostile_tenant;
+mod hostile_webhook;
+mod keyed_hashes;
+mod migration;
+mod operations;
+mod packaging;
+mod policy_crd;
+mod policy_mode;
+mod secret_hygiene;
+mod smoke;
+mod webhook;
