@@ -6,7 +6,7 @@
 //! 1. `runtime/`: wiring and the engine ([`runtime::operator::run`] starts everything);
 //! 2. `serve/`: what is served (metrics and health endpoints, the admission webhook);
 //! 3. `report/`: what is told (Events through `report/events.rs`, metrics, alerts);
-//! 4. `kube/`: the API besides the engine's writes (rights, leader election, hash key, budget);
+//! 4. `kube/`: the API calls (workload writes, rights, leader election, hash key, budget);
 //! 5. `index/`: in-memory state fed by watch events;
 //! 6. `decide/`: every rule, values in and values out (no runtime, no API client, no clap);
 //! 7. `model/`: the vocabulary.
@@ -26,14 +26,17 @@
 //! 4. `runtime/engine/reconcile.rs`: `reconcile` reads the workload and its sources from the
 //!    index and **decides**: `decide/plan.rs` (annotation mode: stored hashes versus current ones,
 //!    stakater/Reloader's precedence from `decide/selection.rs`) and `decide/policy_plan.rs`
-//!    (policies) give one plan; pause (`decide/pause.rs`), debounce (`decide/settle.rs`),
-//!    leadership and the churn budgets (`decide/churn.rs`) may hold it; each way out is a
-//!    `decide/rollout.rs::Next` (when to look again, and why), which the worker schedules;
-//! 5. `runtime/engine/write.rs`: `execute` **applies** it: the patch built by
+//!    (policies) give one plan, which pause (`decide/pause.rs`) may hold;
+//!    `decide/rollout.rs::decide` passes it through the gates to its write, in order: up to
+//!    date, suspended, settling (the debounce, `decide/settle.rs`), leadership, the churn
+//!    budgets (`decide/churn.rs`); each way out is a `decide/rollout.rs::Next` (when to look
+//!    again, and why), which the worker schedules;
+//! 5. `kube/write.rs`: `WorkloadWriter::execute` **applies** it: the patch built by
 //!    `decide/template.rs` (env var, annotation or restart strategy), a Job re-created, or a POST
-//!    to `--webhook-url`; `decide/rollout.rs::after_write` says what follows a write that did
-//!    not apply (a conflict is planned again from a fresh read, a deletion forgotten, a
-//!    failure retried with backoff);
+//!    to `--webhook-url`, and answers with the object as written, which
+//!    `runtime/engine/write.rs` puts in the index; `decide/rollout.rs::after_write` says what
+//!    follows a write that did not apply (a conflict is planned again from a fresh read, a
+//!    deletion forgotten, a failure retried with backoff);
 //! 6. `runtime/engine/events.rs`: `reloaded` / `failed` **report** it (Events written by
 //!    `report/events.rs::EventWriter`, metrics, alerts);
 //!    `runtime/engine/policies.rs` writes the policy status that `decide/policy_status.rs`
@@ -51,10 +54,10 @@
 //! - Per workload, between its reconciles: `index/remembered.rs::WorkloadMemory` (first pass
 //!   after start, consecutive failures, deferral start, triggers, throttled episode, limits
 //!   reported), kept only while something is remembered and forgotten with the workload. Jobs
-//!   deleted for a reload and not yet created again: `runtime/engine.rs`, `Engine::pending_jobs`.
+//!   deleted for a reload and not yet created again: `kube/write.rs`, `WorkloadWriter`.
 //! - Per policy: the policy in `runtime/engine/policies.rs::Policies`, and what is reported
 //!   about it in `index/remembered.rs::PolicyMemory` (observed status, outcomes per target,
-//!   counts, dry-run notices).
+//!   counts, dry-run notices, invalid selectors reported).
 //! - On the workload itself, so nothing is lost on restart: the hashes it was last rolled with
 //!   (`reloader.rs/source-hashes`, `reloader.rs/policy-hashes`, or the STAKATER_* env vars).
 

@@ -1,11 +1,17 @@
 //! What one workload's reconcile comes to, and what follows a write that did not apply.
 //!
-//! The reconcile (`runtime/engine/reconcile.rs`) makes a plan ([`super::plan`]), passes it
-//! through pause, suspension, settle, leadership and the churn limits, and writes it. Each way
-//! out is a [`Next`]: when the workload is looked at again, and why. A write's result is turned
-//! into the next step by [`after_write`], the one rule for conflicts, deletions and failures.
+//! The reconcile (`runtime/engine/reconcile.rs`) makes a plan ([`super::plan`], with pause and
+//! the policies' parts applied) and asks [`decide`] whether to write it: the gates between a
+//! plan and its write (up to date, suspended, settling, leadership, the churn limits) are one
+//! ladder here, in that order. Each way out is a [`Next`]: when the workload is looked at
+//! again, and why. A write's result is turned into the next step by [`after_write`], the one
+//! rule for conflicts, deletions and failures.
 
-use std::time::Duration;
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+use crate::decide::churn::{GroupBudget, RolloutLimiter, Throttled};
+use crate::decide::settle;
 
 /// How many times a write refused for a conflict is planned again from a fresh read before
 /// the reconcile gives up and is retried after [`AFTER_CONFLICTS`].
@@ -42,6 +48,100 @@ impl Next {
             Next::Revisit(d) | Next::Held(d) | Next::Retry(d) => Some(d),
         }
     }
+}
+
+/// What a reconcile knows about its plan when it asks [`decide`] whether to write it.
+#[derive(Debug, Clone)]
+pub struct Gates<'a, K> {
+    pub key: &'a K,
+    /// The plan writes nothing: the workload is up to date.
+    pub up_to_date: bool,
+    /// The plan rolls the workload (a template write), rather than only recording hashes.
+    pub rolls: bool,
+    /// The workload is suspended (a CronJob's `spec.suspend`): left alone.
+    pub suspended: bool,
+    /// This replica holds the Lease (always, without `--enable-ha`).
+    pub leader: bool,
+    /// The debounce window that applies to this plan, and the longest a rollout may be held.
+    pub window: Duration,
+    pub max_wait: Duration,
+    /// When the newest change the plan carries was observed.
+    pub newest_change: Option<Instant>,
+    /// The churn limits of this rollout ([`super::policy_part::churn_limits`]).
+    pub min_interval: Duration,
+    pub budgets: &'a [GroupBudget],
+    /// The churn limits admitted this rollout earlier in the same reconcile (a conflict retry
+    /// must not be held back by its own admission).
+    pub admitted: bool,
+}
+
+/// What [`decide`] says about a plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Nothing to write.
+    UpToDate,
+    /// Suspended: left alone.
+    Suspended,
+    /// Sources still changing: held this long, then the state of that moment is written.
+    Settling(Duration),
+    /// Not this replica's to write (the Lease was lost while planning).
+    NotLeader,
+    /// Held by a churn limit (nothing was charged).
+    Throttled(Throttled),
+    /// Write it. `admitted`: the churn limits admitted (and charged) a rollout just now.
+    Write { admitted: bool },
+}
+
+/// The gates between a plan and its write, in order. `deferred_since` is the workload's
+/// remembered start of its current hold (set while settling, cleared once it may roll);
+/// `limiter` is charged when a rollout is admitted. Both are the caller's state; nothing else
+/// changes.
+pub fn decide<K: Clone + Eq + Hash>(
+    gates: &Gates<'_, K>,
+    deferred_since: &mut Option<Instant>,
+    limiter: &mut RolloutLimiter<K>,
+    now: Instant,
+) -> Decision {
+    if gates.up_to_date {
+        return Decision::UpToDate;
+    }
+    if gates.suspended {
+        return Decision::Suspended;
+    }
+    if let Some(wait) = settling(gates, deferred_since, now) {
+        return Decision::Settling(wait);
+    }
+    if !gates.leader {
+        return Decision::NotLeader;
+    }
+    if !gates.rolls || gates.admitted {
+        return Decision::Write { admitted: false };
+    }
+    match limiter.admit(gates.key, gates.min_interval, gates.budgets, now) {
+        Ok(()) => Decision::Write { admitted: true },
+        Err(held) => Decision::Throttled(held),
+    }
+}
+
+/// A rollout waits until its sources have been quiet for the debounce window (however the
+/// reconcile was triggered), so a burst is one rollout; never longer than the max wait after
+/// it was first held ([`settle::wait`]).
+fn settling<K>(
+    gates: &Gates<'_, K>,
+    deferred_since: &mut Option<Instant>,
+    now: Instant,
+) -> Option<Duration> {
+    if !gates.rolls || gates.window.is_zero() {
+        *deferred_since = None;
+        return None;
+    }
+    let newest = gates.newest_change?;
+    let held_since = *deferred_since.get_or_insert(now);
+    let wait = settle::wait(newest, gates.window, held_since, gates.max_wait, now);
+    if wait.is_none() {
+        *deferred_since = None;
+    }
+    wait
 }
 
 /// How a write ended (or the read made after a conflict), as far as the next step cares.
@@ -102,6 +202,141 @@ pub fn after_churn_hold(wait: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decide::churn::ThrottleReason;
+
+    const S: Duration = Duration::from_secs(1);
+
+    /// A plan that rolls `key`, on the leader, with no debounce and no churn limit.
+    fn rolling<'a>(key: &'a &'static str) -> Gates<'a, &'static str> {
+        Gates {
+            key,
+            up_to_date: false,
+            rolls: true,
+            suspended: false,
+            leader: true,
+            window: Duration::ZERO,
+            max_wait: 60 * S,
+            newest_change: None,
+            min_interval: Duration::ZERO,
+            budgets: &[],
+            admitted: false,
+        }
+    }
+
+    fn limiter(per_second: f64, burst: u32, now: Instant) -> RolloutLimiter<&'static str> {
+        RolloutLimiter::new(per_second, burst, now)
+    }
+
+    #[test]
+    fn the_gates_are_passed_in_order() {
+        let t0 = Instant::now();
+        let key = "api";
+        let all_closed = Gates {
+            up_to_date: true,
+            suspended: true,
+            leader: false,
+            window: 2 * S,
+            newest_change: Some(t0),
+            ..rolling(&key)
+        };
+        // Each row opens one more gate than the last; the first closed one answers.
+        type Open = fn(&mut Gates<'_, &'static str>);
+        let steps: [(Open, Decision); 5] = [
+            (|_| {}, Decision::UpToDate),
+            (|g| g.up_to_date = false, Decision::Suspended),
+            (|g| g.suspended = false, Decision::Settling(2 * S)),
+            (|g| g.window = Duration::ZERO, Decision::NotLeader),
+            (|g| g.leader = true, Decision::Write { admitted: true }),
+        ];
+        let mut gates = all_closed;
+        for (open, want) in steps {
+            open(&mut gates);
+            let mut deferred = None;
+            let got = decide(&gates, &mut deferred, &mut limiter(0.0, 0, t0), t0);
+            assert_eq!(got, want, "{gates:?}");
+        }
+    }
+
+    #[test]
+    fn settling_holds_a_rollout_until_quiet_and_remembers_since_when() {
+        let t0 = Instant::now();
+        let key = "api";
+        let mut limits = limiter(0.0, 0, t0);
+        let mut deferred = None;
+        let gates = Gates { window: 2 * S, newest_change: Some(t0), ..rolling(&key) };
+        assert_eq!(decide(&gates, &mut deferred, &mut limits, t0), Decision::Settling(2 * S));
+        assert_eq!(deferred, Some(t0), "the hold's start is remembered");
+        assert_eq!(decide(&gates, &mut deferred, &mut limits, t0 + S), Decision::Settling(S));
+        assert_eq!(deferred, Some(t0), "a later look keeps the first hold's start");
+        let quiet = decide(&gates, &mut deferred, &mut limits, t0 + 2 * S);
+        assert_eq!(quiet, Decision::Write { admitted: true });
+        assert_eq!(deferred, None, "rolling ends the hold");
+        // A source that never stops changing rolls once the max wait after the first hold is
+        // over.
+        let mut deferred = Some(t0);
+        let busy = Gates { newest_change: Some(t0 + 9 * S), max_wait: 10 * S, ..gates };
+        assert_eq!(
+            decide(&busy, &mut deferred, &mut limits, t0 + 9 * S),
+            Decision::Settling(2 * S)
+        );
+        let due = decide(&busy, &mut deferred, &mut limits, t0 + 10 * S);
+        assert_eq!(due, Decision::Write { admitted: true });
+    }
+
+    #[test]
+    fn recording_hashes_is_neither_settled_nor_limited() {
+        let t0 = Instant::now();
+        let key = "api";
+        // A global budget that is already spent, and a hold in progress.
+        let mut limits = limiter(1.0, 1, t0);
+        assert_eq!(
+            decide(&rolling(&key), &mut None, &mut limits, t0),
+            Decision::Write { admitted: true }
+        );
+        let mut deferred = Some(t0);
+        let record =
+            Gates { rolls: false, window: 2 * S, newest_change: Some(t0), ..rolling(&key) };
+        assert_eq!(
+            decide(&record, &mut deferred, &mut limits, t0),
+            Decision::Write { admitted: false }
+        );
+        assert_eq!(deferred, None);
+    }
+
+    #[test]
+    fn churn_limits_hold_a_rollout_and_charge_only_what_they_admit() {
+        let t0 = Instant::now();
+        let key = "api";
+        let mut limits = limiter(0.0, 0, t0);
+        let gates = Gates { min_interval: 10 * S, ..rolling(&key) };
+        assert_eq!(decide(&gates, &mut None, &mut limits, t0), Decision::Write { admitted: true });
+        let held = decide(&gates, &mut None, &mut limits, t0 + S);
+        let Decision::Throttled(held) = held else { panic!("held by the interval: {held:?}") };
+        assert_eq!((held.reason, held.wait), (ThrottleReason::MinInterval, 9 * S));
+        // A conflict retry of a rollout admitted in the same reconcile is not held again.
+        let retry = Gates { admitted: true, ..gates.clone() };
+        assert_eq!(
+            decide(&retry, &mut None, &mut limits, t0 + S),
+            Decision::Write { admitted: false }
+        );
+        // A plan held before the churn gate (settling, not leading) charges nothing: the one
+        // token of a budget is still there after it.
+        let other = "web";
+        let mut budget = limiter(1.0, 1, t0);
+        let settling = Gates { window: 2 * S, newest_change: Some(t0), ..rolling(&other) };
+        assert!(matches!(decide(&settling, &mut None, &mut budget, t0), Decision::Settling(_)));
+        let standby = Gates { leader: false, ..rolling(&other) };
+        assert_eq!(decide(&standby, &mut None, &mut budget, t0), Decision::NotLeader);
+        assert_eq!(
+            decide(&rolling(&other), &mut None, &mut budget, t0),
+            Decision::Write { admitted: true }
+        );
+        let spent = decide(&rolling(&key), &mut None, &mut budget, t0);
+        assert!(matches!(
+            spent,
+            Decision::Throttled(Throttled { reason: ThrottleReason::Budget, .. })
+        ));
+    }
 
     #[test]
     fn a_write_result_leads_to_one_next_step() {

@@ -44,6 +44,8 @@ pub struct PolicyMemory {
     pub throttled_count: i64,
     /// Dry-run notices already given, per target, with the hash announced (once per change).
     pub dry_run_seen: HashMap<WorkloadKey, String>,
+    /// The generation whose selectors that do not parse were reported (once per change).
+    pub invalid_selectors_said: Option<i64>,
 }
 
 impl PolicyMemory {

@@ -1,7 +1,8 @@
-//! The modules that talk to the Kubernetes API besides the engine's writes: the identity's rights,
+//! The modules that talk to the Kubernetes API: the workload writes, the identity's rights,
 //! leader election, the HMAC hash key Secret and the client's request budget.
 
 pub mod access;
 pub mod hash_key;
 pub mod leader;
 pub mod ratelimit;
+pub mod write;

@@ -39,13 +39,17 @@ pub struct EventWriter {
     recorder: Recorder,
     /// An [`EventsApi`].
     api: AtomicU8,
+    /// `reportingInstance` of core Events: this replica's Pod name.
+    instance: String,
 }
 
 impl EventWriter {
     pub fn new(client: Client) -> Self {
-        let reporter =
-            Reporter { controller: "reloader".into(), instance: std::env::var("POD_NAME").ok() };
+        // The Pod's name (the chart sets POD_NAME from the downward API) names this replica.
+        let instance = std::env::var("POD_NAME").ok();
+        let reporter = Reporter { controller: "reloader".into(), instance: instance.clone() };
         EventWriter {
+            instance: instance.unwrap_or_else(|| "reloader".into()),
             recorder: Recorder::new(client.clone(), reporter),
             client,
             api: AtomicU8::new(EventsApi::EventsV1 as u8),
@@ -180,9 +184,7 @@ impl EventWriter {
             count: Some(1),
             action: Some("Reload".into()),
             reporting_component: Some("reloader".into()),
-            reporting_instance: Some(
-                std::env::var("POD_NAME").unwrap_or_else(|_| "reloader".into()),
-            ),
+            reporting_instance: Some(self.instance.clone()),
             ..Default::default()
         };
         let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), &namespace);

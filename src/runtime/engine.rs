@@ -15,7 +15,6 @@ use std::panic::AssertUnwindSafe;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodTemplateSpec, Secret};
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy};
 use kube::core::{ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::events::EventType;
@@ -43,15 +42,10 @@ pub use admission::{AdmissionError, admission_patch, admitted_kind, admitted_kin
 
 use crate::decide::churn::{RolloutLimiter, ThrottleReason};
 use crate::decide::hash;
-use crate::decide::jobs::{
-    is_controlled, is_controlled_by, job_from_cronjob, recreated_job, reload_job_name,
-};
+use crate::decide::jobs::is_controlled;
 use crate::decide::pause;
-use crate::decide::plan::{Cause, Plan, PlanOptions, SourceFacts, Strategy, TemplateWrite, plan};
+use crate::decide::plan::{Cause, Plan, PlanOptions, SourceFacts, Strategy, plan};
 use crate::decide::selection::Selection;
-use crate::decide::template::{
-    WORKLOAD_FIELD_MANAGER, apply_to_template, record_annotations, record_patch, workload_patch,
-};
 use crate::index::relist;
 use crate::index::remembered::{Remembered, WorkloadMemory};
 use crate::index::store::{Candidates, SourceUpdate, Store, WorkloadEntry};
@@ -59,8 +53,7 @@ use crate::kube::access::Follow;
 use crate::model::annotations::AnnotationKeys;
 use crate::model::limits::{LimitViolation, MAX_KEY_HASHES, MAX_SOURCE_LABELS};
 use crate::model::source::{SourceKind, SourceRef, SourceState};
-use crate::model::workload::POLICY_RECORD_ANNOTATION;
-use crate::model::workload::{RECORD_ANNOTATION, WorkloadInfo, WorkloadKey, WorkloadKind};
+use crate::model::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
 use crate::report::events::Regarding;
 use crate::report::metrics::SkipReason;
 use crate::runtime::queue::WorkQueue;
@@ -116,7 +109,8 @@ pub struct Engine {
     queue: Arc<WorkQueue<WorkloadKey>>,
     /// Every Event is written through it.
     events: Arc<crate::report::events::EventWriter>,
-    http: reqwest::Client,
+    /// Every workload write goes through it (kube/write.rs).
+    writer: WorkloadWriter,
     /// Set once every watcher finished its first list.
     synced: Arc<AtomicBool>,
     pending_watchers: AtomicUsize,
@@ -125,8 +119,8 @@ pub struct Engine {
     rights: rights::Rights,
     /// Lists of the kinds followed by listing on change (see `follow`).
     scans: follow::ScanState,
-    /// With `--namespace-selector`: the namespaces that match it now.
-    selected_namespaces: RwLock<HashSet<String>>,
+    /// Which namespaces are served (ignored ones, and the `--namespace-selector` matches).
+    namespaces: RwLock<crate::index::namespaces::Namespaces>,
     /// With `--enable-csi-integration`: SecretProviderClass pod statuses.
     csi: csi::CsiState,
     /// ReloadPolicies, what is reported about them, and their status writer.
@@ -145,11 +139,8 @@ pub struct Engine {
     hash_key: Arc<crate::kube::hash_key::KeySlot>,
     /// The reconcile workers still running, for `/live`.
     workers: crate::runtime::containment::Workers,
-    /// Source limit reports waiting for their Event (see `publish_source_reports`).
-    source_reports: tokio::sync::mpsc::Sender<SourceLimitReport>,
-    source_reports_rx: Mutex<Option<tokio::sync::mpsc::Receiver<SourceLimitReport>>>,
-    /// Jobs deleted for a reload and not yet created again (see `create_pending_job`).
-    pending_jobs: Mutex<std::collections::HashMap<WorkloadKey, PendingJob>>,
+    /// Sources that break an input limit, reported by their own task.
+    source_reports: crate::report::input_limits::SourceLimitReports,
 }
 
 impl Engine {
@@ -191,23 +182,27 @@ impl Engine {
             },
             &config,
         );
-        let (source_reports, source_reports_rx) = tokio::sync::mpsc::channel(256);
+        let source_reports = crate::report::input_limits::SourceLimitReports::new(events.clone());
         Arc::new(Engine {
+            source_reports,
             rights: rights::Rights::new(client.clone(), &config, metrics.clone(), events.clone()),
+            writer: WorkloadWriter::new(
+                client.clone(),
+                config.webhook_url.clone(),
+                config.keys.clone(),
+            ),
             client,
             store,
             queue,
             events,
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(10))
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .expect("an HTTP client with a timeout"),
             synced,
             pending_watchers: AtomicUsize::new(0),
             ready: watch::channel(Readiness::Syncing).0,
             scans: follow::ScanState::default(),
-            selected_namespaces: RwLock::new(HashSet::new()),
+            namespaces: RwLock::new(crate::index::namespaces::Namespaces::new(
+                config.namespaces_to_ignore.clone(),
+                config.namespace_selector.is_some(),
+            )),
             metrics,
             policies,
             csi: csi::CsiState::default(),
@@ -217,9 +212,6 @@ impl Engine {
             rollouts,
             hash_key,
             workers: crate::runtime::containment::Workers::default(),
-            pending_jobs: Mutex::new(std::collections::HashMap::new()),
-            source_reports,
-            source_reports_rx: Mutex::new(Some(source_reports_rx)),
             config,
         })
     }
@@ -345,9 +337,8 @@ impl Engine {
         tasks.spawn(self.clone().discover_and_watch_policies(scopes.clone()));
         let engine = self.clone();
         tasks.spawn(async move { engine.policies.status_worker().await });
-        if let Some(reports) = self.source_reports_rx.lock().take() {
-            tasks.spawn(self.clone().publish_source_reports(reports));
-        }
+        let engine = self.clone();
+        tasks.spawn(async move { engine.source_reports.publish().await });
         if self.config.csi_integration {
             tasks.spawn(self.clone().discover_and_watch_csi(scopes.clone()));
         }

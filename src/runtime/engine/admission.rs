@@ -145,8 +145,7 @@ impl Engine {
             && self.config.kinds.contains(&kind)
             && (self.config.namespaces.is_empty()
                 || self.config.namespaces.iter().any(|n| n == namespace))
-            && !self.ignored_namespace(namespace)
-            && self.namespace_selected(namespace)
+            && self.namespaces.read().served(namespace)
     }
 
     /// The patch that brings `object` up to date with its sources, and the sources it stamps.

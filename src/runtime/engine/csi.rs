@@ -80,7 +80,7 @@ impl Engine {
 
     fn apply_pod_status(&self, obj: &DynamicObject, after_first_list: bool) {
         let ns = obj.namespace().unwrap_or_default();
-        if self.ignored_namespace(&ns) {
+        if self.namespaces.read().ignored(&ns) {
             return;
         }
         let Some(facts) = PodStatusFacts::from_status(obj.data.get("status")) else {

@@ -59,7 +59,7 @@ impl Engine {
             self.metrics.action_total.with_label_values(&[key.kind.as_str(), "error"]).inc();
         }
         // A pending Job has reported its failure already (once per episode).
-        if !plan.changes.is_empty() && !matches!(error, ExecError::JobPending(_)) {
+        if !plan.changes.is_empty() && !matches!(error, ExecError::JobPending { .. }) {
             let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
             let note = format!(
                 "Update of '{}' of type '{}' for {} failed: {error}",

@@ -161,7 +161,7 @@ impl Engine {
             let page = api.list(&params).await?;
             for obj in &page.items {
                 let namespace = obj.namespace().unwrap_or_default();
-                if self.ignored_namespace(&namespace) {
+                if self.namespaces.read().ignored(&namespace) {
                     continue;
                 }
                 let Some(mut info) = super::write::info_of(key.kind, obj, &self.config.keys) else {

@@ -73,7 +73,7 @@ impl Engine {
             false,
             move |engine, event, _after_first_list| match event {
                 WatchItem::Apply(p) => {
-                    if !engine.ignored_namespace(&p.namespace().unwrap_or_default()) {
+                    if !engine.namespaces.read().ignored(&p.namespace().unwrap_or_default()) {
                         engine.policies.apply(&p)
                     }
                 }
@@ -210,22 +210,6 @@ impl Policies {
             slot.insert(key.1.clone(), active.clone());
             changed
         };
-        if changed && !active.invalid_selectors.is_empty() {
-            // Said once per change of the policy: a log line and a Warning Event naming each.
-            // The errors quote the tenant's keys and operators: bounded like an Event note.
-            let errors = crate::model::limits::truncate(
-                &active.invalid_selectors.join("; "),
-                crate::model::limits::MAX_EVENT_NOTE,
-            );
-            warn!(policy = %format!("{ns}/{}", key.1), errors = %errors,
-                  "policy selectors that do not parse select nothing");
-            let events = self.events.clone();
-            let note = format!("Selectors that do not parse select nothing: {errors}");
-            let policy = key.clone();
-            tokio::spawn(async move {
-                events.about_policy(&policy, EventType::Warning, "InvalidSelector", note).await;
-            });
-        }
         if changed {
             debug!(policy = %format!("{ns}/{}", key.1), "policy changed");
             self.enqueue_namespace(&ns);
@@ -598,6 +582,7 @@ impl Policies {
         else {
             return Ok(());
         };
+        self.say_invalid_selectors(key, &policy).await;
         let ns_sources = self.store.read().sources_in(&key.0);
         let hasher = self.hash_key.hasher(policy.spec.hash_mode.mode());
         // Without its key the policy's sources are still resolved, but no hash is reported.
@@ -649,6 +634,29 @@ impl Policies {
             self.events.about_policy(key, EventType::Warning, "Invalid", reason).await;
         }
         Ok(())
+    }
+
+    /// Selectors that do not parse select nothing; said once per change of the policy, by the
+    /// leader: a log line and a Warning Event naming each. The errors quote the tenant's keys
+    /// and operators: bounded like an Event note.
+    async fn say_invalid_selectors(&self, key: &PolicyKey, policy: &ActivePolicy) {
+        let generation = policy.generation.unwrap_or_default();
+        let now = (!policy.invalid_selectors.is_empty()).then_some(generation);
+        let said = self
+            .memory
+            .lock()
+            .update(key, |m| std::mem::replace(&mut m.invalid_selectors_said, now));
+        if now.is_none() || said == now {
+            return;
+        }
+        let errors = crate::model::limits::truncate(
+            &policy.invalid_selectors.join("; "),
+            crate::model::limits::MAX_EVENT_NOTE,
+        );
+        warn!(policy = %format!("{}/{}", key.0, key.1), errors = %errors,
+              "policy selectors that do not parse select nothing");
+        let note = format!("Selectors that do not parse select nothing: {errors}");
+        self.events.about_policy(key, EventType::Warning, "InvalidSelector", note).await;
     }
 
     fn resolve_targets<'a>(

@@ -1,9 +1,10 @@
 //! One workload's reconcile: from its key to a plan (decide/), held by pause, debounce, leadership
-//! and the churn budgets, then applied (write.rs) and reported (events.rs).
+//! and the churn budgets, then applied (kube/write.rs through write.rs) and reported (events.rs).
 
 use super::*;
+use crate::decide::churn::Throttled;
 use crate::decide::policy_part::{self, PolicyPart};
-use crate::decide::rollout::{self, AfterWrite, Next, WriteResult};
+use crate::decide::rollout::{self, AfterWrite, Decision, Next, WriteResult};
 
 impl Engine {
     /// Counts one more consecutive failure of `key` and returns the backoff before its retry.
@@ -53,12 +54,12 @@ impl Engine {
         if std::env::var("RELOADER_FAULT_PANIC_WORKLOAD").is_ok_and(|name| name == key.name) {
             panic!("fault injection: the reconcile of {key} panics");
         }
-        if !self.namespace_selected(&key.namespace) {
+        if !self.namespaces.read().served(&key.namespace) {
             return Next::Idle;
         }
-        if self.pending_jobs.lock().contains_key(key) {
+        if self.writer.has_pending_job(key) {
             // A Job deleted for a reload and not yet created again comes first.
-            return match self.create_pending_job(key, None).await {
+            return match self.retry_pending_job(key).await {
                 Ok(()) => Next::Idle,
                 Err(_) => Next::Retry(self.next_retry(key)),
             };
@@ -102,35 +103,70 @@ impl Engine {
                     )
                     .await;
             }
-            if plan.is_noop() {
-                self.first_pass_done(key);
-                self.policies.report(parts, None).await;
-                self.count_triggers(&entry, &candidates, &plan, &opts);
-                return Next::done(revisit);
-            }
-            if entry.info.suspended {
-                debug!(workload = %key, "suspended: left alone");
-                self.first_pass_done(key);
-                return Next::Idle;
-            }
+            // The gates between the plan and its write (decide/rollout.rs).
             let window = policy_part::debounce_window(self.config.debounce, &plan, &parts);
-            if let Some(wait) = self.settle_time(key, &plan, window) {
-                debug!(workload = %key, ?wait, "sources still changing; rollout deferred");
-                return Next::Held(wait);
-            }
-            if !self.is_leader() {
-                // Lost the Lease while planning: the new leader does this.
-                return Next::Idle;
-            }
-            if plan.template.is_some() && !admitted {
-                if let Err(wait) = self.admit_rollout(&entry.info, &plan, &parts).await {
+            let rolls = plan.template.is_some();
+            let newest_change = if rolls && !window.is_zero() {
+                let store = self.store.read();
+                plan.changes
+                    .iter()
+                    .filter_map(|c| store.last_change(&key.namespace, &c.source))
+                    .max()
+            } else {
+                None
+            };
+            let (min_interval, budgets) =
+                policy_part::churn_limits(self.config.min_rollout_interval, &plan, &parts);
+            let gates = rollout::Gates {
+                key,
+                up_to_date: plan.is_noop(),
+                rolls,
+                suspended: entry.info.suspended,
+                leader: self.is_leader(),
+                window,
+                max_wait: self.config.debounce_max_wait,
+                newest_change,
+                min_interval,
+                budgets: &budgets,
+                admitted,
+            };
+            let mut deferred = self.remembered.lock().get(key).and_then(|m| m.deferred_since);
+            let now = tokio::time::Instant::now().into_std();
+            let decision = rollout::decide(&gates, &mut deferred, &mut self.rollouts.lock(), now);
+            self.remembered.lock().update(key, |m| m.deferred_since = deferred);
+            match decision {
+                Decision::UpToDate => {
+                    self.first_pass_done(key);
+                    self.policies.report(parts, None).await;
+                    self.count_triggers(&entry, &candidates, &plan, &opts);
+                    return Next::done(revisit);
+                }
+                Decision::Suspended => {
+                    debug!(workload = %key, "suspended: left alone");
+                    self.first_pass_done(key);
+                    return Next::Idle;
+                }
+                Decision::Settling(wait) => {
+                    debug!(workload = %key, ?wait, "sources still changing; rollout deferred");
                     return Next::Held(wait);
                 }
-                admitted = true;
+                // Lost the Lease while planning: the new leader does this.
+                Decision::NotLeader => return Next::Idle,
+                Decision::Throttled(held) => {
+                    let wait = rollout::after_churn_hold(held.wait);
+                    self.report_throttled(&entry.info, &plan, &parts, held, min_interval).await;
+                    return Next::Held(wait);
+                }
+                Decision::Write { admitted: just_now } => {
+                    if just_now {
+                        admitted = true;
+                        self.remembered.lock().update(key, |m| m.throttled = false);
+                    }
+                }
             }
             self.first_pass_done(key);
             let started = std::time::Instant::now();
-            let executed = self.execute(&entry.info, &plan).await;
+            let executed = self.write(&entry.info, &plan).await;
             // As the other program: from the change being received to the write applied; a
             // reconcile no change started (resync, start) counts its write alone.
             let since_change = self.since_change(key, &plan);
@@ -138,8 +174,10 @@ impl Engine {
                 .action_latency
                 .with_label_values(&[key.kind.as_str()])
                 .observe(since_change.unwrap_or_else(|| started.elapsed()).as_secs_f64());
-            let error = match executed {
-                Ok(()) => {
+            let result =
+                executed.as_ref().map_or_else(ExecError::result, |()| WriteResult::Applied);
+            let error = match rollout::after_write(result, attempt) {
+                AfterWrite::Report => {
                     self.remembered.lock().update(key, |m| m.failures = 0);
                     self.count_triggers(&entry, &candidates, &plan, &opts);
                     if let Some(latency) = since_change {
@@ -156,14 +194,11 @@ impl Engine {
                     }
                     return Next::done(revisit);
                 }
-                Err(error) => error,
-            };
-            let error = match rollout::after_write(error.result(), attempt) {
                 AfterWrite::Replan => {
                     debug!(workload = %key, attempt, "conflict; retrying on fresh state");
                     // The read ends as a write would: a workload deleted meanwhile is
                     // forgotten, a failed read is a failure.
-                    match self.get(key).await.map_err(ExecError::from) {
+                    match self.writer.read(key).await {
                         Ok(obj) => {
                             self.refresh(key, &obj);
                             let Some(fresh) = self.store.read().workload(key) else {
@@ -188,7 +223,7 @@ impl Engine {
                     self.remove_workload(key);
                     return Next::Idle;
                 }
-                AfterWrite::Fail | AfterWrite::Report => error,
+                AfterWrite::Fail => executed.expect_err("after_write fails only a failed write"),
             };
             self.policies.report(parts, Some(&error.to_string())).await;
             return self.failed(&entry.info, &plan, error).await;
@@ -246,31 +281,18 @@ impl Engine {
         self.events.about_workload(info, EventType::Warning, "InputLimit", note).await;
     }
 
-    /// Applies the churn limits to a rollout about to be written. Held back, the workload is
-    /// looked at again after the returned delay and then rolls to the sources' state of that
-    /// moment; the first hold of an episode is logged and reported as an Event.
-    pub(super) async fn admit_rollout(
+    /// A rollout held back by a churn limit is looked at again once the limit allows, and then
+    /// rolls to the sources' state of that moment; the first hold of an episode is logged and
+    /// reported as an Event.
+    pub(super) async fn report_throttled(
         &self,
         info: &WorkloadInfo,
         plan: &Plan,
         parts: &[PolicyPart],
-    ) -> Result<(), Duration> {
+        held: Throttled,
+        min_interval: Duration,
+    ) {
         let key = &info.key;
-        let (min_interval, budgets) =
-            policy_part::churn_limits(self.config.min_rollout_interval, plan, parts);
-        let admitted = self.rollouts.lock().admit(
-            key,
-            min_interval,
-            &budgets,
-            tokio::time::Instant::now().into_std(),
-        );
-        let held = match admitted {
-            Ok(()) => {
-                self.remembered.lock().update(key, |m| m.throttled = false);
-                return Ok(());
-            }
-            Err(held) => held,
-        };
         self.metrics.rollouts_throttled.with_label_values(&[held.reason.as_str()]).inc();
         let why = match held.reason {
             ThrottleReason::MinInterval => format!(
@@ -298,7 +320,6 @@ impl Engine {
             );
             self.events.about_workload(info, EventType::Normal, "ReloadThrottled", note).await;
         }
-        Err(rollout::after_churn_hold(held.wait))
     }
 
     /// Says what came of the source changes that queued this workload: rolled (matched), not
@@ -351,36 +372,5 @@ impl Engine {
             .filter_map(|c| store.last_change(&key.namespace, &c.source))
             .max();
         newest.map(|at| at.elapsed())
-    }
-
-    /// A rollout waits until its sources have been quiet for the debounce window (however the
-    /// reconcile was triggered), so a burst is one rollout; never longer than the max wait.
-    pub(super) fn settle_time(
-        &self,
-        key: &WorkloadKey,
-        plan: &Plan,
-        window: Duration,
-    ) -> Option<Duration> {
-        if plan.template.is_none() || window.is_zero() {
-            self.remembered.lock().update(key, |m| m.deferred_since = None);
-            return None;
-        }
-        let store = self.store.read();
-        let newest = plan
-            .changes
-            .iter()
-            .filter_map(|c| store.last_change(&key.namespace, &c.source))
-            .max()?;
-        drop(store);
-        let now = std::time::Instant::now();
-        let max_wait = self.config.debounce_max_wait;
-        self.remembered.lock().update(key, |m| {
-            let held_since = *m.deferred_since.get_or_insert(now);
-            let wait = crate::decide::settle::wait(newest, window, held_since, max_wait, now);
-            if wait.is_none() {
-                m.deferred_since = None;
-            }
-            wait
-        })
     }
 }

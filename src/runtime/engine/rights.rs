@@ -295,7 +295,7 @@ impl Rights {
     /// patched).
     pub(super) fn may_record(&self, kind: WorkloadKind, namespace: &str) -> bool {
         let Some(scope) = self.scope_of(namespace) else { return true };
-        self.access.read().allows(workload_resource(kind), Verb::Patch, scope.as_deref())
+        self.may_patch(kind, scope.as_deref())
     }
 
     /// Whether policy mode is on: `None` until the rights were reviewed at start.

@@ -208,15 +208,6 @@ impl Engine {
         self.synced.load(Ordering::SeqCst)
     }
 
-    pub(super) fn ignored_namespace(&self, ns: &str) -> bool {
-        self.config.namespaces_to_ignore.contains(ns)
-    }
-
-    /// Whether a namespace is served now (the selector can change while objects stay stored).
-    pub(super) fn namespace_selected(&self, ns: &str) -> bool {
-        self.config.namespace_selector.is_none() || self.selected_namespaces.read().contains(ns)
-    }
-
     /// Tracks the namespaces matching `--namespace-selector` (server-side label selector); a
     /// namespace that starts matching gets its workloads checked.
     pub(super) async fn watch_namespaces(self: Arc<Self>, selector: String) {
@@ -227,7 +218,7 @@ impl Engine {
             match event {
                 WatchItem::Apply(ns) => {
                     let name = ns.name_any();
-                    let added = engine.selected_namespaces.write().insert(name.clone());
+                    let added = engine.namespaces.write().apply(&name);
                     engine
                         .metrics
                         .event_received(if added { "add" } else { "update" }, "Namespace");
@@ -241,20 +232,9 @@ impl Engine {
                 }
                 WatchItem::Delete(ns) => {
                     engine.metrics.event_received("delete", "Namespace");
-                    engine.selected_namespaces.write().remove(&ns.name_any());
+                    engine.namespaces.write().delete(&ns.name_any());
                 }
-                WatchItem::RelistDone(seen) => {
-                    let known: Vec<(String, String)> = engine
-                        .selected_namespaces
-                        .read()
-                        .iter()
-                        .map(|n| (String::new(), n.clone()))
-                        .collect();
-                    let mut selected = engine.selected_namespaces.write();
-                    for (_, name) in relist::gone(known, None, &seen) {
-                        selected.remove(&name);
-                    }
-                }
+                WatchItem::RelistDone(seen) => engine.namespaces.write().relisted(&seen),
             }
         })
         .await;
@@ -320,7 +300,7 @@ impl Engine {
     ) {
         let meta = obj.meta();
         let ns = meta.namespace.clone().unwrap_or_default();
-        if self.ignored_namespace(&ns) {
+        if self.namespaces.read().ignored(&ns) {
             // Never stored, so the store cannot tell new from known: the list is adds.
             self.metrics
                 .event_received(if after_first_list { "update" } else { "add" }, &kind.to_string());
@@ -374,50 +354,8 @@ impl Engine {
         self.metrics.event_received(event_type, &kind.to_string());
         if !violations.is_empty() && matches!(update, SourceUpdate::Created | SourceUpdate::Changed)
         {
-            self.report_source_limits(kind, meta, violations);
-        }
-    }
-
-    /// Hands a source's limit violations to the reporter task (Events need the runtime; this
-    /// runs in a watch handler). The violations are counted here; a report beyond the
-    /// channel's room loses only its Event and log line.
-    pub(super) fn report_source_limits(
-        &self,
-        kind: SourceKind,
-        meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-        violations: Vec<LimitViolation>,
-    ) {
-        self.metrics.rejected(&violations);
-        let report = SourceLimitReport {
-            kind,
-            namespace: meta.namespace.clone().unwrap_or_default(),
-            name: meta.name.clone().unwrap_or_default(),
-            uid: meta.uid.clone(),
-            violations,
-        };
-        if self.source_reports.try_send(report).is_err() {
-            debug!("source limit reports are backed up; one dropped");
-        }
-    }
-
-    /// Logs and publishes the source limit reports, one at a time.
-    pub(super) async fn publish_source_reports(
-        self: Arc<Self>,
-        mut reports: tokio::sync::mpsc::Receiver<SourceLimitReport>,
-    ) {
-        while let Some(r) = reports.recv().await {
-            let (limits, note) = crate::model::limits::describe(&r.violations);
-            warn!(source = %format!("{} {}/{}", r.kind, r.namespace, r.name), limits = ?limits,
-                  details = %note, "source breaks input limits");
-            let kind = r.kind.to_string();
-            let regarding = Regarding {
-                api_version: "v1",
-                kind: &kind,
-                namespace: &r.namespace,
-                name: &r.name,
-                uid: r.uid,
-            };
-            self.events.about(regarding, EventType::Warning, "InputLimit", note).await;
+            self.metrics.rejected(&violations);
+            self.source_reports.report(kind, meta, violations);
         }
     }
 
@@ -516,7 +454,7 @@ impl Engine {
     }
 
     pub(super) fn apply_workload(&self, mut info: WorkloadInfo) {
-        if self.ignored_namespace(&info.key.namespace) {
+        if self.namespaces.read().ignored(&info.key.namespace) {
             return;
         }
         if let Some(deployment) = info.workload_ref.clone() {
@@ -662,14 +600,6 @@ impl Engine {
 }
 
 /// A source's input-limit violations, on their way to a Warning Event.
-pub(super) struct SourceLimitReport {
-    pub(super) kind: SourceKind,
-    pub(super) namespace: String,
-    pub(super) name: String,
-    pub(super) uid: Option<String>,
-    pub(super) violations: Vec<LimitViolation>,
-}
-
 /// What `consume` hands to a watcher's handler.
 pub(super) enum WatchItem<K> {
     Apply(K),

@@ -1,0 +1,426 @@
+//! The writes of a rollout, the one place a workload is changed: the pod-template patch, a Job
+//! created from a CronJob or re-created, a POST to `--webhook-url`, and the hash record.
+//!
+//! [`WorkloadWriter::execute`] carries out a [`Plan`] made in `decide/` and returns what the API
+//! server answered ([`Answer`]), so the caller refreshes its memory from the object as written
+//! rather than waiting for the watch. Every failure is one [`ExecError`], whose kind decides the
+//! next step ([`crate::decide::rollout::after_write`]) and whose reason labels the metric.
+//!
+//! The one thing kept here between reconciles: a Job deleted to be re-created and not created
+//! again yet ([`WorkloadWriter::has_pending_job`]). It lives apart from the workload's memory on
+//! purpose: the watch forgets the Job when its old self is deleted, and this must outlive that.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy};
+use kube::core::DynamicObject;
+use kube::{Api, Client};
+use parking_lot::Mutex;
+use tracing::{debug, info, warn};
+
+use crate::decide::jobs::{is_controlled_by, job_from_cronjob, recreated_job, reload_job_name};
+use crate::decide::plan::{Plan, TemplateWrite};
+use crate::decide::rollout::WriteResult;
+use crate::decide::template::{
+    WORKLOAD_FIELD_MANAGER, apply_to_template, record_annotations, record_patch, workload_patch,
+};
+use crate::model::annotations::AnnotationKeys;
+use crate::model::workload::{
+    POLICY_RECORD_ANNOTATION, RECORD_ANNOTATION, WorkloadInfo, WorkloadKey, WorkloadKind,
+};
+
+/// What the API server answered to a write, for the caller's memory of the workload.
+#[derive(Debug)]
+pub enum Answer {
+    /// Nothing to remember (only a Job a CronJob controls was created, or nothing was written).
+    Nothing,
+    /// The workload as patched.
+    Workload(Box<DynamicObject>),
+    /// The Job as created again.
+    Job(Box<Job>),
+}
+
+/// Why carrying out a plan failed: the one error of the write boundary.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The workload changed since it was read (a 409, or a resourceVersion seen to differ):
+    /// the plan is made again from a fresh read.
+    #[error("{0}")]
+    Conflict(String),
+    /// The workload is gone (404): forgotten.
+    #[error("{0}")]
+    Gone(String),
+    /// Any other refusal or failure of the API server.
+    #[error(transparent)]
+    Kube(kube::Error),
+    #[error("webhook: {0}")]
+    Webhook(String),
+    /// A Job deleted for a reload could not be created again yet: it stays pending and is
+    /// retried. `first` is true for the first failure of this episode (the one to report).
+    #[error("the Job was deleted for a reload and is not created again yet: {error}")]
+    JobPending { error: kube::Error, first: bool },
+}
+
+impl From<kube::Error> for ExecError {
+    fn from(error: kube::Error) -> Self {
+        match error {
+            kube::Error::Api(status) if status.code == 409 => ExecError::Conflict(status.message),
+            kube::Error::Api(status) if status.code == 404 => ExecError::Gone(status.message),
+            other => ExecError::Kube(other),
+        }
+    }
+}
+
+impl ExecError {
+    /// What the next step of a reconcile makes of it ([`crate::decide::rollout::after_write`]).
+    pub fn result(&self) -> WriteResult {
+        match self {
+            ExecError::Conflict(_) => WriteResult::Conflict,
+            ExecError::Gone(_) => WriteResult::Gone,
+            ExecError::Kube(_) | ExecError::Webhook(_) | ExecError::JobPending { .. } => {
+                WriteResult::Failed
+            }
+        }
+    }
+
+    /// The `reason` label of `reloader_reconcile_errors_total` for a failed reconcile.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ExecError::Webhook(_) => "webhook",
+            _ => "update",
+        }
+    }
+}
+
+/// A Job to create again, and how often that failed.
+struct PendingJob {
+    job: Job,
+    failures: u32,
+}
+
+/// Writes workloads with the operator's identity and field manager.
+pub struct WorkloadWriter {
+    client: Client,
+    http: reqwest::Client,
+    /// `--webhook-url`: POST reload details here instead of changing workloads.
+    webhook_url: Option<String>,
+    keys: AnnotationKeys,
+    /// Jobs deleted for a reload and not yet created again (see [`Self::create_pending_job`]).
+    pending_jobs: Mutex<HashMap<WorkloadKey, PendingJob>>,
+}
+
+impl WorkloadWriter {
+    pub fn new(client: Client, webhook_url: Option<String>, keys: AnnotationKeys) -> Self {
+        WorkloadWriter {
+            client,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(10))
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .expect("an HTTP client with a timeout"),
+            webhook_url,
+            keys,
+            pending_jobs: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Carries out a plan: a patch for kinds rolled in place, a new Job for a CronJob, a delete
+    /// and create for a Job. `may_record`: the identity may patch this kind here (without it,
+    /// as under Reloader's RBAC, CronJobs and Jobs are reloaded without a record).
+    pub async fn execute(
+        &self,
+        info: &WorkloadInfo,
+        plan: &Plan,
+        may_record: bool,
+    ) -> Result<Answer, ExecError> {
+        let key = &info.key;
+        if let Some(url) = &self.webhook_url {
+            // Webhook mode: tell the receiver, then record the hashes so it is told once.
+            if !plan.changes.is_empty() {
+                self.post_webhook(url, info, plan).await?;
+            }
+            return match record_patch(plan) {
+                Some(patch) => self.patch(key, &Patch::Merge(&patch)).await,
+                None => Ok(Answer::Nothing),
+            };
+        }
+        match key.kind {
+            WorkloadKind::CronJob => {
+                if let Some(write) = &plan.template {
+                    self.create_job_from_cronjob(info, plan, write).await?;
+                }
+                // Without the right to patch CronJobs (Reloader's RBAC), the Job is the reload
+                // and nothing is recorded: it follows changes seen while running.
+                match record_patch(plan).filter(|_| may_record) {
+                    Some(patch) => self.patch(key, &Patch::Merge(&patch)).await,
+                    None => Ok(Answer::Nothing),
+                }
+            }
+            WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => {
+                self.patch_custom_resource(info, plan).await
+            }
+            WorkloadKind::Job => match &plan.template {
+                Some(write) => self.recreate_job(info, plan, write).await,
+                // A baseline is recorded where Jobs may be patched; a reload's Job carries its
+                // record from its creation.
+                None => match record_patch(plan).filter(|_| may_record) {
+                    Some(patch) => self.patch(key, &Patch::Merge(&patch)).await,
+                    None => Ok(Answer::Nothing),
+                },
+            },
+            WorkloadKind::Deployment | WorkloadKind::DaemonSet | WorkloadKind::StatefulSet => {
+                match workload_patch(info, plan, &self.keys.paused_at) {
+                    Some(patch) => self.patch(key, &Patch::Strategic(&patch)).await,
+                    None => Ok(Answer::Nothing),
+                }
+            }
+        }
+    }
+
+    /// Reads the workload as it is now (after a conflict).
+    pub async fn read(&self, key: &WorkloadKey) -> Result<DynamicObject, ExecError> {
+        Ok(self.workloads(key).get(&key.name).await?)
+    }
+
+    /// A Job of `key` was deleted for a reload and is not created again yet.
+    pub fn has_pending_job(&self, key: &WorkloadKey) -> bool {
+        self.pending_jobs.lock().contains_key(key)
+    }
+
+    /// Creates a Job whose old self was deleted for a reload. On an error other than the old
+    /// Job still going away, the Job stays pending ([`ExecError::JobPending`]).
+    pub async fn create_pending_job(&self, key: &WorkloadKey) -> Result<Answer, ExecError> {
+        let Some(job) = self.pending_jobs.lock().get(key).map(|p| p.job.clone()) else {
+            return Ok(Answer::Nothing);
+        };
+        let api: Api<Job> = Api::namespaced(self.client.clone(), &key.namespace);
+        // The name is free once the old object is gone; that takes a moment.
+        let mut attempts = 0;
+        loop {
+            match api.create(&post_params(), &job).await {
+                Ok(created) => {
+                    self.pending_jobs.lock().remove(key);
+                    return Ok(Answer::Job(Box::new(created)));
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 && attempts < 100 => {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    // The namespace is gone: there is nothing to create the Job in.
+                    self.pending_jobs.lock().remove(key);
+                    warn!(workload = %key, "the Job's namespace is gone; not creating it again");
+                    return Ok(Answer::Nothing);
+                }
+                Err(error) => {
+                    let mut pending = self.pending_jobs.lock();
+                    let first = pending.get_mut(key).is_some_and(|p| {
+                        p.failures = p.failures.saturating_add(1);
+                        p.failures == 1
+                    });
+                    return Err(ExecError::JobPending { error, first });
+                }
+            }
+        }
+    }
+
+    async fn post_webhook(
+        &self,
+        url: &str,
+        info: &WorkloadInfo,
+        plan: &Plan,
+    ) -> Result<(), ExecError> {
+        let key = &info.key;
+        let resources: Vec<serde_json::Value> = plan
+            .changes
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "kind": c.source.kind.env_suffix(),
+                    "name": c.source.name,
+                    "namespace": key.namespace,
+                    "hash": c.hash,
+                })
+            })
+            .collect();
+        let body = serde_json::json!({
+            "webhook": "update successful",
+            "workload": {"kind": key.kind.as_str(), "name": key.name, "namespace": key.namespace},
+            "resources": resources,
+        });
+        let response = self
+            .http
+            .post(url)
+            .json(&body)
+            .send()
+            .await
+            .map_err(|e| ExecError::Webhook(e.without_url().to_string()))?;
+        if !response.status().is_success() {
+            return Err(ExecError::Webhook(format!("receiver answered {}", response.status())));
+        }
+        info!(workload = %key, "sent reload webhook");
+        Ok(())
+    }
+
+    /// A CronJob is reloaded by a Job created from it now, named after this reload so that a
+    /// retry finds the one an earlier attempt created.
+    async fn create_job_from_cronjob(
+        &self,
+        info: &WorkloadInfo,
+        plan: &Plan,
+        write: &TemplateWrite,
+    ) -> Result<(), ExecError> {
+        let key = &info.key;
+        let cronjob: CronJob =
+            Api::namespaced(self.client.clone(), &key.namespace).get(&key.name).await?;
+        let uid = cronjob.metadata.uid.clone().unwrap_or_default();
+        let records = [RECORD_ANNOTATION, POLICY_RECORD_ANNOTATION]
+            .map(|k| info.metadata_annotations.get(k).map(String::as_str));
+        let hashes: Vec<(String, String)> =
+            plan.changes.iter().map(|c| (c.source.to_string(), c.hash.clone())).collect();
+        let name = reload_job_name(&key.name, &uid, &records, &hashes);
+        let job = job_from_cronjob(&cronjob, Some(name.clone()), Some(write), &BTreeMap::new());
+        let jobs = Api::<Job>::namespaced(self.client.clone(), &key.namespace);
+        match jobs.create(&post_params(), &job).await {
+            Ok(_) => debug!(workload = %key, job = %name, "created Job from CronJob"),
+            // An earlier attempt at this same reload created it and then failed to record the
+            // hashes: only the record is left to write.
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let existing = jobs.get(&name).await?;
+                if !is_controlled_by(&existing, &uid) {
+                    return Err(kube::Error::Api(e).into());
+                }
+                info!(workload = %key, job = %name, "Job for this reload exists already (earlier attempt); recording the hashes");
+            }
+            Err(e) => return Err(e.into()),
+        }
+        Ok(())
+    }
+
+    /// Rollouts and DeploymentConfigs are custom resources (no strategic merge): the pod template
+    /// is sent whole in a merge patch guarded by the resourceVersion the plan was made from. A
+    /// Rollout annotated `rollout-strategy: restart`, or running a Deployment's template through
+    /// `workloadRef`, is restarted with `spec.restartAt` instead.
+    async fn patch_custom_resource(
+        &self,
+        info: &WorkloadInfo,
+        plan: &Plan,
+    ) -> Result<Answer, ExecError> {
+        let key = &info.key;
+        let mut patch = serde_json::json!({"metadata": {}});
+        if let Some(rv) = &info.resource_version {
+            patch["metadata"]["resourceVersion"] = serde_json::json!(rv);
+        }
+        let records = record_annotations(plan);
+        if !records.is_empty() {
+            patch["metadata"]["annotations"] = serde_json::Value::Object(records);
+        }
+        if let Some(write) = &plan.template {
+            let restart = key.kind == WorkloadKind::Rollout
+                && (info.workload_ref.is_some()
+                    || info
+                        .metadata_annotations
+                        .get(&self.keys.rollout_strategy)
+                        .map(String::as_str)
+                        == Some("restart"));
+            if restart {
+                let now =
+                    k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+                patch["spec"] = serde_json::json!({"restartAt": now});
+            } else {
+                let current = self.read(key).await?;
+                let mut template: PodTemplateSpec = current
+                    .data
+                    .get("spec")
+                    .and_then(|s| s.get("template"))
+                    .and_then(|t| serde_json::from_value(t.clone()).ok())
+                    .unwrap_or_default();
+                apply_to_template(&mut template, write);
+                patch["spec"] = serde_json::json!({"template": template});
+            }
+        }
+        self.patch(key, &Patch::Merge(&patch)).await
+    }
+
+    /// Deletes the Job (only the version the plan was made from) and creates it again.
+    async fn recreate_job(
+        &self,
+        info: &WorkloadInfo,
+        plan: &Plan,
+        write: &TemplateWrite,
+    ) -> Result<Answer, ExecError> {
+        let key = &info.key;
+        let api: Api<Job> = Api::namespaced(self.client.clone(), &key.namespace);
+        let old = api.get(&key.name).await?;
+        if old.metadata.resource_version != info.resource_version {
+            return Err(ExecError::Conflict(format!("{key} changed since it was read")));
+        }
+        let annotations: BTreeMap<String, String> = record_annotations(plan)
+            .into_iter()
+            .filter_map(|(k, v)| v.as_str().map(|v| (k, v.to_string())))
+            .collect();
+        let new = recreated_job(&old, Some(write), &annotations);
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            preconditions: Some(Preconditions {
+                uid: old.metadata.uid.clone(),
+                resource_version: old.metadata.resource_version.clone(),
+            }),
+            ..Default::default()
+        };
+        api.delete(&key.name, &params).await?;
+        // From here the Job exists only in memory until it is created again: kept apart from
+        // the workload's memory (the watch's delete event forgets the workload, not this), and
+        // retried until the API server takes it.
+        self.pending_jobs.lock().insert(key.clone(), PendingJob { job: new, failures: 0 });
+        self.create_pending_job(key).await
+    }
+
+    async fn patch(
+        &self,
+        key: &WorkloadKey,
+        patch: &Patch<&serde_json::Value>,
+    ) -> Result<Answer, ExecError> {
+        let params = PatchParams {
+            field_manager: Some(WORKLOAD_FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let written = self.workloads(key).patch(&key.name, &params, patch).await?;
+        Ok(Answer::Workload(Box::new(written)))
+    }
+
+    fn workloads(&self, key: &WorkloadKey) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), &key.namespace, &key.kind.api_resource())
+    }
+}
+
+fn post_params() -> PostParams {
+    PostParams { field_manager: Some(WORKLOAD_FIELD_MANAGER.into()), ..Default::default() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16, reason: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("deployments.apps \"api\"", reason).with_code(code).boxed(),
+        )
+    }
+
+    #[test]
+    fn api_errors_become_conflict_gone_or_kube_with_a_reason_label() {
+        assert!(matches!(ExecError::from(api_error(409, "Conflict")), ExecError::Conflict(_)));
+        assert!(matches!(ExecError::from(api_error(404, "NotFound")), ExecError::Gone(_)));
+        let forbidden = ExecError::from(api_error(403, "Forbidden"));
+        assert!(matches!(forbidden, ExecError::Kube(_)));
+        assert_eq!(forbidden.reason(), "update");
+        assert_eq!(forbidden.result(), WriteResult::Failed);
+        assert_eq!(ExecError::Webhook("receiver answered 500".into()).reason(), "webhook");
+        let pending = ExecError::JobPending { error: api_error(500, "InternalError"), first: true };
+        assert_eq!(pending.result(), WriteResult::Failed);
+    }
+}
