@@ -1,7 +1,7 @@
 //! Keeping one bad object from taking the operator down for everyone.
 //!
 //! Reconciles and watch-event handlers run under `catch_unwind` (see `Engine::worker` and
-//! `Engine::consume_inner`): a panic is logged with the object it was about, counted in
+//! `runtime::watch::drive`): a panic is logged with the object it was about, counted in
 //! `reloader_reconcile_panics_total{stage}`, and the object is retried with backoff while the worker goes
 //! on. Locks are `parking_lot`'s, which do not poison. Should a worker still end while the
 //! queue is open, [`Workers`] turns `/live` to 503 so the kubelet restarts the pod rather than

@@ -34,8 +34,8 @@ mod rights;
 mod watches;
 mod write;
 
+use crate::runtime::watch::WatchItem;
 use events::*;
-use watches::*;
 use write::*;
 
 pub use admission::{AdmissionError, admission_patch, admitted_kind, admitted_kind_of};

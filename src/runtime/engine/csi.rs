@@ -53,8 +53,14 @@ impl Engine {
         let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
         let what = ar.kind.clone();
         // Not counted for readiness: the driver may be installed long after start.
-        self.consume(stream, what, scope.clone(), false, move |engine, event, after_first_list| {
-            match event {
+        let engine = &self;
+        crate::runtime::watch::drive(
+            stream,
+            &what,
+            scope.as_deref(),
+            &self.metrics,
+            || {},
+            |event, after_first_list| match event {
                 WatchItem::Apply(obj) => {
                     let key = (obj.namespace().unwrap_or_default(), obj.name_any());
                     let known = engine.csi.class_of.lock().contains_key(&key);
@@ -73,8 +79,8 @@ impl Engine {
                         engine.forget_pod_status(&ns, &name);
                     }
                 }
-            }
-        })
+            },
+        )
         .await;
     }
 

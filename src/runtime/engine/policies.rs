@@ -66,12 +66,14 @@ impl Engine {
     async fn watch_policies(self: Arc<Self>, scope: Option<String>) {
         let api: Api<ReloadPolicy> = self.api_for(scope.as_deref());
         let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
-        self.consume(
+        let engine = &self;
+        crate::runtime::watch::drive(
             stream,
-            "ReloadPolicy".into(),
-            scope.clone(),
-            false,
-            move |engine, event, _after_first_list| match event {
+            "ReloadPolicy",
+            scope.as_deref(),
+            &self.metrics,
+            || {},
+            |event, _after_first_list| match event {
                 WatchItem::Apply(p) => {
                     if !engine.namespaces.read().ignored(&p.namespace().unwrap_or_default()) {
                         engine.policies.apply(&p)

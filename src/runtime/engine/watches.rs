@@ -67,16 +67,24 @@ impl Engine {
             scope.clone(),
         );
         // Not counted for readiness: these APIs may appear long after start.
-        let handler_scope = scope.clone();
-        self.consume(stream, kind.to_string(), scope.clone(), false, move |engine, event, _| {
-            engine.on_workload_item(kind, handler_scope.as_deref(), event, |obj| {
+        let (engine, what) = (&self, kind.to_string());
+        let on_item = |event, _| {
+            engine.on_workload_item(kind, scope.as_deref(), event, |obj| {
                 let info = dynamic_info(obj, kind, &engine.config.keys);
                 if info.is_none() {
                     warn!(kind = %kind, name = %obj.name_any(), "cannot read the pod template; skipping");
                 }
                 info
             })
-        })
+        };
+        crate::runtime::watch::drive(
+            stream,
+            &what,
+            scope.as_deref(),
+            &self.metrics,
+            || {},
+            on_item,
+        )
         .await;
     }
 
@@ -214,8 +222,14 @@ impl Engine {
         let api: Api<Namespace> = Api::all(self.client.clone());
         let stream =
             watcher::watcher(api, watcher::Config::default().labels(&selector)).default_backoff();
-        self.consume(stream, "Namespace".into(), None, true, |engine, event, _after_first_list| {
-            match event {
+        let engine = &self;
+        crate::runtime::watch::drive(
+            stream,
+            "Namespace",
+            None,
+            &self.metrics,
+            || self.watcher_synced(),
+            |event, _after_first_list| match event {
                 WatchItem::Apply(ns) => {
                     let name = ns.name_any();
                     let added = engine.namespaces.write().apply(&name);
@@ -235,8 +249,8 @@ impl Engine {
                     engine.namespaces.write().delete(&ns.name_any());
                 }
                 WatchItem::RelistDone(seen) => engine.namespaces.write().relisted(&seen),
-            }
-        })
+            },
+        )
         .await;
     }
 
@@ -262,12 +276,14 @@ impl Engine {
             config = config.labels(sel);
         }
         let stream = watcher::watcher(api, config).default_backoff();
-        self.consume(
+        let engine = &self;
+        crate::runtime::watch::drive(
             stream,
-            kind.to_string(),
-            scope.clone(),
-            true,
-            |engine, event, after_first_list| match event {
+            &kind.to_string(),
+            scope.as_deref(),
+            &self.metrics,
+            || self.watcher_synced(),
+            |event, after_first_list| match event {
                 WatchItem::Apply(obj) => engine.apply_source(kind, &obj, after_first_list),
                 WatchItem::Delete(obj) => {
                     let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
@@ -443,13 +459,20 @@ impl Engine {
             kind,
             scope.clone(),
         );
-        let handler_scope = scope.clone();
         // The watcher retries for ever (with backoff): this returns at shutdown only.
-        self.consume(stream, kind.to_string(), scope.clone(), true, move |engine, event, _| {
-            engine.on_workload_item(kind, handler_scope.as_deref(), event, |obj| {
-                obj.info(kind, &engine.config.keys)
-            })
-        })
+        let engine = &self;
+        crate::runtime::watch::drive(
+            stream,
+            &kind.to_string(),
+            scope.as_deref(),
+            &self.metrics,
+            || self.watcher_synced(),
+            |event, _| {
+                engine.on_workload_item(kind, scope.as_deref(), event, |obj| {
+                    obj.info(kind, &engine.config.keys)
+                })
+            },
+        )
         .await;
     }
 
@@ -517,117 +540,6 @@ impl Engine {
         }
         changed
     }
-
-    /// Drives one watch stream, translating its events for `handle` and tracking relists;
-    /// a `counted` watch holds up readiness until its first list is done.
-    pub(super) async fn consume<K, S, F>(
-        self: &Arc<Self>,
-        stream: S,
-        what: String,
-        scope: Option<String>,
-        counted: bool,
-        mut handle_unguarded: F,
-    ) where
-        K: Resource + Clone,
-        S: Stream<Item = Result<Event<K>, watcher::Error>>,
-        F: FnMut(&Arc<Self>, WatchItem<K>, bool),
-    {
-        // A panic while handling one object loses that event only; the watch goes on.
-        let mut handle = |engine: &Arc<Self>, item: WatchItem<K>, after_first_list: bool| {
-            let object = item.describe();
-            let handled = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                handle_unguarded(engine, item, after_first_list)
-            }));
-            if let Err(panic) = handled {
-                crate::runtime::containment::report_panic(
-                    &engine.metrics,
-                    "watch_event",
-                    &object,
-                    &*panic,
-                );
-            }
-        };
-        let mut state = WatchState::default();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            // Every kind's events; `events_received` (the other program's kinds, add vs update)
-            // is counted where the store tells a new object from a known one.
-            let event_type = match &event {
-                Ok(Event::Apply(_)) | Ok(Event::InitApply(_)) => Some("apply"),
-                Ok(Event::Delete(_)) => Some("delete"),
-                Err(_) => Some("error"),
-                _ => None,
-            };
-            if let Some(t) = event_type {
-                self.metrics.watch_events.with_label_values(&[what.as_str(), t]).inc();
-            }
-            match event {
-                Ok(Event::Init) => state.seen.clear(),
-                Ok(Event::InitApply(obj)) => {
-                    state.seen.insert((obj.namespace().unwrap_or_default(), obj.name_any()));
-                    handle(self, WatchItem::Apply(obj), state.first_done);
-                }
-                Ok(Event::InitDone) => {
-                    let seen = std::mem::take(&mut state.seen);
-                    handle(self, WatchItem::RelistDone(seen), state.first_done);
-                    // A (re)list is the largest burst of garbage a watcher makes: let it go.
-                    crate::runtime::memory::release_free_memory();
-                    if !state.first_done {
-                        state.first_done = true;
-                        debug!(kind = %what, namespace = ?scope, "initial list done");
-                        if counted {
-                            self.watcher_synced();
-                        }
-                    }
-                }
-                Ok(Event::Apply(obj)) => handle(self, WatchItem::Apply(obj), state.first_done),
-                Ok(Event::Delete(obj)) => handle(self, WatchItem::Delete(obj), state.first_done),
-                // One warning per run of failures, not one per retry.
-                Err(e) if !state.failing => {
-                    state.failing = true;
-                    warn!(kind = %what, namespace = ?scope, error = %e, "watch failed; retrying with backoff")
-                }
-                Err(e) => {
-                    debug!(kind = %what, namespace = ?scope, error = %e, "watch failed again")
-                }
-            }
-            if state.failing && event_type != Some("error") {
-                info!(kind = %what, namespace = ?scope, "watch recovered");
-                state.failing = false;
-            }
-        }
-    }
-}
-
-/// A source's input-limit violations, on their way to a Warning Event.
-/// What `consume` hands to a watcher's handler.
-pub(super) enum WatchItem<K> {
-    Apply(K),
-    Delete(K),
-    /// A (re)list finished: every object not seen is gone.
-    RelistDone(HashSet<(String, String)>),
-}
-
-impl<K: Resource> WatchItem<K> {
-    /// The object an event is about, for a log line.
-    fn describe(&self) -> String {
-        match self {
-            WatchItem::Apply(o) | WatchItem::Delete(o) => format!(
-                "{}/{}",
-                o.meta().namespace.as_deref().unwrap_or_default(),
-                o.meta().name.as_deref().unwrap_or_default()
-            ),
-            WatchItem::RelistDone(_) => "relist".into(),
-        }
-    }
-}
-
-#[derive(Default)]
-pub(super) struct WatchState {
-    pub(super) seen: HashSet<(String, String)>,
-    pub(super) first_done: bool,
-    /// The last event was an error (a warning was logged for the run of failures).
-    pub(super) failing: bool,
 }
 
 /// A source kind the engine hashes.
