@@ -282,7 +282,7 @@ mod layers {
 
     /// Types still over [`MAX_METHODS`], with the count they may not exceed: lower it as they
     /// are split, remove the entry once under the limit.
-    const METHODS_CEILING: [(&str, usize); 1] = [("Engine", 71)];
+    const METHODS_CEILING: [(&str, usize); 1] = [("Engine", 55)];
 
     /// Inherent methods per type (`impl Type { fn .. }` at the file's top level).
     fn methods_per_type(modules: &BTreeMap<String, String>) -> BTreeMap<String, usize> {

@@ -27,6 +27,7 @@ use tracing::{debug, info, warn};
 mod admission;
 mod csi;
 mod events;
+mod feed;
 mod follow;
 mod policies;
 mod reconcile;
@@ -105,42 +106,30 @@ pub struct EngineConfig {
 pub struct Engine {
     client: Client,
     config: EngineConfig,
-    store: Arc<RwLock<Store>>,
-    queue: Arc<WorkQueue<WorkloadKey>>,
     /// Every Event is written through it.
     events: Arc<crate::report::events::EventWriter>,
     /// Every workload write goes through it (kube/write.rs).
     writer: WorkloadWriter,
-    /// Set once every watcher finished its first list.
-    synced: Arc<AtomicBool>,
     pending_watchers: AtomicUsize,
     ready: watch::Sender<Readiness>,
     /// The identity's rights and how each kind is followed under them.
-    rights: rights::Rights,
-    /// Lists of the kinds followed by listing on change (see `follow`).
-    scans: follow::ScanState,
-    /// Which namespaces are served (ignored ones, and the `--namespace-selector` matches).
-    namespaces: RwLock<crate::index::namespaces::Namespaces>,
+    rights: Arc<rights::Rights>,
+    /// What the operator knows (index, per-workload memory, served namespaces) and the one way
+    /// watch events change it.
+    feed: feed::Feed,
     /// With `--enable-csi-integration`: SecretProviderClass pod statuses.
     csi: csi::CsiState,
     /// ReloadPolicies, what is reported about them, and their status writer.
-    policies: policies::Policies,
+    policies: Arc<policies::Policies>,
     metrics: Arc<crate::report::metrics::Metrics>,
-    /// What is remembered about each workload between its reconciles (see
-    /// [`crate::index::remembered`]); forgotten with the workload.
-    remembered: Mutex<Remembered<WorkloadKey, WorkloadMemory>>,
     /// True while this replica may write (always, without `--enable-ha`).
     leadership: watch::Receiver<bool>,
     /// With `--alert-on-reload`: told about every reloaded source (set once, at start).
     alerter: std::sync::OnceLock<crate::report::alerts::Alerter>,
-    /// Churn limits on rollouts.
-    rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
     /// The key of keyed hashes, once loaded (see [`crate::kube::hash_key`]).
     hash_key: Arc<crate::kube::hash_key::KeySlot>,
     /// The reconcile workers still running, for `/live`.
     workers: crate::runtime::containment::Workers,
-    /// Sources that break an input limit, reported by their own task.
-    source_reports: crate::report::input_limits::SourceLimitReports,
 }
 
 impl Engine {
@@ -168,7 +157,7 @@ impl Engine {
             config.hash_key_namespace.clone(),
             config.hash_key_secret.clone(),
         ));
-        let policies = policies::Policies::new(
+        let policies = Arc::new(policies::Policies::new(
             policies::Shared {
                 client: client.clone(),
                 store: store.clone(),
@@ -181,35 +170,46 @@ impl Engine {
                 leadership: leadership.clone(),
             },
             &config,
-        );
-        let source_reports = crate::report::input_limits::SourceLimitReports::new(events.clone());
+        ));
+        let rights =
+            Arc::new(rights::Rights::new(client.clone(), &config, metrics.clone(), events.clone()));
+        let feed = feed::Feed {
+            keys: config.keys.clone(),
+            kinds: config.kinds.clone(),
+            debounce: config.debounce,
+            reload_on_delete: config.reload_on_delete,
+            store,
+            remembered: Mutex::new(Remembered::default()),
+            namespaces: RwLock::new(crate::index::namespaces::Namespaces::new(
+                config.namespaces_to_ignore.clone(),
+                config.namespace_selector.is_some(),
+            )),
+            queue,
+            rollouts,
+            policies: policies.clone(),
+            rights: rights.clone(),
+            scans: follow::ScanState::default(),
+            metrics: metrics.clone(),
+            source_reports: crate::report::input_limits::SourceLimitReports::new(events.clone()),
+            synced,
+        };
         Arc::new(Engine {
-            source_reports,
-            rights: rights::Rights::new(client.clone(), &config, metrics.clone(), events.clone()),
+            rights,
+            feed,
             writer: WorkloadWriter::new(
                 client.clone(),
                 config.webhook_url.clone(),
                 config.keys.clone(),
             ),
             client,
-            store,
-            queue,
             events,
-            synced,
             pending_watchers: AtomicUsize::new(0),
             ready: watch::channel(Readiness::Syncing).0,
-            scans: follow::ScanState::default(),
-            namespaces: RwLock::new(crate::index::namespaces::Namespaces::new(
-                config.namespaces_to_ignore.clone(),
-                config.namespace_selector.is_some(),
-            )),
             metrics,
             policies,
             csi: csi::CsiState::default(),
-            remembered: Mutex::new(Remembered::default()),
             leadership,
             alerter: std::sync::OnceLock::new(),
-            rollouts,
             hash_key,
             workers: crate::runtime::containment::Workers::default(),
             config,
@@ -243,7 +243,7 @@ impl Engine {
         while state.changed().await.is_ok() {
             let loaded =
                 matches!(*state.borrow_and_update(), crate::kube::hash_key::KeyState::Loaded(_));
-            if loaded && self.is_synced() {
+            if loaded && self.feed.is_synced() {
                 self.enqueue_everything();
             } else {
                 // Policies report why they wait.
@@ -263,7 +263,7 @@ impl Engine {
         loop {
             let leading = *leadership.borrow_and_update();
             self.metrics.leader.set(i64::from(leading));
-            if leading && self.is_synced() {
+            if leading && self.feed.is_synced() {
                 self.enqueue_everything();
             }
             if leadership.changed().await.is_err() {
@@ -273,10 +273,10 @@ impl Engine {
     }
 
     fn enqueue_everything(&self) {
-        let keys = self.store.read().workload_keys();
+        let keys = self.feed.store.read().workload_keys();
         info!(workloads = keys.len(), "leading: checking every workload against its sources");
         for key in keys {
-            self.queue.add(key, Duration::ZERO);
+            self.feed.queue.add(key, Duration::ZERO);
         }
         self.policies.enqueue_all();
     }
@@ -338,7 +338,7 @@ impl Engine {
         let engine = self.clone();
         tasks.spawn(async move { engine.policies.status_worker().await });
         let engine = self.clone();
-        tasks.spawn(async move { engine.source_reports.publish().await });
+        tasks.spawn(async move { engine.feed.source_reports.publish().await });
         if self.config.csi_integration {
             tasks.spawn(self.clone().discover_and_watch_csi(scopes.clone()));
         }
@@ -392,7 +392,7 @@ impl Engine {
         shutdown.await;
         info!("stopping: no new work is taken, in-flight writes finish");
         self.workers.stopping();
-        self.queue.close();
+        self.feed.queue.close();
         self.policies.close();
         self.close_scans();
         // Workers return once the queue is closed and their current reconcile is done.
@@ -414,13 +414,13 @@ impl Engine {
         ticker.tick().await;
         loop {
             ticker.tick().await;
-            if !self.is_synced() {
+            if !self.feed.is_synced() {
                 continue;
             }
-            let keys = self.store.read().workload_keys();
+            let keys = self.feed.store.read().workload_keys();
             debug!(workloads = keys.len(), "periodic resync");
             for key in keys {
-                self.queue.add(key, Duration::ZERO);
+                self.feed.queue.add(key, Duration::ZERO);
             }
             self.scan_everything();
         }
@@ -430,10 +430,10 @@ impl Engine {
         // Counts this worker as alive until it returns; one that ends while the queue is open
         // turns `/live` to 503 (see `crate::runtime::containment`).
         let _alive = self.workers.enlist();
-        while let Some(key) = self.queue.next().await {
+        while let Some(key) = self.feed.queue.next().await {
             if !self.is_leader() {
                 // A standby only keeps its caches warm; taking over queues everything again.
-                self.queue.done(&key);
+                self.feed.queue.done(&key);
                 continue;
             }
             let started = std::time::Instant::now();
@@ -464,9 +464,9 @@ impl Engine {
                 .reconcile_duration
                 .with_label_values(&[result])
                 .observe(started.elapsed().as_secs_f64());
-            self.metrics.workqueue_depth.set(self.queue.len() as i64);
+            self.metrics.workqueue_depth.set(self.feed.queue.len() as i64);
             {
-                let store = self.store.read();
+                let store = self.feed.store.read();
                 self.metrics
                     .watched_objects
                     .with_label_values(&["source"])
@@ -480,9 +480,9 @@ impl Engine {
                 .watched_objects
                 .with_label_values(&["policy"])
                 .set(self.policies.count() as i64);
-            self.queue.done(&key);
+            self.feed.queue.done(&key);
             match (retry, scanned) {
-                (Some(after), _) => self.queue.schedule(key, after),
+                (Some(after), _) => self.feed.queue.schedule(key, after),
                 // Listed for a change, and done with it: not kept (see `follow`).
                 (None, Some(generation)) => self.forget_scanned(&key, generation),
                 (None, None) => {}

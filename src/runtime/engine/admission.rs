@@ -104,7 +104,7 @@ impl Engine {
         if !self.serves(kind, &namespace) {
             return allowed;
         }
-        if !self.is_synced() {
+        if !self.feed.is_synced() {
             // Sources not all in memory yet: stamping now could write a partial record.
             debug!(workload = %workload, "admission before the caches synced; admitted unchanged");
             return allowed;
@@ -145,7 +145,7 @@ impl Engine {
             && self.config.kinds.contains(&kind)
             && (self.config.namespaces.is_empty()
                 || self.config.namespaces.iter().any(|n| n == namespace))
-            && self.namespaces.read().served(namespace)
+            && self.feed.namespaces.read().served(namespace)
     }
 
     /// The patch that brings `object` up to date with its sources, and the sources it stamps.
@@ -186,8 +186,8 @@ impl Engine {
         let mut opts = self.plan_options(&info.key)?;
         opts.stamp = true;
         opts.sync_after_restart = false;
-        let entry = self.entry(info);
-        let mut candidates = self.store.read().candidates(&entry).sources;
+        let entry = self.feed.entry(info);
+        let mut candidates = self.feed.store.read().candidates(&entry).sources;
         // Admission answers go to whoever can reach the webhook: they name and hash only
         // sources the object itself references (named patterns may match any source of the
         // namespace; the reconciler records those without a rollout after the write).
@@ -456,7 +456,7 @@ mod tests {
         let cli = crate::cli::Cli::parse_from(["reloader"].iter().chain(args));
         let engine =
             Engine::new(client, cli.reload.engine_config(), crate::kube::leader::sole_leader());
-        engine.synced.store(true, std::sync::atomic::Ordering::SeqCst);
+        engine.feed.synced.store(true, std::sync::atomic::Ordering::SeqCst);
         let facts = crate::decide::plan::SourceFacts {
             state: crate::model::source::SourceState {
                 hash: "h1".into(),
@@ -474,7 +474,7 @@ mod tests {
             crate::model::source::SourceKind::ConfigMap,
             "app-config",
         );
-        engine.store.write().upsert_source("shop", source, facts);
+        engine.feed.store.write().upsert_source("shop", source, facts);
         engine
     }
 

@@ -86,7 +86,7 @@ impl Engine {
 
     fn apply_pod_status(&self, obj: &DynamicObject, after_first_list: bool) {
         let ns = obj.namespace().unwrap_or_default();
-        if self.namespaces.read().ignored(&ns) {
+        if self.feed.namespaces.read().ignored(&ns) {
             return;
         }
         let Some(facts) = PodStatusFacts::from_status(obj.data.get("status")) else {
@@ -116,7 +116,7 @@ impl Engine {
             keys_untracked: false,
         };
         let source = SourceRef::new(SourceKind::SecretProviderClass, facts.class_name);
-        self.source_observed(&ns, source, source_facts);
+        self.feed.source_observed(&ns, source, source_facts);
     }
 
     /// A pod status went with its pod. When a class has no pods left it is forgotten, quietly:
@@ -136,7 +136,7 @@ impl Engine {
             classes.remove(&key);
             drop(classes);
             let source = SourceRef::new(SourceKind::SecretProviderClass, key.1);
-            self.store.write().remove_source(ns, &source);
+            self.feed.store.write().remove_source(ns, &source);
         }
     }
 }

@@ -35,15 +35,15 @@ pub(super) const SCAN_WORKERS: usize = 2;
 /// periodic resync).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) struct ScanKey {
-    kind: WorkloadKind,
-    namespace: Option<String>,
+    pub(super) kind: WorkloadKind,
+    pub(super) namespace: Option<String>,
 }
 
 /// The lists waiting and what they put in the store.
 pub(super) struct ScanState {
-    queue: WorkQueue<ScanKey>,
+    pub(super) queue: WorkQueue<ScanKey>,
     /// Per waiting list, the sources that asked for it (`None`: every workload listed).
-    triggers: Mutex<HashMap<ScanKey, Option<HashSet<SourceRef>>>>,
+    pub(super) triggers: Mutex<HashMap<ScanKey, Option<HashSet<SourceRef>>>>,
     /// Workloads put in the store by a list, with the generation of the list that queued them.
     scanned: Mutex<HashMap<WorkloadKey, u64>>,
     generation: AtomicU64,
@@ -61,17 +61,6 @@ impl Default for ScanState {
 }
 
 impl Engine {
-    /// A source changed in `namespace`: the kinds listed on change list their workloads there.
-    pub(super) fn scan_for_change(&self, namespace: &str, source: &SourceRef) {
-        let Some(scope) = self.rights.scope_of(namespace) else { return };
-        for &kind in &self.config.kinds {
-            if self.rights.follow_of(kind, scope.as_deref()) == Follow::ListOnChange {
-                let key = ScanKey { kind, namespace: Some(namespace.to_string()) };
-                self.request_scan(key, Some(source.clone()));
-            }
-        }
-    }
-
     /// At start and on every resync: every workload of the kinds listed on change is looked at
     /// once, where the operator may record what it saw (a pass over CronJobs it may not patch
     /// could only repeat the last reload).
@@ -82,36 +71,15 @@ impl Engine {
                 if self.rights.follow_of(kind, scope.as_deref()) == Follow::ListOnChange
                     && recordable
                 {
-                    self.request_scan(ScanKey { kind, namespace: scope.clone() }, None);
+                    self.feed.request_scan(ScanKey { kind, namespace: scope.clone() }, None);
                 }
             }
         }
-    }
-
-    fn request_scan(&self, key: ScanKey, trigger: Option<SourceRef>) {
-        {
-            let mut triggers = self.scans.triggers.lock();
-            match triggers.entry(key.clone()) {
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(trigger.map(|t| HashSet::from([t])));
-                }
-                std::collections::hash_map::Entry::Occupied(mut o) => {
-                    match (o.get_mut(), trigger) {
-                        (Some(set), Some(t)) => {
-                            set.insert(t);
-                        }
-                        (slot, None) => *slot = None,
-                        (None, Some(_)) => {}
-                    }
-                }
-            }
-        }
-        self.scans.queue.add(key, Duration::ZERO);
     }
 
     pub(super) async fn scan_worker(self: Arc<Self>) {
-        while let Some(key) = self.scans.queue.next().await {
-            let triggers = self.scans.triggers.lock().remove(&key);
+        while let Some(key) = self.feed.scans.queue.next().await {
+            let triggers = self.feed.scans.triggers.lock().remove(&key);
             let scope = key.namespace.as_deref().and_then(|ns| self.rights.scope_of(ns));
             let scope = scope.unwrap_or_else(|| key.namespace.clone());
             let result = match &triggers {
@@ -134,16 +102,16 @@ impl Engine {
                     self.rights.report_refusal(key.kind, scope.as_deref()).await;
                 } else {
                     warn!(kind = %key.kind, namespace = ?key.namespace, error = %e, "cannot list workloads for a change; trying again in 5s");
-                    self.scans.triggers.lock().entry(key.clone()).or_insert(triggers);
-                    self.scans.queue.schedule(key.clone(), Duration::from_secs(5));
+                    self.feed.scans.triggers.lock().entry(key.clone()).or_insert(triggers);
+                    self.feed.scans.queue.schedule(key.clone(), Duration::from_secs(5));
                 }
             }
-            self.scans.queue.done(&key);
+            self.feed.scans.queue.done(&key);
         }
     }
 
     pub(super) fn close_scans(&self) {
-        self.scans.queue.close();
+        self.feed.scans.queue.close();
     }
 
     /// Lists the workloads of one kind in one namespace (or scope), page by page, and queues
@@ -161,18 +129,18 @@ impl Engine {
             let page = api.list(&params).await?;
             for obj in &page.items {
                 let namespace = obj.namespace().unwrap_or_default();
-                if self.namespaces.read().ignored(&namespace) {
+                if self.feed.namespaces.read().ignored(&namespace) {
                     continue;
                 }
                 let Some(mut info) = super::write::info_of(key.kind, obj, &self.config.keys) else {
                     continue;
                 };
                 if let Some(deployment) = info.workload_ref.clone() {
-                    self.fill_from_deployment(&mut info, &deployment);
+                    self.feed.fill_from_deployment(&mut info, &deployment);
                 }
                 listed.insert(info.key.clone());
-                let entry = self.entry(info);
-                self.store.write().upsert_workload(entry);
+                let entry = self.feed.entry(info);
+                self.feed.store.write().upsert_workload(entry);
             }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),
@@ -182,7 +150,7 @@ impl Engine {
         let (queued, delay): (HashSet<WorkloadKey>, Duration) = match &triggers {
             None => (listed.clone(), Duration::ZERO),
             Some(sources) => {
-                let store = self.store.read();
+                let store = self.feed.store.read();
                 let ns = key.namespace.as_deref().unwrap_or_default();
                 let affected = sources
                     .iter()
@@ -193,16 +161,16 @@ impl Engine {
                 let mut queued = HashSet::new();
                 for (k, source) in affected {
                     self.metrics.workloads_scanned.with_label_values(&[k.kind.as_str()]).inc();
-                    self.remembered.lock().update(&k, |m| m.triggers.insert(source.clone()));
+                    self.feed.remembered.lock().update(&k, |m| m.triggers.insert(source.clone()));
                     queued.insert(k);
                 }
                 (queued, self.config.debounce)
             }
         };
-        let generation = self.scans.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let generation = self.feed.scans.generation.fetch_add(1, Ordering::SeqCst) + 1;
         {
-            let mut scanned = self.scans.scanned.lock();
-            let mut store = self.store.write();
+            let mut scanned = self.feed.scans.scanned.lock();
+            let mut store = self.feed.store.write();
             for k in &listed {
                 if queued.contains(k) {
                     scanned.insert(k.clone(), generation);
@@ -214,21 +182,21 @@ impl Engine {
         }
         debug!(kind = %key.kind, namespace = ?key.namespace, listed = listed.len(), queued = queued.len(), "listed workloads for a change");
         for k in queued {
-            self.queue.add(k, delay);
+            self.feed.queue.add(k, delay);
         }
         Ok(())
     }
 
     /// The generation of the list that last queued `key`, if a list did.
     pub(super) fn scan_generation(&self, key: &WorkloadKey) -> Option<u64> {
-        self.scans.scanned.lock().get(key).copied()
+        self.feed.scans.scanned.lock().get(key).copied()
     }
 
     /// After a reconcile that needs no retry: a workload a list put in the store is forgotten,
     /// unless a newer list queued it again meanwhile.
     pub(super) fn forget_scanned(&self, key: &WorkloadKey, generation: u64) {
         let done = {
-            let mut scanned = self.scans.scanned.lock();
+            let mut scanned = self.feed.scans.scanned.lock();
             let current = scanned.get(key) == Some(&generation);
             if current {
                 scanned.remove(key);
@@ -236,7 +204,7 @@ impl Engine {
             current
         };
         if done {
-            self.remove_workload(key);
+            self.feed.remove_workload(key);
         }
     }
 }

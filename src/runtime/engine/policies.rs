@@ -75,7 +75,7 @@ impl Engine {
             || {},
             |event, _after_first_list| match event {
                 WatchItem::Apply(p) => {
-                    if !engine.namespaces.read().ignored(&p.namespace().unwrap_or_default()) {
+                    if !engine.feed.namespaces.read().ignored(&p.namespace().unwrap_or_default()) {
                         engine.policies.apply(&p)
                     }
                 }

@@ -9,7 +9,7 @@ use crate::decide::rollout::{self, AfterWrite, Decision, Next, WriteResult};
 impl Engine {
     /// Counts one more consecutive failure of `key` and returns the backoff before its retry.
     pub(super) fn next_retry(&self, key: &WorkloadKey) -> Duration {
-        self.remembered.lock().update(key, |m| {
+        self.feed.remembered.lock().update(key, |m| {
             m.failures = m.failures.saturating_add(1);
             rollout::retry_delay(m.failures)
         })
@@ -17,12 +17,12 @@ impl Engine {
 
     /// Consecutive failed writes of `key` so far.
     pub(super) fn failures_of(&self, key: &WorkloadKey) -> u32 {
-        self.remembered.lock().get(key).map_or(0, |m| m.failures)
+        self.feed.remembered.lock().get(key).map_or(0, |m| m.failures)
     }
 
     /// `key` had its first pass after start (or needs none).
     fn first_pass_done(&self, key: &WorkloadKey) {
-        self.remembered.lock().update(key, |m| m.startup_pass = false);
+        self.feed.remembered.lock().update(key, |m| m.startup_pass = false);
     }
 
     /// `None` while `--hash-mode hmac-sha256` waits for its key (a standby before the leader
@@ -30,7 +30,7 @@ impl Engine {
     pub(super) fn plan_options(&self, key: &WorkloadKey) -> Option<PlanOptions> {
         let hasher = self.hash_key.hasher(self.config.hash_mode).ok()?;
         // Removed once the workload's first pass really ran (see `worker`), not when deferred.
-        let first_pass = self.remembered.lock().get(key).is_some_and(|m| m.startup_pass);
+        let first_pass = self.feed.remembered.lock().get(key).is_some_and(|m| m.startup_pass);
         let now = k8s_openapi::jiff::Timestamp::now();
         Some(PlanOptions {
             strategy: self.config.strategy,
@@ -54,7 +54,7 @@ impl Engine {
         if std::env::var("RELOADER_FAULT_PANIC_WORKLOAD").is_ok_and(|name| name == key.name) {
             panic!("fault injection: the reconcile of {key} panics");
         }
-        if !self.namespaces.read().served(&key.namespace) {
+        if !self.feed.namespaces.read().served(&key.namespace) {
             return Next::Idle;
         }
         if self.writer.has_pending_job(key) {
@@ -65,14 +65,14 @@ impl Engine {
             };
         }
         let Some(opts) = self.plan_options(key) else { return Next::Idle };
-        let Some(mut entry) = self.store.read().workload(key) else { return Next::Idle };
+        let Some(mut entry) = self.feed.store.read().workload(key) else { return Next::Idle };
         // A rollout admitted by the churn limits stays admitted through conflict retries (the
         // admission counts as this workload's rollout: a retry must not be held back by it).
         let mut admitted = false;
         let mut attempt: u32 = 0;
         loop {
             let Candidates { sources: candidates, named_left_out } =
-                self.store.read().candidates(&entry);
+                self.feed.store.read().candidates(&entry);
             let mut plan = plan(&entry.info, &entry.selection, &candidates, &opts);
             // A pause window that ends later needs this workload looked at again then.
             let (revisit, pause_problem) =
@@ -107,7 +107,7 @@ impl Engine {
             let window = policy_part::debounce_window(self.config.debounce, &plan, &parts);
             let rolls = plan.template.is_some();
             let newest_change = if rolls && !window.is_zero() {
-                let store = self.store.read();
+                let store = self.feed.store.read();
                 plan.changes
                     .iter()
                     .filter_map(|c| store.last_change(&key.namespace, &c.source))
@@ -130,10 +130,11 @@ impl Engine {
                 budgets: &budgets,
                 admitted,
             };
-            let mut deferred = self.remembered.lock().get(key).and_then(|m| m.deferred_since);
+            let mut deferred = self.feed.remembered.lock().get(key).and_then(|m| m.deferred_since);
             let now = tokio::time::Instant::now().into_std();
-            let decision = rollout::decide(&gates, &mut deferred, &mut self.rollouts.lock(), now);
-            self.remembered.lock().update(key, |m| m.deferred_since = deferred);
+            let decision =
+                rollout::decide(&gates, &mut deferred, &mut self.feed.rollouts.lock(), now);
+            self.feed.remembered.lock().update(key, |m| m.deferred_since = deferred);
             match decision {
                 Decision::UpToDate => {
                     self.first_pass_done(key);
@@ -160,7 +161,7 @@ impl Engine {
                 Decision::Write { admitted: just_now } => {
                     if just_now {
                         admitted = true;
-                        self.remembered.lock().update(key, |m| m.throttled = false);
+                        self.feed.remembered.lock().update(key, |m| m.throttled = false);
                     }
                 }
             }
@@ -178,7 +179,7 @@ impl Engine {
                 executed.as_ref().map_or_else(ExecError::result, |()| WriteResult::Applied);
             let error = match rollout::after_write(result, attempt) {
                 AfterWrite::Report => {
-                    self.remembered.lock().update(key, |m| m.failures = 0);
+                    self.feed.remembered.lock().update(key, |m| m.failures = 0);
                     self.count_triggers(&entry, &candidates, &plan, &opts);
                     if let Some(latency) = since_change {
                         self.metrics.reload_latency.observe(latency.as_secs_f64());
@@ -200,8 +201,8 @@ impl Engine {
                     // forgotten, a failed read is a failure.
                     match self.writer.read(key).await {
                         Ok(obj) => {
-                            self.refresh(key, &obj);
-                            let Some(fresh) = self.store.read().workload(key) else {
+                            self.feed.refresh(key, &obj);
+                            let Some(fresh) = self.feed.store.read().workload(key) else {
                                 return Next::Idle;
                             };
                             entry = fresh;
@@ -209,7 +210,7 @@ impl Engine {
                             continue;
                         }
                         Err(e) if e.result() == WriteResult::Gone => {
-                            self.remove_workload(key);
+                            self.feed.remove_workload(key);
                             return Next::Idle;
                         }
                         Err(e) => e,
@@ -220,7 +221,7 @@ impl Engine {
                     return Next::Retry(rollout::AFTER_CONFLICTS);
                 }
                 AfterWrite::Forget => {
-                    self.remove_workload(key);
+                    self.feed.remove_workload(key);
                     return Next::Idle;
                 }
                 AfterWrite::Fail => executed.expect_err("after_write fails only a failed write"),
@@ -262,7 +263,7 @@ impl Engine {
             ));
         }
         {
-            let mut remembered = self.remembered.lock();
+            let mut remembered = self.feed.remembered.lock();
             let unchanged = remembered.update(&info.key, |m| {
                 if m.reported_limits == violations {
                     return true;
@@ -307,7 +308,7 @@ impl Engine {
             ),
         };
         let first =
-            self.remembered.lock().update(key, |m| !std::mem::replace(&mut m.throttled, true));
+            self.feed.remembered.lock().update(key, |m| !std::mem::replace(&mut m.throttled, true));
         self.policies.report_throttled(parts, &why, first).await;
         if first {
             let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
@@ -331,8 +332,11 @@ impl Engine {
         plan: &Plan,
         opts: &PlanOptions,
     ) {
-        let triggers =
-            self.remembered.lock().update(&entry.info.key, |m| std::mem::take(&mut m.triggers));
+        let triggers = self
+            .feed
+            .remembered
+            .lock()
+            .update(&entry.info.key, |m| std::mem::take(&mut m.triggers));
         if triggers.is_empty() {
             return;
         };
@@ -364,7 +368,7 @@ impl Engine {
 
     /// How long ago the newest source change this plan carries was observed.
     pub(super) fn since_change(&self, key: &WorkloadKey, plan: &Plan) -> Option<Duration> {
-        let store = self.store.read();
+        let store = self.feed.store.read();
         let newest = plan
             .changes
             .iter()

@@ -31,10 +31,10 @@ impl Engine {
     ) -> Result<(), ExecError> {
         match answer {
             Ok(Answer::Nothing) => {}
-            Ok(Answer::Workload(obj)) => self.refresh(key, &obj),
+            Ok(Answer::Workload(obj)) => self.feed.refresh(key, &obj),
             Ok(Answer::Job(job)) => {
                 if let Some(info) = job.info(key.kind, &self.config.keys) {
-                    self.store_workload(info);
+                    self.feed.store_workload(info);
                 }
             }
             Err(ExecError::JobPending { error, first }) => {
@@ -60,35 +60,6 @@ impl Engine {
             Err(other) => return Err(other),
         }
         Ok(())
-    }
-
-    /// Updates the store from an object the API server just returned.
-    pub(super) fn refresh(&self, key: &WorkloadKey, obj: &DynamicObject) {
-        if let Some(mut info) = info_of(key.kind, obj, &self.config.keys) {
-            if let Some(deployment) = info.workload_ref.clone() {
-                self.fill_from_deployment(&mut info, &deployment);
-            }
-            self.store_workload(info);
-        }
-    }
-
-    /// Stores a summary the API server just returned (no queueing: it reflects our own write).
-    pub(super) fn store_workload(&self, info: WorkloadInfo) {
-        let entry = self.entry(info);
-        self.store.write().upsert_workload(entry);
-    }
-
-    /// A summary with its selection annotations parsed.
-    pub(super) fn entry(&self, info: WorkloadInfo) -> WorkloadEntry {
-        let stored = self.store.read().selection_if_unchanged(&info);
-        let selection = stored.unwrap_or_else(|| {
-            Arc::new(Selection::parse(
-                &self.config.keys,
-                &info.metadata_annotations,
-                &info.template_annotations,
-            ))
-        });
-        WorkloadEntry { info, selection }
     }
 }
 

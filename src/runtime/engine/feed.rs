@@ -1,0 +1,355 @@
+//! The watch feed: what the API server shows, applied to what the operator knows. Every watch
+//! handler, relist and list-on-change comes here to change the index (`index/store.rs`), the
+//! per-workload memory (`index/remembered.rs`) and the served namespaces, and to queue the
+//! workloads a change concerns (and the policies it touches). Nothing here calls the API.
+
+use super::watches::SourceObject;
+use super::*;
+use crate::runtime::engine::follow::{ScanKey, ScanState};
+use crate::runtime::engine::policies::Policies;
+use crate::runtime::engine::rights::Rights;
+
+/// See the module documentation. Shared by the watch tasks, the reconciles and the lists on
+/// change.
+pub(super) struct Feed {
+    pub(super) keys: AnnotationKeys,
+    /// The workload kinds served.
+    pub(super) kinds: Vec<WorkloadKind>,
+    /// `--debounce`: how long a queued workload waits for more changes.
+    pub(super) debounce: Duration,
+    /// `--reload-on-delete`.
+    pub(super) reload_on_delete: bool,
+    pub(super) store: Arc<RwLock<Store>>,
+    /// What is remembered about each workload between its reconciles (see
+    /// [`crate::index::remembered`]); forgotten with the workload.
+    pub(super) remembered: Mutex<Remembered<WorkloadKey, WorkloadMemory>>,
+    /// Which namespaces are served (ignored ones, and the `--namespace-selector` matches).
+    pub(super) namespaces: RwLock<crate::index::namespaces::Namespaces>,
+    pub(super) queue: Arc<WorkQueue<WorkloadKey>>,
+    /// Churn limits on rollouts (a workload that is gone is forgotten there too).
+    pub(super) rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
+    pub(super) policies: Arc<Policies>,
+    pub(super) rights: Arc<Rights>,
+    /// Lists of the kinds followed by listing on change (see `follow`).
+    pub(super) scans: ScanState,
+    pub(super) metrics: Arc<crate::report::metrics::Metrics>,
+    /// Sources that break an input limit, reported by their own task.
+    pub(super) source_reports: crate::report::input_limits::SourceLimitReports,
+    /// Set once every counted watcher finished its first list.
+    pub(super) synced: Arc<AtomicBool>,
+}
+
+impl Feed {
+    /// One watch event of a workload kind: `info` summarises the object, `None` meaning it is
+    /// not reloaded here (then any earlier summary is dropped).
+    pub(super) fn on_workload_item<K: Resource>(
+        &self,
+        kind: WorkloadKind,
+        scope: Option<&str>,
+        event: WatchItem<K>,
+        info: impl Fn(&K) -> Option<WorkloadInfo>,
+    ) {
+        let key_of = |obj: &K| WorkloadKey {
+            kind,
+            namespace: obj.meta().namespace.clone().unwrap_or_default(),
+            name: obj.meta().name.clone().unwrap_or_default(),
+        };
+        match event {
+            WatchItem::Apply(obj) => match info(&obj) {
+                Some(info) => self.apply_workload(info),
+                None => self.remove_workload(&key_of(&obj)),
+            },
+            WatchItem::Delete(obj) => self.remove_workload(&key_of(&obj)),
+            WatchItem::RelistDone(seen) => self.forget_unseen_workloads(kind, scope, &seen),
+        }
+    }
+
+    /// After a relist: workloads of `kind` in `scope` that were not listed are gone.
+    pub(super) fn forget_unseen_workloads(
+        &self,
+        kind: WorkloadKind,
+        scope: Option<&str>,
+        seen: &HashSet<(String, String)>,
+    ) {
+        let known: Vec<(String, String)> = self
+            .store
+            .read()
+            .workload_keys()
+            .into_iter()
+            .filter(|k| k.kind == kind)
+            .map(|k| (k.namespace, k.name))
+            .collect();
+        for (namespace, name) in relist::gone(known, scope, seen) {
+            self.remove_workload(&WorkloadKey { kind, namespace, name });
+        }
+    }
+
+    /// Forgets a workload that is gone: its summary and everything remembered about it.
+    pub(super) fn remove_workload(&self, key: &WorkloadKey) {
+        if !self.store.write().remove_workload(key) {
+            return;
+        }
+        self.remembered.lock().forget(key);
+        self.rollouts.lock().forget(key);
+        self.policies.forget_target(key);
+    }
+
+    pub(super) fn is_synced(&self) -> bool {
+        self.synced.load(Ordering::SeqCst)
+    }
+
+    pub(super) fn apply_source<K: SourceObject + Resource>(
+        &self,
+        kind: SourceKind,
+        obj: &K,
+        after_first_list: bool,
+    ) {
+        let meta = obj.meta();
+        let ns = meta.namespace.clone().unwrap_or_default();
+        if self.namespaces.read().ignored(&ns) {
+            // Never stored, so the store cannot tell new from known: the list is adds.
+            self.metrics
+                .event_received(if after_first_list { "update" } else { "add" }, &kind.to_string());
+            return;
+        }
+        let annotations = meta.annotations.as_ref();
+        let flag = |key: &str| annotations.and_then(|a| a.get(key)).is_some_and(|v| v == "true");
+        let state = SourceState {
+            // The object's data is hashed and dropped here; only the hash is kept.
+            hash: obj.content_hash(),
+            matches_search: flag(&self.keys.search_match),
+            ignored: flag(&self.keys.ignore),
+        };
+        // What is kept per source is bounded whatever the object holds (see `crate::model::limits`).
+        let mut violations = Vec::new();
+        let keys = obj.key_count();
+        let keys_untracked = keys > MAX_KEY_HASHES;
+        if keys_untracked {
+            violations.push(LimitViolation::new(
+                "key_hashes",
+                format!(
+                    "{keys} data keys, more than the {MAX_KEY_HASHES} hashed one by one: key \
+                     filters and key-precise references treat any change of it as a change"
+                ),
+            ));
+        }
+        let mut labels = meta.labels.clone().unwrap_or_default();
+        if labels.len() > MAX_SOURCE_LABELS {
+            violations.push(LimitViolation::new(
+                "source_labels",
+                format!(
+                    "{} labels, more than the {MAX_SOURCE_LABELS} kept: ReloadPolicy label \
+                     selectors do not match it",
+                    labels.len()
+                ),
+            ));
+            labels.clear();
+        }
+        let facts = SourceFacts {
+            state,
+            created_after_first_list: after_first_list,
+            created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0),
+            changed_at: after_first_list.then(|| k8s_openapi::jiff::Timestamp::now().as_second()),
+            labels,
+            key_hashes: if keys_untracked { BTreeMap::new() } else { obj.key_hashes() },
+            keys_untracked,
+        };
+        let source = SourceRef::new(kind, meta.name.clone().unwrap_or_default());
+        let update = self.source_observed(&ns, source, facts);
+        let event_type = if update == SourceUpdate::Created { "add" } else { "update" };
+        self.metrics.event_received(event_type, &kind.to_string());
+        if !violations.is_empty() && matches!(update, SourceUpdate::Created | SourceUpdate::Changed)
+        {
+            self.metrics.rejected(&violations);
+            self.source_reports.report(kind, meta, violations);
+        }
+    }
+
+    /// Stores what a source holds now and queues the workloads a change concerns.
+    pub(super) fn source_observed(
+        &self,
+        ns: &str,
+        source: SourceRef,
+        facts: SourceFacts,
+    ) -> SourceUpdate {
+        let ignored = facts.state.ignored;
+        let update = self.store.write().upsert_source(ns, source.clone(), facts);
+        if !self.is_synced() {
+            return update;
+        }
+        let processed = |result: &str| {
+            self.metrics.source_event_processed("update", &source.kind.to_string(), result);
+        };
+        if matches!(update, SourceUpdate::Unchanged | SourceUpdate::Relabelled) {
+            // Labels, annotations or nothing at all changed: the hash is the same.
+            self.metrics.skipped(SkipReason::NoDataChange);
+            processed("unchanged");
+            if update == SourceUpdate::Relabelled {
+                // Labels roll nothing, but they can change what a policy's selector picks.
+                self.policies.enqueue_for_source(ns, &source);
+            }
+            return update;
+        }
+        if ignored {
+            self.metrics.skipped(SkipReason::IgnoredOrNotSelected);
+            processed("ignored");
+        } else {
+            processed("queued");
+        }
+        debug!(namespace = %ns, source = %source, ?update, "source changed");
+        self.enqueue_affected(ns, &source);
+        update
+    }
+
+    pub(super) fn delete_source(&self, ns: &str, source: SourceRef) {
+        if !self.store.write().remove_source(ns, &source) {
+            return;
+        }
+        debug!(namespace = %ns, source = %source, "source deleted");
+        if self.is_synced() {
+            let result = if self.reload_on_delete { "queued" } else { "ignored" };
+            self.metrics.source_event_processed("delete", &source.kind.to_string(), result);
+        }
+        if self.is_synced() && self.reload_on_delete {
+            self.enqueue_affected(ns, &source);
+        }
+    }
+
+    pub(super) fn enqueue_affected(&self, ns: &str, source: &SourceRef) {
+        let affected = self.store.read().affected_by(ns, source);
+        for key in affected {
+            self.metrics.workloads_scanned.with_label_values(&[key.kind.as_str()]).inc();
+            self.remembered.lock().update(&key, |m| m.triggers.insert(source.clone()));
+            self.queue.add(key, self.debounce);
+        }
+        // Kinds that may be listed but not watched are listed now (Reloader's model).
+        self.scan_for_change(ns, source);
+        self.policies.enqueue_for_source(ns, source);
+    }
+
+    pub(super) fn apply_workload(&self, mut info: WorkloadInfo) {
+        if self.namespaces.read().ignored(&info.key.namespace) {
+            return;
+        }
+        if let Some(deployment) = info.workload_ref.clone() {
+            self.fill_from_deployment(&mut info, &deployment);
+        }
+        let is_deployment = info.key.kind == WorkloadKind::Deployment;
+        let (namespace, name) = (info.key.namespace.clone(), info.key.name.clone());
+        if self.store_workload_entry(info) && is_deployment {
+            // Rollouts that run this Deployment's template see its new references.
+            let dependents: Vec<_> = {
+                let store = self.store.read();
+                store
+                    .workload_keys()
+                    .into_iter()
+                    .filter(|k| k.kind == WorkloadKind::Rollout && k.namespace == namespace)
+                    .filter_map(|k| store.workload(&k))
+                    .filter(|e| e.info.workload_ref.as_deref() == Some(name.as_str()))
+                    .map(|e| e.info.clone())
+                    .collect()
+            };
+            for rollout in dependents {
+                self.apply_workload(rollout);
+            }
+        }
+    }
+
+    /// A Rollout with `workloadRef` runs the Deployment's pod template: take its references.
+    pub(super) fn fill_from_deployment(&self, info: &mut WorkloadInfo, deployment: &str) {
+        let key = WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: info.key.namespace.clone(),
+            name: deployment.to_string(),
+        };
+        if let Some(d) = self.store.read().workload(&key) {
+            info.containers = d.info.containers.clone();
+            info.references = d.info.references.clone();
+            info.template_annotations = d.info.template_annotations.clone();
+        }
+    }
+
+    /// Stores a workload and queues it when something that matters changed.
+    pub(super) fn store_workload_entry(&self, info: WorkloadInfo) -> bool {
+        let entry = self.entry(info);
+        let key = entry.info.key.clone();
+        let invalid = entry.selection.invalid_patterns.clone();
+        let not_booleans = entry.selection.invalid_booleans.clone();
+        let changed = self.store.write().upsert_workload(entry);
+        if changed {
+            if !invalid.is_empty() {
+                warn!(workload = %key, patterns = ?invalid,
+                      "skipping named-reload items that are not valid regular expressions");
+            }
+            if !not_booleans.is_empty() {
+                warn!(workload = %key, annotations = ?not_booleans,
+                      "reading annotation values that are not booleans as false");
+            }
+            if self.is_synced() {
+                self.queue.add(key, Duration::ZERO);
+            }
+        }
+        changed
+    }
+
+    /// Updates the store from an object the API server just returned.
+    pub(super) fn refresh(&self, key: &WorkloadKey, obj: &DynamicObject) {
+        if let Some(mut info) = info_of(key.kind, obj, &self.keys) {
+            if let Some(deployment) = info.workload_ref.clone() {
+                self.fill_from_deployment(&mut info, &deployment);
+            }
+            self.store_workload(info);
+        }
+    }
+
+    /// Stores a summary the API server just returned (no queueing: it reflects our own write).
+    pub(super) fn store_workload(&self, info: WorkloadInfo) {
+        let entry = self.entry(info);
+        self.store.write().upsert_workload(entry);
+    }
+
+    /// A summary with its selection annotations parsed.
+    pub(super) fn entry(&self, info: WorkloadInfo) -> WorkloadEntry {
+        let stored = self.store.read().selection_if_unchanged(&info);
+        let selection = stored.unwrap_or_else(|| {
+            Arc::new(Selection::parse(
+                &self.keys,
+                &info.metadata_annotations,
+                &info.template_annotations,
+            ))
+        });
+        WorkloadEntry { info, selection }
+    }
+
+    /// A source changed in `namespace`: the kinds listed on change list their workloads there.
+    pub(super) fn scan_for_change(&self, namespace: &str, source: &SourceRef) {
+        let Some(scope) = self.rights.scope_of(namespace) else { return };
+        for &kind in &self.kinds {
+            if self.rights.follow_of(kind, scope.as_deref()) == Follow::ListOnChange {
+                let key = ScanKey { kind, namespace: Some(namespace.to_string()) };
+                self.request_scan(key, Some(source.clone()));
+            }
+        }
+    }
+
+    pub(super) fn request_scan(&self, key: ScanKey, trigger: Option<SourceRef>) {
+        {
+            let mut triggers = self.scans.triggers.lock();
+            match triggers.entry(key.clone()) {
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(trigger.map(|t| HashSet::from([t])));
+                }
+                std::collections::hash_map::Entry::Occupied(mut o) => {
+                    match (o.get_mut(), trigger) {
+                        (Some(set), Some(t)) => {
+                            set.insert(t);
+                        }
+                        (slot, None) => *slot = None,
+                        (None, Some(_)) => {}
+                    }
+                }
+            }
+        }
+        self.scans.queue.add(key, Duration::ZERO);
+    }
+}
