@@ -17,12 +17,14 @@
 //!
 //! # One ConfigMap change, from watch event to PATCH
 //!
-//! 1. `runtime/engine/watches.rs`: `watch_sources` receives the event, `apply_source` hashes the
-//!    data once, `source_observed` updates the index (`index/store.rs`) and `enqueue_affected`
-//!    queues the workloads that reference the ConfigMap (and `policies.rs` those of policies);
+//! 1. `runtime/engine/watches.rs`: `watch_sources` receives the event (through
+//!    `runtime/watch.rs::drive`); `runtime/engine/feed.rs`: `Feed::apply_source` hashes the data
+//!    once, `source_observed` updates the index (`index/store.rs`) and `enqueue_affected` queues
+//!    the workloads that reference the ConfigMap (and `policies.rs` those of policies);
 //! 2. `runtime/queue.rs`: the key waits out the debounce (a later change extends it, up to a
 //!    maximum wait), one in flight per key;
-//! 3. `runtime/engine.rs`: a `worker` takes the key and runs `reconcile` under panic containment;
+//! 3. `runtime/engine.rs`: a `worker` takes the key and runs `Reconciler::reconcile` under panic
+//!    containment;
 //! 4. `runtime/engine/reconcile.rs`: `reconcile` reads the workload and its sources from the
 //!    index and **decides**: `decide/plan.rs` (annotation mode: stored hashes versus current ones,
 //!    stakater/Reloader's precedence from `decide/selection.rs`) and `decide/policy_plan.rs`
@@ -44,13 +46,18 @@
 //!
 //! What the operator may do at all follows from its identity's rights, reviewed at start and
 //! again after a refusal (`runtime/engine/rights.rs`): which kinds are watched, listed on
-//! change (`runtime/engine/follow.rs`) or skipped, and which Events API is written to.
+//! change (`runtime/engine/follow.rs::Scanner`) or skipped, and which Events API is written to.
+//!
+//! The engine (`runtime/engine.rs::Engine`) is the wiring: it starts the watch tasks, the
+//! workers and the status writer and holds the parts, each one type with its state: `Feed`
+//! (what is known), `Reconciler` (decide, write, report), `Scanner` (lists on change),
+//! `Policies`, `Rights`, `Csi`.
 //!
 //! # What is remembered
 //!
 //! - Per source and per workload: `index/store.rs` (a source's hash and key hashes, a
 //!   workload's summary `model/workload.rs::WorkloadInfo` and its parsed selection), filled by
-//!   watches and relists.
+//!   watches and relists through `runtime/engine/feed.rs::Feed`, the only code that changes it.
 //! - Per workload, between its reconciles: `index/remembered.rs::WorkloadMemory` (first pass
 //!   after start, consecutive failures, deferral start, triggers, throttled episode, limits
 //!   reported), kept only while something is remembered and forgotten with the workload. Jobs
@@ -280,10 +287,6 @@ mod layers {
     /// Inherent methods a type may have: past it, a type does more than one job.
     const MAX_METHODS: usize = 30;
 
-    /// Types still over [`MAX_METHODS`], with the count they may not exceed: lower it as they
-    /// are split, remove the entry once under the limit.
-    const METHODS_CEILING: [(&str, usize); 1] = [("Engine", 55)];
-
     /// Inherent methods per type (`impl Type { fn .. }` at the file's top level).
     fn methods_per_type(modules: &BTreeMap<String, String>) -> BTreeMap<String, usize> {
         let mut counts = BTreeMap::new();
@@ -327,19 +330,13 @@ mod layers {
     #[test]
     fn no_type_has_more_than_30_methods() {
         let counts = methods_per_type(&modules());
-        let mut wrong = Vec::new();
-        for (name, count) in &counts {
-            let ceiling = METHODS_CEILING.iter().find(|(n, _)| n == name).map(|(_, c)| *c);
-            if *count > ceiling.unwrap_or(MAX_METHODS) {
-                wrong.push(format!("{name}: {count} methods"));
-            }
-        }
-        assert!(wrong.is_empty(), "over {MAX_METHODS} methods (or a ceiling): {wrong:#?}");
-        // A ceiling is lowered as its type is split: it may not sit above the count.
-        for (name, ceiling) in METHODS_CEILING {
-            let count = counts.get(name).copied().unwrap_or(0);
-            assert!(count == ceiling, "{name} has {count} methods: set its ceiling to that");
-        }
+        let wrong: Vec<String> = counts
+            .iter()
+            .filter(|(_, count)| **count > MAX_METHODS)
+            .map(|(name, count)| format!("{name}: {count} methods"))
+            .collect();
+        assert!(wrong.is_empty(), "over {MAX_METHODS} methods: {wrong:#?}");
+        assert!(counts.len() > 50, "the count sees the crate's types: {counts:?}");
     }
 
     #[test]

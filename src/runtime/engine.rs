@@ -1,5 +1,7 @@
-//! The annotation-mode engine: watches sources and workloads into the [`Store`], queues the
-//! workloads a change concerns, and reconciles each one level-triggered through [`plan`].
+//! The engine: starts the watches (`watches.rs`, applied by the `feed::Feed`), the reconcile
+//! workers (`reconcile.rs`, `Reconciler`), the lists on change (`follow.rs`), the policy status
+//! writer (`policies.rs`) and CSI (`csi.rs`), and stops them; it answers admission reviews
+//! (`admission.rs`). Annotation mode and policy mode run through the same parts.
 
 use parking_lot::{Mutex, RwLock};
 use std::collections::HashSet;
@@ -37,6 +39,7 @@ mod write;
 
 use crate::runtime::watch::WatchItem;
 use events::*;
+use reconcile::Reconciler;
 use write::*;
 
 pub use admission::{AdmissionError, admission_patch, admitted_kind, admitted_kind_of};
@@ -106,26 +109,24 @@ pub struct EngineConfig {
 pub struct Engine {
     client: Client,
     config: EngineConfig,
-    /// Every Event is written through it.
-    events: Arc<crate::report::events::EventWriter>,
-    /// Every workload write goes through it (kube/write.rs).
-    writer: WorkloadWriter,
     pending_watchers: AtomicUsize,
     ready: watch::Sender<Readiness>,
     /// The identity's rights and how each kind is followed under them.
     rights: Arc<rights::Rights>,
     /// What the operator knows (index, per-workload memory, served namespaces) and the one way
     /// watch events change it.
-    feed: feed::Feed,
+    feed: Arc<feed::Feed>,
+    /// Reconciles workloads taken from the queue (see `reconcile`).
+    reconciler: Reconciler,
+    /// Lists on change, for kinds that may be listed but not watched (see `follow`).
+    scanner: Arc<follow::Scanner>,
     /// With `--enable-csi-integration`: SecretProviderClass pod statuses.
-    csi: csi::CsiState,
+    csi: Arc<csi::Csi>,
     /// ReloadPolicies, what is reported about them, and their status writer.
     policies: Arc<policies::Policies>,
     metrics: Arc<crate::report::metrics::Metrics>,
     /// True while this replica may write (always, without `--enable-ha`).
     leadership: watch::Receiver<bool>,
-    /// With `--alert-on-reload`: told about every reloaded source (set once, at start).
-    alerter: std::sync::OnceLock<crate::report::alerts::Alerter>,
     /// The key of keyed hashes, once loaded (see [`crate::kube::hash_key`]).
     hash_key: Arc<crate::kube::hash_key::KeySlot>,
     /// The reconcile workers still running, for `/live`.
@@ -173,7 +174,7 @@ impl Engine {
         ));
         let rights =
             Arc::new(rights::Rights::new(client.clone(), &config, metrics.clone(), events.clone()));
-        let feed = feed::Feed {
+        let feed = Arc::new(feed::Feed {
             keys: config.keys.clone(),
             kinds: config.kinds.clone(),
             debounce: config.debounce,
@@ -192,24 +193,47 @@ impl Engine {
             metrics: metrics.clone(),
             source_reports: crate::report::input_limits::SourceLimitReports::new(events.clone()),
             synced,
-        };
-        Arc::new(Engine {
-            rights,
-            feed,
+        });
+        let reconciler = Reconciler {
+            config: config.clone(),
+            feed: feed.clone(),
+            policies: policies.clone(),
+            rights: rights.clone(),
             writer: WorkloadWriter::new(
                 client.clone(),
                 config.webhook_url.clone(),
                 config.keys.clone(),
             ),
+            metrics: metrics.clone(),
+            events: events.clone(),
+            alerter: std::sync::OnceLock::new(),
+            hash_key: hash_key.clone(),
+            leadership: leadership.clone(),
+        };
+        let scanner = Arc::new(follow::Scanner {
+            client: client.clone(),
+            feed: feed.clone(),
+            rights: rights.clone(),
+            metrics: metrics.clone(),
+        });
+        let csi = Arc::new(csi::Csi::new(
+            client.clone(),
+            feed.clone(),
+            metrics.clone(),
+            config.api_discovery_interval,
+        ));
+        Arc::new(Engine {
+            csi,
+            scanner,
+            rights,
+            feed,
+            reconciler,
             client,
-            events,
             pending_watchers: AtomicUsize::new(0),
             ready: watch::channel(Readiness::Syncing).0,
             metrics,
             policies,
-            csi: csi::CsiState::default(),
             leadership,
-            alerter: std::sync::OnceLock::new(),
             hash_key,
             workers: crate::runtime::containment::Workers::default(),
             config,
@@ -284,7 +308,7 @@ impl Engine {
     /// Sends an alert for every source of every reload from now on (`--alert-on-reload`).
     /// A second alerter is ignored.
     pub fn send_alerts(&self, alerter: crate::report::alerts::Alerter) {
-        let _ = self.alerter.set(alerter);
+        let _ = self.reconciler.alerter.set(alerter);
     }
 
     pub fn metrics(&self) -> Arc<crate::report::metrics::Metrics> {
@@ -340,7 +364,7 @@ impl Engine {
         let engine = self.clone();
         tasks.spawn(async move { engine.feed.source_reports.publish().await });
         if self.config.csi_integration {
-            tasks.spawn(self.clone().discover_and_watch_csi(scopes.clone()));
+            tasks.spawn(self.csi.clone().discover_and_watch_csi(scopes.clone()));
         }
         for kind in self.config.kinds.iter().copied().filter(|k| !k.always_served()) {
             tasks.spawn(self.clone().discover_and_watch(kind, scopes.clone()));
@@ -372,7 +396,7 @@ impl Engine {
             };
         }
         for _ in 0..follow::SCAN_WORKERS {
-            tasks.spawn(self.clone().scan_worker());
+            tasks.spawn(self.scanner.clone().scan_worker());
         }
         info!(
             namespaces = ?self.config.namespaces,
@@ -394,7 +418,7 @@ impl Engine {
         self.workers.stopping();
         self.feed.queue.close();
         self.policies.close();
-        self.close_scans();
+        self.scanner.close_scans();
         // Workers return once the queue is closed and their current reconcile is done.
         let drained = tokio::time::timeout(Duration::from_secs(20), async {
             while workers.join_next().await.is_some() {}
@@ -422,7 +446,7 @@ impl Engine {
             for key in keys {
                 self.feed.queue.add(key, Duration::ZERO);
             }
-            self.scan_everything();
+            self.scanner.scan_everything();
         }
     }
 
@@ -437,15 +461,15 @@ impl Engine {
                 continue;
             }
             let started = std::time::Instant::now();
-            let failures_before = self.failures_of(&key);
-            let scanned = self.scan_generation(&key);
+            let failures_before = self.reconciler.failures_of(&key);
+            let scanned = self.scanner.scan_generation(&key);
             // A panic is the bug of one reconcile: the key is retried with backoff, the worker
             // goes on, and no lock is poisoned (parking_lot locks do not poison).
-            let outcome = AssertUnwindSafe(self.reconcile(&key)).catch_unwind().await;
+            let outcome = AssertUnwindSafe(self.reconciler.reconcile(&key)).catch_unwind().await;
             let retry = match outcome {
                 Ok(next) => next.after(),
                 Err(panic) => {
-                    let retry = self.next_retry(&key);
+                    let retry = self.reconciler.next_retry(&key);
                     crate::runtime::containment::report_panic(
                         &self.metrics,
                         "reconcile",
@@ -457,7 +481,7 @@ impl Engine {
             };
             // The other program's values: an error is a reconcile that counted a failure (a
             // write refused, a panic); waiting for quiet sources or a churn limit is a success.
-            let failed = self.failures_of(&key) > failures_before;
+            let failed = self.reconciler.failures_of(&key) > failures_before;
             let result = if failed { "error" } else { "success" };
             self.metrics.reconcile_total.with_label_values(&[result]).inc();
             self.metrics
@@ -484,7 +508,7 @@ impl Engine {
             match (retry, scanned) {
                 (Some(after), _) => self.feed.queue.schedule(key, after),
                 // Listed for a change, and done with it: not kept (see `follow`).
-                (None, Some(generation)) => self.forget_scanned(&key, generation),
+                (None, Some(generation)) => self.scanner.forget_scanned(&key, generation),
                 (None, None) => {}
             }
         }

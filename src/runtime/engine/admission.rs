@@ -183,7 +183,7 @@ impl Engine {
     /// What the reconciler would write now, with every selected source stamped, for a
     /// workload whose pods start anew with this write. `None` when there is nothing to write.
     fn stamping_plan(&self, info: WorkloadInfo) -> Option<Plan> {
-        let mut opts = self.plan_options(&info.key)?;
+        let mut opts = self.reconciler.plan_options(&info.key)?;
         opts.stamp = true;
         opts.sync_after_restart = false;
         let entry = self.feed.entry(info);

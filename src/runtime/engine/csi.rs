@@ -13,14 +13,21 @@ use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tracing::debug;
 
-use super::{Engine, WatchItem};
+use super::WatchItem;
+use super::feed::Feed;
 use crate::decide::csi::{ClassStatuses, PodStatusFacts};
 use crate::decide::plan::SourceFacts;
 use crate::model::source::{SourceKind, SourceRef, SourceState};
 
-/// (namespace, class name) → that class's pod statuses.
-#[derive(Default)]
-pub(super) struct CsiState {
+/// Follows SecretProviderClass pod statuses into one source per class (see the module
+/// documentation).
+pub(super) struct Csi {
+    pub(super) client: kube::Client,
+    pub(super) feed: Arc<Feed>,
+    pub(super) metrics: Arc<crate::report::metrics::Metrics>,
+    /// How often to look for the driver's API until it is served.
+    pub(super) discovery_interval: std::time::Duration,
+    /// (namespace, class name) → that class's pod statuses.
     classes: Mutex<HashMap<(String, String), ClassStatuses>>,
     /// (namespace, pod status name) → class name, to find the class on delete.
     class_of: Mutex<HashMap<(String, String), String>>,
@@ -33,11 +40,27 @@ pub fn pod_status_resource() -> ApiResource {
     )
 }
 
-impl Engine {
+impl Csi {
+    pub(super) fn new(
+        client: kube::Client,
+        feed: Arc<Feed>,
+        metrics: Arc<crate::report::metrics::Metrics>,
+        discovery_interval: std::time::Duration,
+    ) -> Self {
+        Csi {
+            client,
+            feed,
+            metrics,
+            discovery_interval,
+            classes: Mutex::default(),
+            class_of: Mutex::default(),
+        }
+    }
+
     /// Waits until the CSI driver's API is served, then watches pod statuses in every scope.
     pub(super) async fn discover_and_watch_csi(self: Arc<Self>, scopes: Vec<Option<String>>) {
         let ar = pod_status_resource();
-        self.wait_for_api(&ar).await;
+        super::watches::wait_for_api(&self.client, &ar, self.discovery_interval).await;
         let mut watchers = tokio::task::JoinSet::new();
         for scope in scopes {
             watchers.spawn(self.clone().watch_pod_statuses(scope, ar.clone()));
@@ -63,7 +86,7 @@ impl Engine {
             |event, after_first_list| match event {
                 WatchItem::Apply(obj) => {
                     let key = (obj.namespace().unwrap_or_default(), obj.name_any());
-                    let known = engine.csi.class_of.lock().contains_key(&key);
+                    let known = engine.class_of.lock().contains_key(&key);
                     let event_type = if after_first_list && known { "update" } else { "add" };
                     engine.metrics.event_received(event_type, "SecretProviderClassPodStatus");
                     engine.apply_pod_status(&obj, after_first_list)
@@ -74,7 +97,7 @@ impl Engine {
                 }
                 WatchItem::RelistDone(seen) => {
                     let known: Vec<(String, String)> =
-                        engine.csi.class_of.lock().keys().cloned().collect();
+                        engine.class_of.lock().keys().cloned().collect();
                     for (ns, name) in crate::index::relist::gone(known, scope.as_deref(), &seen) {
                         engine.forget_pod_status(&ns, &name);
                     }
@@ -94,9 +117,8 @@ impl Engine {
         };
         let name = obj.name_any();
         let created = obj.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second());
-        self.csi.class_of.lock().insert((ns.clone(), name.clone()), facts.class_name.clone());
+        self.class_of.lock().insert((ns.clone(), name.clone()), facts.class_name.clone());
         let current = self
-            .csi
             .classes
             .lock()
             .entry((ns.clone(), facts.class_name.clone()))
@@ -122,11 +144,10 @@ impl Engine {
     /// A pod status went with its pod. When a class has no pods left it is forgotten, quietly:
     /// pods going away is not a change of the secret.
     fn forget_pod_status(&self, ns: &str, name: &str) {
-        let Some(class) = self.csi.class_of.lock().remove(&(ns.to_string(), name.to_string()))
-        else {
+        let Some(class) = self.class_of.lock().remove(&(ns.to_string(), name.to_string())) else {
             return;
         };
-        let mut classes = self.csi.classes.lock();
+        let mut classes = self.classes.lock();
         let key = (ns.to_string(), class);
         let emptied = classes.get_mut(&key).is_some_and(|c| {
             c.forget(name);

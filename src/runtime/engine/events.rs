@@ -5,7 +5,7 @@ use super::*;
 /// Bytes a list of names may take in an Event note (the rest of the note is short).
 pub(super) const NOTE_LIST_BYTES: usize = 600;
 
-impl Engine {
+impl Reconciler {
     pub(super) async fn reloaded(&self, info: &WorkloadInfo, plan: &Plan) {
         let key = &info.key;
         let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();

@@ -19,7 +19,8 @@ use kube::{Api, ResourceExt};
 use parking_lot::Mutex;
 use tracing::{debug, warn};
 
-use super::Engine;
+use super::feed::Feed;
+use super::rights::Rights;
 use super::rights::is_forbidden;
 use crate::kube::access::Follow;
 use crate::model::source::SourceRef;
@@ -60,13 +61,22 @@ impl Default for ScanState {
     }
 }
 
-impl Engine {
+/// Runs the lists on change (see the module documentation) and forgets what they stored once
+/// its reconcile is done.
+pub(super) struct Scanner {
+    pub(super) client: kube::Client,
+    pub(super) feed: Arc<Feed>,
+    pub(super) rights: Arc<Rights>,
+    pub(super) metrics: Arc<crate::report::metrics::Metrics>,
+}
+
+impl Scanner {
     /// At start and on every resync: every workload of the kinds listed on change is looked at
     /// once, where the operator may record what it saw (a pass over CronJobs it may not patch
     /// could only repeat the last reload).
     pub(super) fn scan_everything(&self) {
         for scope in self.rights.scopes() {
-            for &kind in &self.config.kinds {
+            for &kind in &self.feed.kinds {
                 let recordable = self.rights.may_patch(kind, scope.as_deref());
                 if self.rights.follow_of(kind, scope.as_deref()) == Follow::ListOnChange
                     && recordable
@@ -132,7 +142,7 @@ impl Engine {
                 if self.feed.namespaces.read().ignored(&namespace) {
                     continue;
                 }
-                let Some(mut info) = super::write::info_of(key.kind, obj, &self.config.keys) else {
+                let Some(mut info) = super::write::info_of(key.kind, obj, &self.feed.keys) else {
                     continue;
                 };
                 if let Some(deployment) = info.workload_ref.clone() {
@@ -164,7 +174,7 @@ impl Engine {
                     self.feed.remembered.lock().update(&k, |m| m.triggers.insert(source.clone()));
                     queued.insert(k);
                 }
-                (queued, self.config.debounce)
+                (queued, self.feed.debounce)
             }
         };
         let generation = self.feed.scans.generation.fetch_add(1, Ordering::SeqCst) + 1;

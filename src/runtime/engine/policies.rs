@@ -55,7 +55,8 @@ impl Engine {
             return;
         }
         // Without the CRD the operator runs in annotation mode until the CRD appears.
-        self.wait_for_api(&kube::core::ApiResource::erase::<ReloadPolicy>(&())).await;
+        let ar = kube::core::ApiResource::erase::<ReloadPolicy>(&());
+        super::watches::wait_for_api(&self.client, &ar, self.config.api_discovery_interval).await;
         let mut watchers = tokio::task::JoinSet::new();
         for scope in scopes {
             watchers.spawn(self.clone().watch_policies(scope));

@@ -3,10 +3,32 @@
 
 use super::*;
 use crate::decide::churn::Throttled;
+use crate::kube::hash_key::KeySlot;
+use crate::report::alerts::Alerter;
+
+/// Reconciles one workload at a time: key → what is known of it and its sources → plan and
+/// gates (decide/) → write (kube/write.rs) → report → when to look again.
+pub(super) struct Reconciler {
+    pub(super) config: EngineConfig,
+    pub(super) feed: Arc<feed::Feed>,
+    pub(super) policies: Arc<policies::Policies>,
+    pub(super) rights: Arc<rights::Rights>,
+    /// Every workload write goes through it (kube/write.rs).
+    pub(super) writer: WorkloadWriter,
+    pub(super) metrics: Arc<crate::report::metrics::Metrics>,
+    /// Every Event is written through it.
+    pub(super) events: Arc<crate::report::events::EventWriter>,
+    /// With `--alert-on-reload`: told about every reloaded source (set once, at start).
+    pub(super) alerter: std::sync::OnceLock<Alerter>,
+    /// The key of keyed hashes, once loaded (see [`crate::kube::hash_key`]).
+    pub(super) hash_key: Arc<KeySlot>,
+    /// True while this replica may write (always, without `--enable-ha`).
+    pub(super) leadership: watch::Receiver<bool>,
+}
 use crate::decide::policy_part::{self, PolicyPart};
 use crate::decide::rollout::{self, AfterWrite, Decision, Next, WriteResult};
 
-impl Engine {
+impl Reconciler {
     /// Counts one more consecutive failure of `key` and returns the backoff before its retry.
     pub(super) fn next_retry(&self, key: &WorkloadKey) -> Duration {
         self.feed.remembered.lock().update(key, |m| {
@@ -122,7 +144,7 @@ impl Engine {
                 up_to_date: plan.is_noop(),
                 rolls,
                 suspended: entry.info.suspended,
-                leader: self.is_leader(),
+                leader: *self.leadership.borrow(),
                 window,
                 max_wait: self.config.debounce_max_wait,
                 newest_change,

@@ -22,7 +22,7 @@ impl Engine {
             return;
         }
         let ar = kind.api_resource();
-        self.wait_for_api(&ar).await;
+        wait_for_api(&self.client, &ar, self.config.api_discovery_interval).await;
         let mut watchers = tokio::task::JoinSet::new();
         for scope in candidates {
             // Its rights now that it exists (DeploymentConfigs were not asked about before).
@@ -32,23 +32,6 @@ impl Engine {
             watchers.spawn(self.clone().watch_dynamic(scope, kind, ar.clone()));
         }
         while watchers.join_next().await.is_some() {}
-    }
-
-    /// Returns once the API server serves `ar` (looking every `--api-discovery-interval`).
-    pub(super) async fn wait_for_api(&self, ar: &ApiResource) {
-        let mut announced = false;
-        loop {
-            match self.client.list_api_group_resources(&ar.api_version).await {
-                Ok(list) if list.resources.iter().any(|r| r.name == ar.plural) => break,
-                _ if !announced => {
-                    info!(kind = %ar.kind, api = %ar.api_version, "API not served (yet); looking again every {:?}", self.config.api_discovery_interval);
-                    announced = true;
-                }
-                _ => {}
-            }
-            tokio::time::sleep(self.config.api_discovery_interval).await;
-        }
-        info!(kind = %ar.kind, api = %ar.api_version, "API found; watching");
     }
 
     pub(super) async fn watch_dynamic(
@@ -153,7 +136,7 @@ impl Engine {
                 self.feed.queue.add(key, Duration::ZERO);
             }
             // Kinds that may not be watched get the same first look, by listing them once.
-            self.scan_everything();
+            self.scanner.scan_everything();
             let _ = self.ready.send(self.rights.readiness_after_sync());
         }
     }
@@ -289,6 +272,23 @@ impl Engine {
         )
         .await;
     }
+}
+
+/// Returns once the API server serves `ar` (looking every `--api-discovery-interval`).
+pub(super) async fn wait_for_api(client: &Client, ar: &ApiResource, interval: Duration) {
+    let mut announced = false;
+    loop {
+        match client.list_api_group_resources(&ar.api_version).await {
+            Ok(list) if list.resources.iter().any(|r| r.name == ar.plural) => break,
+            _ if !announced => {
+                info!(kind = %ar.kind, api = %ar.api_version, "API not served (yet); looking again every {:?}", interval);
+                announced = true;
+            }
+            _ => {}
+        }
+        tokio::time::sleep(interval).await;
+    }
+    info!(kind = %ar.kind, api = %ar.api_version, "API found; watching");
 }
 
 /// A source kind the engine hashes.

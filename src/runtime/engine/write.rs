@@ -6,7 +6,7 @@ use super::*;
 use crate::kube::write::Answer;
 pub use crate::kube::write::{ExecError, WorkloadWriter};
 
-impl Engine {
+impl Reconciler {
     /// Carries out a plan and remembers the workload as written.
     pub(super) async fn write(&self, info: &WorkloadInfo, plan: &Plan) -> Result<(), ExecError> {
         let key = &info.key;
