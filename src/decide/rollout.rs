@@ -275,10 +275,8 @@ mod tests {
         // over.
         let mut deferred = Some(t0);
         let busy = Gates { newest_change: Some(t0 + 9 * S), max_wait: 10 * S, ..gates };
-        assert_eq!(
-            decide(&busy, &mut deferred, &mut limits, t0 + 9 * S),
-            Decision::Settling(2 * S)
-        );
+        // Held no longer than the max wait: 1 s is left of it, not the window's 2 s.
+        assert_eq!(decide(&busy, &mut deferred, &mut limits, t0 + 9 * S), Decision::Settling(S));
         let due = decide(&busy, &mut deferred, &mut limits, t0 + 10 * S);
         assert_eq!(due, Decision::Write { admitted: true });
     }

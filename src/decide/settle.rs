@@ -5,6 +5,13 @@
 
 use std::time::{Duration, Instant};
 
+/// The one debounce rule, trailing edge with a cap: something first held at `first` and now
+/// wanted at `wanted` (the newest change plus the window) is due then, but never later than
+/// `max_wait` after `first`. The work queue delays keys by it, and [`wait`] holds rollouts by it.
+pub fn due(wanted: Instant, first: Instant, max_wait: Duration) -> Instant {
+    first.checked_add(max_wait).map_or(wanted, |cap| wanted.min(cap))
+}
+
 /// How long the rollout still waits (`None`: roll now). `newest_change` is when the newest change
 /// the rollout carries was seen, `held_since` when this rollout was first held (now, if it was
 /// not).
@@ -15,9 +22,8 @@ pub fn wait(
     max_wait: Duration,
     now: Instant,
 ) -> Option<Duration> {
-    let settled_at = newest_change.checked_add(window)?;
-    (settled_at > now && now.saturating_duration_since(held_since) < max_wait)
-        .then(|| settled_at - now)
+    let due = due(newest_change.checked_add(window)?, held_since, max_wait);
+    (due > now).then(|| due - now)
 }
 
 #[cfg(test)]
@@ -38,6 +44,7 @@ mod tests {
             // A later change pushes the settle time out...
             (5, 0, 6, Some(S)),
             // ...but not past the max wait after the rollout was first held.
+            (9, 0, 9, Some(S)),
             (9, 0, 10, None),
             (9, 1, 10, Some(S)),
         ];
@@ -49,6 +56,15 @@ mod tests {
                 "change {change}, held {held}, now {now}"
             );
         }
+    }
+
+    #[test]
+    fn due_is_the_later_wish_capped_by_the_max_wait() {
+        let t0 = Instant::now();
+        assert_eq!(due(t0 + 3 * S, t0, 10 * S), t0 + 3 * S);
+        assert_eq!(due(t0 + 30 * S, t0, 10 * S), t0 + 10 * S);
+        // A max wait past the clock's range caps nothing.
+        assert_eq!(due(t0 + 3 * S, t0, Duration::MAX), t0 + 3 * S);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::decide::settle;
 use crate::report::metrics::QueueMetrics;
 
 struct Pending {
@@ -84,7 +85,8 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
             Some(p) => {
                 inner.order.remove(&(p.due, p.seq, key.clone()));
                 let due = if debounce {
-                    p.due.max(now + delay).min(p.first + self.max_wait)
+                    let wanted = p.due.max(now + delay).into_std();
+                    Instant::from_std(settle::due(wanted, p.first.into_std(), self.max_wait))
                 } else {
                     p.due.min(now + delay)
                 };
