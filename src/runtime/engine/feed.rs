@@ -293,13 +293,15 @@ impl Feed {
     }
 
     /// Updates the store from an object the API server just returned.
-    pub(super) fn refresh(&self, key: &WorkloadKey, obj: &DynamicObject) {
-        if let Some(mut info) = info_of(key.kind, obj, &self.keys) {
-            if let Some(deployment) = info.workload_ref.clone() {
-                self.fill_from_deployment(&mut info, &deployment);
-            }
-            self.store_workload(info);
+    /// Returns the workload's key, `None` when the object is not one annotation mode reloads.
+    pub(super) fn refresh(&self, kind: WorkloadKind, obj: &DynamicObject) -> Option<WorkloadKey> {
+        let mut info = info_of(kind, obj, &self.keys)?;
+        if let Some(deployment) = info.workload_ref.clone() {
+            self.fill_from_deployment(&mut info, &deployment);
         }
+        let key = info.key.clone();
+        self.store_workload(info);
+        Some(key)
     }
 
     /// Stores a summary the API server just returned (no queueing: it reflects our own write).

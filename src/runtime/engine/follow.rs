@@ -142,15 +142,9 @@ impl Scanner {
                 if self.feed.namespaces.read().ignored(&namespace) {
                     continue;
                 }
-                let Some(mut info) = super::write::info_of(key.kind, obj, &self.feed.keys) else {
-                    continue;
-                };
-                if let Some(deployment) = info.workload_ref.clone() {
-                    self.feed.fill_from_deployment(&mut info, &deployment);
+                if let Some(workload) = self.feed.refresh(key.kind, obj) {
+                    listed.insert(workload);
                 }
-                listed.insert(info.key.clone());
-                let entry = self.feed.entry(info);
-                self.feed.store.write().upsert_workload(entry);
             }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
                 Some(token) => params = params.continue_token(&token),

@@ -223,7 +223,7 @@ impl Reconciler {
                     // forgotten, a failed read is a failure.
                     match self.writer.read(key).await {
                         Ok(obj) => {
-                            self.feed.refresh(key, &obj);
+                            self.feed.refresh(key.kind, &obj);
                             let Some(fresh) = self.feed.store.read().workload(key) else {
                                 return Next::Idle;
                             };

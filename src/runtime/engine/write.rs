@@ -31,7 +31,9 @@ impl Reconciler {
     ) -> Result<(), ExecError> {
         match answer {
             Ok(Answer::Nothing) => {}
-            Ok(Answer::Workload(obj)) => self.feed.refresh(key, &obj),
+            Ok(Answer::Workload(obj)) => {
+                self.feed.refresh(key.kind, &obj);
+            }
             Ok(Answer::Job(job)) => {
                 if let Some(info) = job.info(key.kind, &self.config.keys) {
                     self.feed.store_workload(info);
