@@ -7,6 +7,7 @@ CARGO        ?= cargo
 GO           ?= go
 TESTENV_DIR  := $(CURDIR)/target/testenv
 TESTENV      := $(TESTENV_DIR)/bin/testenv
+KWOK         := $(TESTENV_DIR)/bin/kwok
 KUBECONFIG_TESTENV := $(TESTENV_DIR)/kubeconfig
 # The Kubernetes version the local control plane is built from: the one testenv/go.mod requires.
 K8S_VERSION  := $(shell awk '$$1=="k8s.io/kubernetes"{print $$2; exit}' testenv/go.mod)
@@ -65,7 +66,7 @@ lint: fmt-check clippy
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
-	@out=$$(gofmt -l testenv tools/helm tools/helm-docs tools/promtool tools/gitops-health); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	@out=$$(gofmt -l testenv tools/helm tools/helm-docs tools/promtool tools/gitops-health tools/kwok); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
 clippy:
 	$(CARGO) clippy --locked --all-targets -- -D warnings
@@ -157,10 +158,15 @@ chart-lint: $(HELM) $(HELM_DOCS) ## lint the Helm chart with its default, CI and
 		echo "$(HELM) lint --strict helm/reloader -f tests/fixtures/stakater-values/defaults.yaml -f $$f"; \
 		$(HELM) lint --strict helm/reloader -f tests/fixtures/stakater-values/defaults.yaml -f $$f; done
 
-testenv: $(TESTENV) ## build the local control plane (no-op when up to date)
+testenv: $(TESTENV) $(KWOK) ## build the local control plane (no-op when up to date)
 
-$(TESTENV): testenv/go.mod testenv/go.sum $(wildcard testenv/*.go)
-	@echo "testenv: building etcd, kube-apiserver and kube-controller-manager $(K8S_VERSION) from the official Go modules."
+# kwok, the node simulator testenv runs pods with, in its own module (it pins its own k8s.io release).
+$(KWOK): tools/kwok/go.mod tools/kwok/go.sum
+	@mkdir -p $(dir $@)
+	cd tools/kwok && $(GO) build -buildvcs=false -ldflags "-s -w" -o $@ sigs.k8s.io/kwok/cmd/kwok
+
+$(TESTENV): testenv/go.mod testenv/go.sum $(wildcard testenv/*.go) testenv/kwok-stages.yaml
+	@echo "testenv: building etcd, kube-apiserver, kube-controller-manager and kube-scheduler $(K8S_VERSION) from the official Go modules."
 	@echo "testenv: the first build downloads the modules and compiles Kubernetes; that takes a while (minutes), later builds are cached."
 	@mkdir -p $(dir $@)
 	cd testenv && $(GO) build -buildvcs=false -ldflags "$(GO_LDFLAGS)" -o $@ .

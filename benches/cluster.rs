@@ -258,8 +258,10 @@ fn start_control_plane(s: &Settings) -> Result<ControlPlane> {
         .stderr(Stdio::null())
         .status();
     let started = Instant::now();
-    let (child, line) =
-        control_plane::start(&bin, &dir, Duration::from_secs(300)).map_err(|e| anyhow!(e))?;
+    // No fake nodes: the bench's workloads have no replicas, and a scheduler and kwok would only
+    // add noise to the figures (and keep them comparable with runs before pods ran).
+    let (child, line) = control_plane::start(&bin, &dir, &["--nodes=0"], Duration::from_secs(300))
+        .map_err(|e| anyhow!(e))?;
     eprintln!("bench: control plane up in {:.1}s: {line}", started.elapsed().as_secs_f64());
     Ok(ControlPlane { kubeconfig: dir.join("kubeconfig"), local: true, _supervisor: Some(child) })
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: the operator's main job end to end, on a private local control plane in
-# target/demo (never the one `make cluster-up` or the tests use). There is no kubelet, so pods
-# never run, but the Deployment controller turns every pod-template change into a new
-# ReplicaSet: that is what the demo waits for and shows.
+# target/demo (never the one `make cluster-up` or the tests use). Pods run on fake nodes (kube-
+# scheduler places them, kwok plays their kubelet), so a reload really replaces old pods with new
+# ones: that is what the demo waits for and shows, with the policy reaching RolledOut.
 set -Eeuo pipefail
 
 # A relative DEMO_OPERATOR is relative to where the demo was started.
@@ -21,7 +21,7 @@ MAKE=${MAKE:-make}
 # Only ever talk to the demo's own cluster.
 export KUBECONFIG=$DEMO_DIR/kubeconfig
 
-STEPS=10
+STEPS=11
 step_no=0
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 since() { local ms=$(($(now_ms) - $1)); printf '%d.%ds' $((ms / 1000)) $((ms % 1000 / 100)); }
@@ -102,6 +102,18 @@ policy_reloaded() { [ "$(k get rp "$1" -o 'jsonpath={.status.reloadCount}')" -ge
 show_replicasets() {
   k get rs -l "app=$1" --sort-by=.metadata.creationTimestamp -o custom-columns='REPLICASET:.metadata.name,REVISION:.metadata.annotations.deployment\.kubernetes\.io/revision,POD-TEMPLATE-HASH:.metadata.labels.pod-template-hash,DESIRED:.spec.replicas,CREATED:.metadata.creationTimestamp' | indent
 }
+# Pods of app=$1 not being deleted, by name.
+live_pods() {
+  k get pods -l "app=$1" -o 'jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{"\n"}{end}' | awk 'NF==1{print $1}' | sort
+}
+ready_pods() {
+  k get pods -l "app=$1" -o 'jsonpath={range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | awk '$2=="True"{n++} END{print n+0}'
+}
+target_rolled_out() { [ "$(k get rp "$1" -o 'jsonpath={.status.targets[0].rollout}')" = RolledOut ]; }
+all_ready() { [ "$(ready_pods "$1")" -ge "$2" ]; }
+show_pods() {
+  k get pods -l "app=$1" --sort-by=.metadata.creationTimestamp -o custom-columns='POD:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase,READY:.status.conditions[?(@.type=="Ready")].status,CREATED:.metadata.creationTimestamp' | indent
+}
 show_env() {
   k get deploy "$1" -o 'jsonpath={range .spec.template.spec.containers[*].env[*]}{.name}={.value}{"\n"}{end}' | indent
 }
@@ -168,9 +180,12 @@ for app in web api; do wait_for "the first ReplicaSet of deployment/$app" has_re
 wait_for "the baseline on deployment/web" has_annotation web reloader.rs/source-hashes
 wait_for "the baseline on deployment/api" has_annotation api reloader.rs/policy-hashes
 "$KUBECTL" wait -n "$NS" --for condition=Ready --timeout "${TIMEOUT}s" rp/api-credentials | indent
+for app in web api; do wait_for "two Ready pods of deployment/$app" all_ready "$app" 2; done
 info "the operator recorded what each Deployment has seen (annotations reloader.rs/source-hashes"
-info "on web, reloader.rs/policy-hashes on api); nothing rolled:"
-k get deployments,replicasets | indent
+info "on web, reloader.rs/policy-hashes on api); nothing rolled. Pods run on kwok's fake nodes:"
+k get deployments,replicasets,pods -o wide | indent
+web_before=$(live_pods web)
+api_before=$(live_pods api)
 
 step "Change the ConfigMap's data and the Secret's data"
 changed_at=$(now_ms)
@@ -184,8 +199,26 @@ for app in web api; do
   info "deployment/$app: new ReplicaSet $(since "$changed_at") after the change"
 done
 
+step "Wait for the rollouts to finish: old pods replaced by new ones"
+"$KUBECTL" -n "$NS" rollout status deploy/web --timeout "${TIMEOUT}s" | indent
+# The policy's RolledOut condition: False while a target rolls, True once every one has.
+wait_for "reloadpolicy/api-credentials to report its target rolled out" target_rolled_out api-credentials
+"$KUBECTL" -n "$NS" wait --for condition=RolledOut --timeout "${TIMEOUT}s" rp/api-credentials | indent
+info "rolled out $(since "$changed_at") after the change"
+replaced=0
+for app in web api; do
+  case $app in web) before=$web_before ;; api) before=$api_before ;; esac
+  after=$(live_pods "$app")
+  gone=$(comm -23 <(echo "$before") <(echo "$after") | grep -c . || true)
+  new=$(comm -13 <(echo "$before") <(echo "$after") | grep -c . || true)
+  [ "$gone" -ge 2 ] && [ "$new" -ge 2 ] || fail "deployment/$app: expected its 2 old pods replaced, $gone gone and $new new"
+  replaced=$((replaced + gone))
+  info "deployment/$app: $gone old pods replaced by $new new ones:"
+  show_pods "$app" | indent
+done
+info "pods replaced in all: $replaced"
+
 step "What the operator did"
-info "(no kubelet runs here, so pods never start and the old ReplicaSets keep their replica)"
 for app in web api; do
   case $app in
     web) echo "    deployment/web (annotation reloader.stakater.com/auto: \"true\", uses ConfigMap demo-config):" ;;
@@ -197,9 +230,10 @@ for app in web api; do
 done
 wait_for "a Reloaded Event on each Deployment" events_for web api
 wait_for "the policy's status to count the reload" policy_reloaded api-credentials
-echo "    Reloaded Events:"
-k get events --field-selector reason=Reloaded --sort-by=.lastTimestamp \
-  -o custom-columns='OBJECT:.involvedObject.kind,NAME:.involvedObject.name,REASON:.reason,MESSAGE:.message' | indent | indent
+echo "    Reloaded and RolledOut Events:"
+k get events --sort-by=.lastTimestamp \
+  -o custom-columns='OBJECT:.involvedObject.kind,NAME:.involvedObject.name,REASON:.reason,MESSAGE:.message' |
+  awk 'NR==1 || $3=="Reloaded" || $3=="RolledOut"' | indent | indent
 echo "    kubectl get reloadpolicies:"
 k get reloadpolicies | indent | indent
 echo "    status of reloadpolicy/api-credentials:"

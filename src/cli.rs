@@ -181,6 +181,11 @@ pub struct ReloadArgs {
     #[arg(long, env = "RELOADER_MIN_ROLLOUT_INTERVAL", value_parser = parse_duration, default_value = "5s")]
     pub min_rollout_interval: Duration,
 
+    /// How long a StatefulSet or DaemonSet rollout started by a reload may take before it is
+    /// reported failed (Deployments and Argo Rollouts have their own `progressDeadlineSeconds`).
+    #[arg(long, env = "RELOADER_ROLLOUT_TIMEOUT", value_parser = parse_duration, default_value = "10m")]
+    pub rollout_timeout: Duration,
+
     /// Rollouts a second across all workloads, after `--rollout-burst`; more wait their turn.
     /// 0 turns the budget off.
     #[arg(long, env = "RELOADER_MAX_ROLLOUTS_PER_SECOND", default_value_t = 20.0, value_parser = parse_rate)]
@@ -475,6 +480,7 @@ impl ReloadArgs {
             debounce: args.debounce,
             debounce_max_wait: args.debounce_max_wait,
             min_rollout_interval: args.min_rollout_interval,
+            rollout_timeout: args.rollout_timeout,
             max_rollouts_per_second: args.max_rollouts_per_second,
             rollout_burst: args.rollout_burst,
             resync_period: args.resync_period,

@@ -1,16 +1,18 @@
 // Command testenv runs a real, local Kubernetes control plane for reloader's tests and demo:
-// etcd (embedded from go.etcd.io/etcd/server/v3), kube-apiserver and kube-controller-manager, all
-// built from the official Kubernetes Go modules at the version pinned in go.mod.
+// etcd (embedded from go.etcd.io/etcd/server/v3), kube-apiserver, kube-controller-manager and
+// kube-scheduler, all built from the official Kubernetes Go modules at the version pinned in
+// go.mod, and kwok (built apart, in tools/kwok) playing the kubelet of a few fake nodes, so pods
+// are scheduled and become Ready (see kwok-stages.yaml).
 //
 // One binary, several roles:
 //
-//	testenv up [--dir D] [--detach] [--exit-on-stdin-eof]   start the control plane and supervise it
+//	testenv up [--dir D] [--detach] [--exit-on-stdin-eof] [--nodes N]   start the control plane and supervise it
 //	testenv down [--dir D]                                   stop it and remove its data
 //	testenv status [--dir D]                                 exit 0 when it is running and ready
 //	testenv compact [--dir D]                                compact etcd to its current revision
 //	testenv version                                          print the Kubernetes version
 //	testenv kubectl ARGS...                                  kubectl of the same version
-//	testenv etcd | kube-apiserver | kube-controller-manager  the components themselves (started by up)
+//	testenv etcd | kube-apiserver | kube-controller-manager | kube-scheduler   the components (started by up)
 //
 // A symlink named kubectl to this binary is kubectl itself (make testenv creates one).
 //
@@ -30,6 +32,7 @@ import (
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	kcm "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
 )
 
 func main() {
@@ -65,6 +68,10 @@ func main() {
 		cmd := kcm.NewControllerManagerCommand()
 		cmd.SetArgs(args)
 		err = cmd.Execute()
+	case "kube-scheduler":
+		cmd := scheduler.NewSchedulerCommand()
+		cmd.SetArgs(args)
+		err = cmd.Execute()
 	case "-h", "--help", "help":
 		usage()
 	default:
@@ -78,10 +85,11 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprint(os.Stderr, `testenv: a local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager)
+	fmt.Fprint(os.Stderr, `testenv: a local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, and kwok for fake nodes that run pods)
 
 usage:
-  testenv up [--dir D] [--detach] [--exit-on-stdin-eof] [--timeout 180s]
+  testenv up [--dir D] [--detach] [--exit-on-stdin-eof] [--timeout 180s] [--nodes 3] [--kwok PATH]
   testenv down [--dir D]
   testenv status [--dir D]
   testenv compact [--dir D]   compact etcd to its current revision (old watches get 410 Gone)

@@ -27,6 +27,8 @@ type pki struct {
 	AdminKey     string
 	KCMCert      string
 	KCMKey       string
+	SchedCert    string
+	SchedKey     string
 	SAPublicKey  string
 	SAPrivateKey string
 }
@@ -44,6 +46,8 @@ func newPKI(dir string) (*pki, error) {
 		AdminKey:     filepath.Join(dir, "admin.key"),
 		KCMCert:      filepath.Join(dir, "kube-controller-manager.crt"),
 		KCMKey:       filepath.Join(dir, "kube-controller-manager.key"),
+		SchedCert:    filepath.Join(dir, "kube-scheduler.crt"),
+		SchedKey:     filepath.Join(dir, "kube-scheduler.key"),
 		SAPublicKey:  filepath.Join(dir, "sa.pub"),
 		SAPrivateKey: filepath.Join(dir, "sa.key"),
 	}
@@ -118,6 +122,14 @@ func newPKI(dir string) (*pki, error) {
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
 	if err := issue(p.KCMCert, p.KCMKey, kcmIdentity); err != nil {
+		return nil, err
+	}
+	// The scheduler has the rights the bootstrap policy gives its well-known user.
+	schedIdentity := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "system:kube-scheduler"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if err := issue(p.SchedCert, p.SchedKey, schedIdentity); err != nil {
 		return nil, err
 	}
 

@@ -42,6 +42,7 @@ var controllers = []string{
 	"serviceaccount-token-controller",
 	"root-ca-certificate-publisher-controller",
 	"ttl-after-finished-controller",
+	"node-lifecycle-controller", // lifts the not-ready taint a new node is created with once kwok reports it Ready
 }
 
 // state is written to D/state.json; ready is true once every component answers its health check.
@@ -101,6 +102,8 @@ func up(args []string) error {
 	stdinEOF := fs.Bool("exit-on-stdin-eof", false, "stop when standard input closes (for test harnesses)")
 	ephemeral := fs.Bool("ephemeral", false, "remove the whole state directory, logs included, on stop")
 	timeout := fs.Duration("timeout", 180*time.Second, "how long to wait for readiness")
+	nodes := fs.Int("nodes", 3, "fake nodes run by kwok, with kube-scheduler, so pods run (0: neither runs; pods stay Pending)")
+	kwokBin := fs.String("kwok", "", "the kwok binary (default: kwok next to this binary, or $TESTENV_KWOK)")
 	var apiArgs, kcmArgs multiFlag
 	fs.Var(&apiArgs, "apiserver-arg", "extra kube-apiserver flag (repeatable)")
 	fs.Var(&kcmArgs, "controller-manager-arg", "extra kube-controller-manager flag (repeatable)")
@@ -127,7 +130,13 @@ func up(args []string) error {
 	if *detach {
 		return startDetached(l, args, *timeout)
 	}
-	return supervise(l, *stdinEOF, *ephemeral, *timeout, apiArgs, kcmArgs)
+	pods := podSetup{nodes: *nodes, kwok: *kwokBin}
+	if pods.nodes > 0 {
+		if err := pods.findKwok(); err != nil {
+			return err
+		}
+	}
+	return supervise(l, *stdinEOF, *ephemeral, *timeout, apiArgs, kcmArgs, pods)
 }
 
 // startDetached re-executes `up` without --detach in a new session and waits for it to be ready.
@@ -186,6 +195,7 @@ func waitReadyFile(l layout, exited <-chan error, timeout time.Duration) error {
 // component is one supervised child process: the same binary in another role.
 type component struct {
 	name string
+	bin  string // another program (kwok); empty: this binary in the role `name`
 	args []string
 	log  string
 
@@ -206,6 +216,9 @@ func (c *component) start() error {
 		return err
 	}
 	cmd := exec.Command(self, append([]string{c.name}, c.args...)...)
+	if c.bin != "" {
+		cmd = exec.Command(c.bin, c.args...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// If the supervisor dies without cleaning up, the kernel takes its children with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -258,7 +271,13 @@ func (c *component) stop(grace time.Duration) {
 	}
 }
 
-func supervise(l layout, stdinEOF, ephemeral bool, timeout time.Duration, apiArgs, kcmArgs []string) error {
+// step is one component to start and how to tell it is healthy.
+type step struct {
+	c      *component
+	health func() bool
+}
+
+func supervise(l layout, stdinEOF, ephemeral bool, timeout time.Duration, apiArgs, kcmArgs []string, pods podSetup) error {
 	// The harness reading our stdout may exit before we do; a broken pipe must not kill the
 	// supervisor before it has stopped the components and removed the data. (Notify, not
 	// Ignore: an ignored signal would be inherited by the components.)
@@ -288,7 +307,7 @@ func supervise(l layout, stdinEOF, ephemeral bool, timeout time.Duration, apiArg
 		cleanup()
 		return fmt.Errorf("generate certificates: %w", err)
 	}
-	ports, err := freePorts(4)
+	ports, err := freePorts(6)
 	if err != nil {
 		cleanup()
 		return err
@@ -301,6 +320,22 @@ func supervise(l layout, stdinEOF, ephemeral bool, timeout time.Duration, apiArg
 	if err := writeKubeconfig(kcmKubeconfig, apiURL, p.CACert, p.KCMCert, p.KCMKey, "kube-controller-manager"); err != nil {
 		cleanup()
 		return err
+	}
+	schedURL := fmt.Sprintf("https://127.0.0.1:%d", ports[4])
+	kwokURL := fmt.Sprintf("http://127.0.0.1:%d", ports[5])
+	schedKubeconfig := filepath.Join(l.data, "kube-scheduler.kubeconfig")
+	kwokKubeconfig := filepath.Join(l.data, "kwok.kubeconfig")
+	kwokConfig := filepath.Join(l.data, "kwok-stages.yaml")
+	if pods.nodes > 0 {
+		err := errors.Join(
+			writeKubeconfig(schedKubeconfig, apiURL, p.CACert, p.SchedCert, p.SchedKey, "kube-scheduler"),
+			writeKubeconfig(kwokKubeconfig, apiURL, p.CACert, p.AdminCert, p.AdminKey, "kwok"),
+			os.WriteFile(kwokConfig, kwokStages, 0o644),
+		)
+		if err != nil {
+			cleanup()
+			return err
+		}
 	}
 
 	etcd := &component{name: "etcd", log: filepath.Join(l.logs, "etcd.log"), args: []string{
@@ -343,6 +378,27 @@ func supervise(l layout, stdinEOF, ephemeral bool, timeout time.Duration, apiArg
 		"--v=1",
 	}, kcmArgs...)}
 
+	sched := &component{name: "kube-scheduler", log: filepath.Join(l.logs, "kube-scheduler.log"), args: []string{
+		"--kubeconfig=" + schedKubeconfig,
+		"--authentication-kubeconfig=" + schedKubeconfig,
+		"--authorization-kubeconfig=" + schedKubeconfig,
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + strconv.Itoa(ports[4]),
+		"--tls-cert-file=" + p.ServingCert,
+		"--tls-private-key-file=" + p.ServingKey,
+		"--leader-elect=false",
+		"--profiling=false",
+		"--v=1",
+	}}
+	kwok := &component{name: "kwok", bin: pods.kwok, log: filepath.Join(l.logs, "kwok.log"), args: []string{
+		"--kubeconfig=" + kwokKubeconfig,
+		"--config=" + kwokConfig,
+		"--manage-all-nodes=true",
+		"--server-address=127.0.0.1:" + strconv.Itoa(ports[5]),
+		"--node-lease-duration-seconds=40",
+		"--v=WARN",
+	}}
+
 	client, err := healthClient(p)
 	if err != nil {
 		cleanup()
@@ -354,13 +410,16 @@ func supervise(l layout, stdinEOF, ephemeral bool, timeout time.Duration, apiArg
 	}
 
 	// Start in dependency order, each one healthy before the next.
-	steps := []struct {
-		c      *component
-		health func() bool
-	}{
+	steps := []step{
 		{etcd, func() bool { return get(client, etcdClient+"/health") }},
 		{api, func() bool { return get(client, apiURL+"/readyz") }},
 		{kcm, func() bool { return get(client, kcmURL+"/healthz") }},
+	}
+	if pods.nodes > 0 {
+		steps = append(steps,
+			step{sched, func() bool { return get(client, schedURL+"/healthz") }},
+			step{kwok, func() bool { return get(client, kwokURL+"/healthz") }},
+		)
 	}
 	deadline := started.Add(timeout)
 	for _, step := range steps {
@@ -388,6 +447,13 @@ func supervise(l layout, stdinEOF, ephemeral bool, timeout time.Duration, apiArg
 	if err := writeKubeconfig(l.kubeconfig, apiURL, p.CACert, p.AdminCert, p.AdminKey, "admin"); err != nil {
 		cleanup()
 		return err
+	}
+	if pods.nodes > 0 {
+		if err := pods.registerNodes(l.kubeconfig, deadline); err != nil {
+			cleanup()
+			return err
+		}
+		fmt.Printf("testenv: %d kwok nodes Ready after %.1fs\n", pods.nodes, time.Since(started).Seconds())
 	}
 	st.Ready = true
 	var stateMu sync.Mutex

@@ -14,6 +14,7 @@ pub mod churn;
 pub mod csi;
 pub mod hash;
 pub mod jobs;
+pub mod outcome;
 pub mod pause;
 pub mod plan;
 pub mod policy_part;

@@ -635,6 +635,7 @@ mod tests {
             labels: BTreeMap::new(),
             used_keys: BTreeMap::new(),
             references_left_out: 0,
+            progress: Default::default(),
         }
     }
     fn with_env(mut w: WorkloadInfo, container: usize, name: &str, value: &str) -> WorkloadInfo {

@@ -396,6 +396,7 @@ mod tests {
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             used_keys: BTreeMap::new(),
             references_left_out: 0,
+            progress: Default::default(),
         }
     }
     fn active(spec: ReloadPolicySpec) -> ActivePolicy {

@@ -12,10 +12,21 @@ use crate::decide::policy_plan::{ActivePolicy, Resolved};
 use crate::model::policy::{
     PolicySource, PolicyTarget, ReloadPolicyStatus, SourceStatus, TargetStatus,
 };
+use crate::model::progress::RolloutState;
 use crate::model::workload::{WorkloadInfo, WorkloadKind};
 
 /// Per target (kind, name): the policy's last outcome there.
 pub type Outcomes = BTreeMap<(WorkloadKind, String), Outcome>;
+
+/// Per target (kind, name): how the rollout of the policy's last reload there went.
+pub type Rollouts = BTreeMap<(WorkloadKind, String), TargetRollout>;
+
+/// A target's rollout as last seen (see `decide::outcome`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TargetRollout {
+    pub state: RolloutState,
+    pub message: Option<String>,
+}
 
 /// The outcome of a policy on one target, as reported in its status.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,6 +71,7 @@ pub fn desired_status(
     targets: &[WorkloadInfo],
     missing_targets: &[&PolicyTarget],
     outcomes: &Outcomes,
+    rollouts: &Rollouts,
     observed: &ReloadPolicyStatus,
     reload_count: i64,
     throttled_count: i64,
@@ -156,7 +168,40 @@ pub fn desired_status(
     } else {
         (false, "Reconciled", "every change is applied".to_string())
     };
-    let conditions = vec![
+    let rolled_out_condition = |targets: &[TargetStatus]| {
+        let named = |state: &str| -> Vec<String> {
+            targets
+                .iter()
+                .filter(|t| t.rollout.as_deref() == Some(state))
+                .map(|t| format!("{:?} {}", t.kind, t.name))
+                .collect()
+        };
+        let (failed, progressing) = (named("Failed"), named("Progressing"));
+        if !failed.is_empty() {
+            let first = targets.iter().find(|t| t.rollout.as_deref() == Some("Failed"));
+            let why = first.and_then(|t| t.rollout_message.as_deref()).unwrap_or("failed");
+            condition(
+                "RolledOut",
+                false,
+                "RolloutFailed",
+                format!(
+                    "rollout failed for {}: {}",
+                    crate::model::limits::bounded_list(&failed, 300),
+                    crate::model::limits::truncate(why, 300)
+                ),
+            )
+        } else if !progressing.is_empty() {
+            condition(
+                "RolledOut",
+                false,
+                "Progressing",
+                format!("rolling out: {}", crate::model::limits::bounded_list(&progressing, 600)),
+            )
+        } else {
+            condition("RolledOut", true, "RolledOut", "every reload has rolled out".into())
+        }
+    };
+    let mut conditions = vec![
         condition("Ready", ready, ready_reason, ready_msg.clone()),
         condition(
             "Stalled",
@@ -246,6 +291,14 @@ pub fn desired_status(
             };
             let outcome = outcomes.get(&(t.key.kind, t.key.name.clone()));
             let previous = previous_targets.get(&(kind, t.key.name.as_str())).copied();
+            // Remembered, else as last written (a restart, a new leader).
+            let carried = previous.and_then(|p| {
+                Some(TargetRollout {
+                    state: RolloutState::parse(p.rollout.as_deref()?)?,
+                    message: p.rollout_message.clone(),
+                })
+            });
+            let rollout = rollouts.get(&(t.key.kind, t.key.name.clone())).or(carried.as_ref());
             Some(TargetStatus {
                 kind,
                 name: t.key.name.clone(),
@@ -261,9 +314,14 @@ pub fn desired_status(
                 message: outcome.and_then(|o| o.message.as_deref()).map(|m| {
                     crate::model::limits::truncate(m, crate::model::limits::MAX_EVENT_NOTE)
                 }),
+                rollout: rollout.map(|r| r.state.as_str().to_string()),
+                rollout_message: rollout.and_then(|r| r.message.as_deref()).map(|m| {
+                    crate::model::limits::truncate(m, crate::model::limits::MAX_EVENT_NOTE)
+                }),
             })
         })
         .collect();
+    conditions.push(rolled_out_condition(&target_status));
     // `resolvedTargets` counts them all; the list shows the ones needing attention first.
     if target_status.len() > crate::model::limits::MAX_STATUS_ITEMS {
         let attention =
@@ -357,6 +415,7 @@ mod tests {
         targets: Vec<WorkloadInfo>,
         missing_targets: Vec<PolicyTarget>,
         outcomes: Outcomes,
+        rollouts: Rollouts,
         observed: ReloadPolicyStatus,
         reload_count: i64,
         throttled_count: i64,
@@ -375,6 +434,7 @@ mod tests {
                 targets: vec![target("api")],
                 missing_targets: vec![],
                 outcomes: Outcomes::new(),
+                rollouts: Rollouts::new(),
                 observed: ReloadPolicyStatus::default(),
                 reload_count: 0,
                 throttled_count: 0,
@@ -390,6 +450,7 @@ mod tests {
                 &self.targets,
                 &self.missing_targets.iter().collect::<Vec<_>>(),
                 &self.outcomes,
+                &self.rollouts,
                 &self.observed,
                 self.reload_count,
                 self.throttled_count,
@@ -421,7 +482,7 @@ mod tests {
 
     #[test]
     fn every_condition_and_reason() {
-        type Case = (&'static str, fn(&mut Given), [(&'static str, &'static str, &'static str); 7]);
+        type Case = (&'static str, fn(&mut Given), [(&'static str, &'static str, &'static str); 8]);
         let cases: Vec<Case> = vec![
             (
                 "healthy",
@@ -434,6 +495,7 @@ mod tests {
                     ("TargetsResolved", "True", "Found"),
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
+                    ("RolledOut", "True", "RolledOut"),
                 ],
             ),
             (
@@ -447,6 +509,7 @@ mod tests {
                     ("TargetsResolved", "True", "Found"),
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
+                    ("RolledOut", "True", "RolledOut"),
                 ],
             ),
             (
@@ -460,6 +523,7 @@ mod tests {
                     ("TargetsResolved", "True", "Found"),
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
+                    ("RolledOut", "True", "RolledOut"),
                 ],
             ),
             (
@@ -473,6 +537,7 @@ mod tests {
                     ("TargetsResolved", "False", "TargetsNotFound"),
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
+                    ("RolledOut", "True", "RolledOut"),
                 ],
             ),
             (
@@ -491,6 +556,7 @@ mod tests {
                     ("TargetsResolved", "True", "Found"),
                     ("Degraded", "True", "ReloadFailed"),
                     ("Throttled", "False", "NotThrottled"),
+                    ("RolledOut", "True", "RolledOut"),
                 ],
             ),
             (
@@ -509,6 +575,7 @@ mod tests {
                     ("TargetsResolved", "True", "Found"),
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "True", "RolloutsHeldBack"),
+                    ("RolledOut", "True", "RolledOut"),
                 ],
             ),
             (
@@ -522,6 +589,7 @@ mod tests {
                     ("TargetsResolved", "True", "Found"),
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
+                    ("RolledOut", "True", "RolledOut"),
                 ],
             ),
             (
@@ -535,6 +603,51 @@ mod tests {
                     ("TargetsResolved", "True", "Found"),
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
+                    ("RolledOut", "True", "RolledOut"),
+                ],
+            ),
+            (
+                "a rollout progressing",
+                |g| {
+                    g.rollouts.insert(
+                        (WorkloadKind::Deployment, "api".into()),
+                        TargetRollout { state: RolloutState::Progressing, message: None },
+                    );
+                },
+                [
+                    ("Ready", "True", "Ready"),
+                    ("Stalled", "False", "NotStalled"),
+                    ("Reconciling", "False", "Reconciled"),
+                    ("SourcesResolved", "True", "Found"),
+                    ("TargetsResolved", "True", "Found"),
+                    ("Degraded", "False", "AsExpected"),
+                    ("Throttled", "False", "NotThrottled"),
+                    ("RolledOut", "False", "Progressing"),
+                ],
+            ),
+            (
+                "a rollout failed, as the written status says (after a restart)",
+                |g| {
+                    g.observed.targets.push(TargetStatus {
+                        kind: PolicyTargetKind::Deployment,
+                        name: "api".into(),
+                        last_reload_time: None,
+                        last_reload_hash: None,
+                        result: Some("Reloaded".into()),
+                        message: None,
+                        rollout: Some("Failed".into()),
+                        rollout_message: Some("ProgressDeadlineExceeded: timed out".into()),
+                    });
+                },
+                [
+                    ("Ready", "True", "Ready"),
+                    ("Stalled", "False", "NotStalled"),
+                    ("Reconciling", "False", "Reconciled"),
+                    ("SourcesResolved", "True", "Found"),
+                    ("TargetsResolved", "True", "Found"),
+                    ("Degraded", "False", "AsExpected"),
+                    ("Throttled", "False", "NotThrottled"),
+                    ("RolledOut", "False", "RolloutFailed"),
                 ],
             ),
             // The first problem in the ladder names Ready: the key before sources before targets.
@@ -553,6 +666,7 @@ mod tests {
                     ("TargetsResolved", "False", "TargetsNotFound"),
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
+                    ("RolledOut", "True", "RolledOut"),
                 ],
             ),
         ];

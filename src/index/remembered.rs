@@ -7,7 +7,8 @@ use std::collections::{HashMap, HashSet};
 use std::hash::Hash;
 use std::time::Instant;
 
-use crate::decide::policy_status::{Outcome, Outcomes};
+use crate::decide::outcome::Following;
+use crate::decide::policy_status::{Outcome, Outcomes, Rollouts};
 use crate::model::limits::LimitViolation;
 use crate::model::policy::ReloadPolicyStatus;
 use crate::model::source::SourceRef;
@@ -29,6 +30,8 @@ pub struct WorkloadMemory {
     pub throttled: bool,
     /// The input-limit violations last reported (one report per change).
     pub reported_limits: Vec<LimitViolation>,
+    /// The rollout of its last reload, followed until it has rolled out.
+    pub following: Option<Following>,
 }
 
 /// One ReloadPolicy's runtime state (the policy itself is in the engine's policy index).
@@ -38,6 +41,8 @@ pub struct PolicyMemory {
     pub observed: ReloadPolicyStatus,
     /// Per target, the policy's last outcome there.
     pub outcomes: Outcomes,
+    /// Per target, how the rollout of its last reload went.
+    pub rollouts: Rollouts,
     /// `status.reloadCount` and `status.throttledCount` (the larger of ours and the stored ones,
     /// so a standby follows the leader's).
     pub reload_count: i64,

@@ -256,8 +256,9 @@ impl Store {
         if let Some(old) = self.workloads.get(&key) {
             let mut old_info = old.info.clone();
             old_info.resource_version = entry.info.resource_version.clone();
+            old_info.progress = entry.info.progress.clone();
             if old_info == entry.info {
-                // Only the resourceVersion moved (e.g. a status update): keep it current.
+                // Only the resourceVersion or the status moved: keep them current.
                 let updated = WorkloadEntry { info: entry.info, selection: old.selection.clone() };
                 self.workloads.insert(key, Arc::new(updated));
                 return false;
@@ -412,6 +413,7 @@ mod tests {
                 labels: BTreeMap::new(),
                 used_keys: BTreeMap::new(),
                 references_left_out: 0,
+                progress: Default::default(),
             },
             selection,
         }

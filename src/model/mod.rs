@@ -8,5 +8,6 @@ pub mod duration;
 pub mod limits;
 pub mod naming;
 pub mod policy;
+pub mod progress;
 pub mod source;
 pub mod workload;

@@ -31,6 +31,7 @@ macro_rules! go_duration_regex {
     printcolumn = r#"{"name":"Targets","type":"integer","jsonPath":".status.resolvedTargets","description":"Targets found"}"#,
     printcolumn = r#"{"name":"Last Reload","type":"date","jsonPath":".status.lastReloadTime"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Rolled Out","type":"string","jsonPath":".status.conditions[?(@.type==\"RolledOut\")].status","description":"Every target's last reload rolled out"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -197,8 +198,9 @@ pub struct ReloadPolicyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 
-    /// `Ready`, `SourcesResolved`, `TargetsResolved`, `Degraded` and `Throttled` (True while a
-    /// churn limit holds a target's rollout back).
+    /// `Ready`, `SourcesResolved`, `TargetsResolved`, `Degraded`, `Throttled` (True while a
+    /// churn limit holds a target's rollout back) and `RolledOut` (True when every target's
+    /// last reload has rolled out; False while one is progressing or after one failed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -266,6 +268,13 @@ pub struct TargetStatus {
     pub result: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// How the rollout of its last reload went, as its controller reports it: `Progressing`,
+    /// `RolledOut` or `Failed` (`rolloutMessage` says why, e.g. ProgressDeadlineExceeded).
+    /// Not set for kinds that do not roll pods by themselves (CronJob, `OnDelete`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_message: Option<String>,
 }
 
 /// The CRD as YAML, as committed in `crd/reloadpolicy.yaml`.
@@ -295,7 +304,10 @@ mod tests {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(columns, ["Strategy", "Sources", "Targets", "Last Reload", "Ready", "Age"]);
+        assert_eq!(
+            columns,
+            ["Strategy", "Sources", "Targets", "Last Reload", "Ready", "Rolled Out", "Age"]
+        );
         let text = crd.to_string();
         for rule in ["has(self.name) != has(self.selector)", "duration(self) <= duration('1h')"] {
             assert!(text.contains(rule), "missing rule {rule}");

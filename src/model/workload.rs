@@ -160,6 +160,9 @@ pub struct WorkloadInfo {
     pub used_keys: BTreeMap<SourceRef, BTreeSet<String>>,
     /// Referenced sources past [`MAX_REFERENCES`], not followed (reported as a limit).
     pub references_left_out: usize,
+    /// Its rollout as its controller reports it (from `status`; not part of what a change to
+    /// the workload means for reloads).
+    pub progress: crate::model::progress::RolloutProgress,
 }
 
 impl WorkloadInfo {
@@ -207,6 +210,7 @@ impl WorkloadInfo {
             labels: meta.labels.clone().unwrap_or_default(),
             used_keys: used_keys(containers, init, volumes),
             references_left_out,
+            progress: Default::default(),
         }
     }
 
@@ -293,6 +297,7 @@ impl WorkloadInfo {
             labels: BTreeMap::new(),
             used_keys: BTreeMap::new(),
             references_left_out: 0,
+            progress: Default::default(),
         }
     }
 }

@@ -75,6 +75,23 @@ pub fn message(
     }
 }
 
+/// The alert text for a rollout that failed after a reload (`why` is the controller's reason
+/// and message, bounded by the caller).
+pub fn rollout_failed_message(
+    workload: &WorkloadKey,
+    why: &str,
+    additional_info: Option<&str>,
+) -> String {
+    let text = format!(
+        "Reloader reloaded *{}* of type *{}* in namespace *{}* and its rollout failed: {why}",
+        workload.name, workload.kind, workload.namespace,
+    );
+    match additional_info.filter(|info| !info.is_empty()) {
+        Some(info) => format!("{info} : {text}"),
+        None => text,
+    }
+}
+
 /// An HTTP request body and its content type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Payload {
@@ -272,6 +289,15 @@ impl Alerter {
         };
         warn!(workload = %workload, source = %source, sink = self.sink.as_str(), "alert dropped: {reason}");
         self.count("dropped");
+    }
+
+    /// Queues the alert for a rollout that failed after a reload (same queue and limits).
+    pub fn rollout_failed(&self, workload: &WorkloadKey, why: &str) {
+        let text = rollout_failed_message(workload, why, self.additional_info.as_deref());
+        if self.queue.try_send(payload(self.sink, &text)).is_err() {
+            warn!(workload = %workload, sink = self.sink.as_str(), "alert dropped: the alert queue is full or closing");
+            self.count("dropped");
+        }
     }
 
     fn count(&self, result: &str) {

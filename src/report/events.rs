@@ -199,6 +199,37 @@ impl EventWriter {
     }
 }
 
+/// A refusal of the right itself. A namespace being deleted refuses every create with a 403
+/// too (cause `NamespaceTerminating`): that says nothing about the rights, and must not stop
+/// Events everywhere else.
 fn is_forbidden(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 403)
+    matches!(e, kube::Error::Api(s) if s.code == 403 && !namespace_terminating(s))
+}
+
+fn namespace_terminating(s: &kube::core::Status) -> bool {
+    s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(causes: serde_json::Value) -> kube::Error {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": 403, "reason": "Forbidden", "message": "refused",
+            "details": {"kind": "events", "causes": causes},
+        }))
+        .unwrap();
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn a_terminating_namespace_is_not_a_missing_right() {
+        assert!(is_forbidden(&refusal(serde_json::json!([]))));
+        let terminating = refusal(serde_json::json!([{
+            "reason": "NamespaceTerminating", "message": "namespace x is being terminated",
+            "field": "metadata.namespace"
+        }]));
+        assert!(!is_forbidden(&terminating));
+    }
 }

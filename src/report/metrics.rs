@@ -19,6 +19,8 @@ const WAIT_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 
 /// The other program's buckets where a family is shared: `le` values are label values too, and
 /// dashboards' `histogram_quantile` panels read them.
 const ACTION_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+const ROLLOUT_BUCKETS: &[f64] =
+    &[0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0];
 const QUEUE_BUCKETS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
 const REQUEST_BUCKETS: &[f64] = &[0.001, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0];
 
@@ -48,6 +50,11 @@ pub struct Metrics {
     pub alerts_total: IntCounterVec,
     /// Rollouts held back by a churn limit, by reason (`min_interval`, `budget`).
     pub rollouts_throttled: IntCounterVec,
+    /// Rollouts started by a reload that finished, by result (`rolled_out`, `failed`,
+    /// `recovered`: rolled out after having failed).
+    pub rollouts_total: IntCounterVec,
+    /// From the reload's write to the rollout's end, by result.
+    pub rollout_duration: HistogramVec,
     /// Panics contained, by stage (`reconcile`, `watch_event`, `policy_status`).
     pub panics: IntCounterVec,
     /// Objects whose values broke an input limit, by limit (see `crate::model::limits`).
@@ -329,6 +336,17 @@ impl Metrics {
                 "reloader_rollouts_throttled_total",
                 "Rollouts held back by a churn limit (applied later), by reason (min_interval, budget).",
                 &["reason"],
+            ),
+            rollouts_total: counter(
+                "reloader_rollouts_total",
+                "Rollouts started by a reload that finished, by result (rolled_out, failed, recovered).",
+                &["result"],
+            ),
+            rollout_duration: histogram(
+                "reloader_rollout_duration_seconds",
+                "Time from the reload's write to its rollout finishing (rolled out or failed), by result.",
+                &["result"],
+                ROLLOUT_BUCKETS,
             ),
             alerts_total: counter(
                 "reloader_alerts_total",

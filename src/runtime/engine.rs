@@ -31,6 +31,7 @@ mod csi;
 mod events;
 mod feed;
 mod follow;
+mod outcome;
 mod policies;
 mod reconcile;
 mod rights;
@@ -87,6 +88,8 @@ pub struct EngineConfig {
     pub debounce_max_wait: Duration,
     /// Churn limits (see [`crate::decide::churn`]).
     pub min_rollout_interval: Duration,
+    /// How long a rollout without a deadline of its own may take (see [`crate::decide::outcome`]).
+    pub rollout_timeout: Duration,
     pub max_rollouts_per_second: f64,
     pub rollout_burst: u32,
     pub resync_period: Duration,

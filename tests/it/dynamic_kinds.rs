@@ -163,6 +163,29 @@ async fn rollouts_and_deployment_configs_are_discovered_later_and_reloaded() {
     );
     assert!(inline.data["spec"].get("restartAt").is_none());
 
+    // Its rollout is followed through `status.phase`, here written as Argo's controller would
+    // (this CRD has no status subresource, so observedGeneration is set well ahead).
+    let phase = |phase: &str, message: &str| json!({"status": {"phase": phase, "message": message, "observedGeneration": "999"}});
+    let merge = |body: Value| {
+        let rollouts = rollouts.clone();
+        async move {
+            rollouts
+                .patch(
+                    "inline",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&body),
+                )
+                .await
+                .unwrap();
+        }
+    };
+    merge(phase("Degraded", "ProgressDeadlineExceeded: the canary never became ready")).await;
+    let notes = f.wait_events("Rollout", "inline", "RolloutFailed").await;
+    assert!(notes[0].contains("canary never became ready"), "{notes:?}");
+    merge(phase("Healthy", "")).await;
+    let notes = f.wait_events("Rollout", "inline", "RolledOut").await;
+    assert!(notes[0].contains("after its failed rollout"), "{notes:?}");
+
     for name in ["restarted", "by-ref"] {
         let r = eventually(&format!("{name} to get spec.restartAt"), TIMEOUT, || async {
             let r = rollouts.get(name).await.unwrap();

@@ -16,14 +16,20 @@ pub fn testenv_bin(root: &Path) -> PathBuf {
 /// Starts `testenv up` in `dir` and waits until it says the API server is ready; returns the
 /// supervisor (it stops and cleans up when its stdin closes, that is when the `Child` is dropped
 /// with the process) and its ready line. Later supervisor lines go to stderr. On failure, the
-/// error has what the supervisor said.
-pub fn start(bin: &Path, dir: &Path, ready_within: Duration) -> Result<(Child, String), String> {
+/// error has what the supervisor said. `extra` are more `up` flags (`--nodes=0`: no pods run).
+pub fn start(
+    bin: &Path,
+    dir: &Path,
+    extra: &[&str],
+    ready_within: Duration,
+) -> Result<(Child, String), String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     let mut child = Command::new(bin)
         .arg("up")
         .arg("--dir")
         .arg(dir)
         .arg("--exit-on-stdin-eof")
+        .args(extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

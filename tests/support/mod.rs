@@ -81,7 +81,7 @@ fn start_local_control_plane() -> TestEnv {
         .unwrap_or_else(|| "tests".into());
     let dir = runs.join(format!("{name}-{}", std::process::id()));
     let started = Instant::now();
-    let (child, ready_line) = control_plane::start(&bin, &dir, Duration::from_secs(300))
+    let (child, ready_line) = control_plane::start(&bin, &dir, &[], Duration::from_secs(300))
         .unwrap_or_else(|e| panic!("{e}"));
     let _ = SUPERVISOR.set(Mutex::new(child));
     announce(&format!(

@@ -276,6 +276,13 @@ impl Feed {
         let invalid = entry.selection.invalid_patterns.clone();
         let not_booleans = entry.selection.invalid_booleans.clone();
         let changed = self.store.write().upsert_workload(entry);
+        if !changed && self.is_synced() {
+            // Its controller reported on a rollout a reload started (runtime/engine/outcome.rs).
+            let followed = self.remembered.lock().get(&key).is_some_and(|m| m.following.is_some());
+            if followed {
+                self.queue.schedule(key.clone(), Duration::ZERO);
+            }
+        }
         if changed {
             if !invalid.is_empty() {
                 warn!(workload = %key, patterns = ?invalid,

@@ -27,12 +27,13 @@ use crate::decide::policy_part::{PartMode, PolicyKey, PolicyPart};
 use crate::decide::policy_plan::{
     ActivePolicy, combined_hash, parse_policy_record, plan_policy, resolve_sources, target_kind,
 };
-use crate::decide::policy_status::{Outcome, condition_status, desired_status};
+use crate::decide::policy_status::{Outcome, TargetRollout, condition_status, desired_status};
 use crate::index::remembered::{PolicyMemory, Remembered};
 use crate::index::store::Store;
 use crate::kube::hash_key::KeySlot;
 use crate::model::naming::env_var_name;
 use crate::model::policy::{PolicyTarget, ReloadPolicy};
+use crate::model::progress::RolloutState;
 use crate::model::source::SourceRef;
 use crate::model::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
 use crate::report::events::EventWriter;
@@ -220,6 +221,48 @@ impl Policies {
         self.statuses.add(key, Duration::ZERO);
     }
 
+    /// A target's rollout moved (started, finished, failed): every policy that reported on the
+    /// target shows it.
+    pub(super) fn report_rollout(&self, key: &WorkloadKey, rollout: TargetRollout) {
+        let target = (key.kind, key.name.clone());
+        let mut touched = Vec::new();
+        self.memory.lock().update_all(|policy, m| {
+            if policy.0 == key.namespace && m.outcomes.contains_key(&target) {
+                m.rollouts.insert(target.clone(), rollout.clone());
+                touched.push(policy.clone());
+            }
+        });
+        for policy in touched {
+            self.statuses.add(policy, Duration::from_millis(100));
+        }
+    }
+
+    /// Whether a policy's status says `key`'s rollout is still progressing or failed (as the
+    /// previous leader, or this replica before a restart, left it): such a rollout is followed
+    /// on. Failed comes first.
+    pub(super) fn rollout_claimed(&self, key: &WorkloadKey) -> Option<RolloutState> {
+        let target = (key.kind, key.name.clone());
+        let mut claimed = None;
+        for policy in self.policies_in(&key.namespace) {
+            let policy_key = (policy.namespace.clone(), policy.name.clone());
+            let memory = self.memory.lock();
+            let Some(m) = memory.get(&policy_key) else { continue };
+            let remembered = m.rollouts.get(&target).map(|r| r.state);
+            let written = m
+                .observed
+                .targets
+                .iter()
+                .find(|t| t.name == key.name && target_kind(t.kind) == key.kind)
+                .and_then(|t| RolloutState::parse(t.rollout.as_deref()?));
+            match remembered.or(written) {
+                Some(RolloutState::Failed) => return Some(RolloutState::Failed),
+                Some(RolloutState::Progressing) => claimed = Some(RolloutState::Progressing),
+                _ => {}
+            }
+        }
+        claimed
+    }
+
     /// A workload that is gone is no policy's target any more: its last outcome (a failure,
     /// say) must not hold a policy's conditions.
     pub(super) fn forget_target(&self, key: &WorkloadKey) {
@@ -229,6 +272,7 @@ impl Policies {
             if policy.0 == key.namespace && m.outcomes.remove(&target).is_some() {
                 touched.push(policy.clone());
             }
+            m.rollouts.remove(&target);
             m.dry_run_seen.remove(key);
         });
         for policy in touched {
@@ -593,7 +637,7 @@ impl Policies {
             resolve_sources(&policy, &ns_sources, hasher.as_ref().unwrap_or(&Hasher::Sha1));
         let (targets, missing_targets) = self.resolve_targets(&policy);
         let memory = self.memory.lock().get(key).cloned().unwrap_or_default();
-        let (observed, outcomes) = (memory.observed, memory.outcomes);
+        let (observed, outcomes, rollouts) = (memory.observed, memory.outcomes, memory.rollouts);
         let desired = desired_status(
             &policy,
             hasher.as_ref().err().map(String::as_str),
@@ -602,6 +646,7 @@ impl Policies {
             &targets,
             &missing_targets,
             &outcomes,
+            &rollouts,
             &observed,
             memory.reload_count,
             memory.throttled_count,

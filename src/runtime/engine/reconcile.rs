@@ -88,6 +88,10 @@ impl Reconciler {
         }
         let Some(opts) = self.plan_options(key) else { return Next::Idle };
         let Some(mut entry) = self.feed.store.read().workload(key) else { return Next::Idle };
+        // A rollout a reload started is followed first (runtime/engine/outcome.rs).
+        if let Some(recheck) = self.follow_rollout(&entry.info).await {
+            self.feed.queue.schedule(key.clone(), recheck);
+        }
         // A rollout admitted by the churn limits stays admitted through conflict retries (the
         // admission counts as this workload's rollout: a retry must not be held back by it).
         let mut admitted = false;
@@ -209,6 +213,9 @@ impl Reconciler {
                     self.policies.report(parts, None).await;
                     if !plan.changes.is_empty() {
                         self.reloaded(&entry.info, &plan).await;
+                        if plan.template.is_some() && self.config.webhook_url.is_none() {
+                            self.start_following(key);
+                        }
                     } else {
                         debug!(workload = %key, "recorded baseline source hashes");
                     }

@@ -5,6 +5,7 @@
 use super::*;
 use crate::kube::write::Answer;
 pub use crate::kube::write::{ExecError, WorkloadWriter};
+use crate::model::progress::RolloutProgress;
 
 impl Reconciler {
     /// Carries out a plan and remembers the workload as written.
@@ -95,19 +96,24 @@ impl WorkloadObject for Deployment {
     fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> Option<WorkloadInfo> {
         let mut info = WorkloadInfo::extract(kind, &self.metadata, Some(&self.spec.template), keys);
         info.paused = self.spec.paused.unwrap_or(false);
+        info.progress = RolloutProgress::of_deployment(self);
         Some(info)
     }
 }
 
 impl WorkloadObject for DaemonSet {
     fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> Option<WorkloadInfo> {
-        Some(WorkloadInfo::extract(kind, &self.metadata, Some(&self.spec.template), keys))
+        let mut info = WorkloadInfo::extract(kind, &self.metadata, Some(&self.spec.template), keys);
+        info.progress = RolloutProgress::of_daemon_set(self);
+        Some(info)
     }
 }
 
 impl WorkloadObject for StatefulSet {
     fn info(&self, kind: WorkloadKind, keys: &AnnotationKeys) -> Option<WorkloadInfo> {
-        Some(WorkloadInfo::extract(kind, &self.metadata, Some(&self.spec.template), keys))
+        let mut info = WorkloadInfo::extract(kind, &self.metadata, Some(&self.spec.template), keys);
+        info.progress = RolloutProgress::of_stateful_set(self);
+        Some(info)
     }
 }
 
@@ -151,5 +157,9 @@ pub fn dynamic_info(
         }
     }
     info.paused = spec.and_then(|s| s.get("paused")).and_then(|p| p.as_bool()).unwrap_or(false);
+    if kind == WorkloadKind::Rollout {
+        info.progress =
+            RolloutProgress::of_argo_rollout(obj.metadata.generation, obj.data.get("status"));
+    }
     Some(info)
 }

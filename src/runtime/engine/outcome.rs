@@ -1,0 +1,118 @@
+//! Following the rollouts reloads start (leader only, as it is the one that writes): after a
+//! reload's write the workload is followed; each report of its controller (a watch event on
+//! the workload) queues it, and its reconcile first asks `decide::outcome::step` what the
+//! rollout came to, then reports it: an Event on the workload, `reloader_rollouts_total` and
+//! `reloader_rollout_duration_seconds`, an alert on failure, and the `rollout` of the target
+//! in every policy that reports on it.
+
+use super::*;
+use crate::decide::outcome::{self, Following, Step};
+use crate::decide::policy_status::TargetRollout;
+use crate::model::progress::RolloutState;
+
+impl Reconciler {
+    /// A reload was just written: its rollout is followed (for kinds that roll pods by
+    /// themselves: a CronJob's or an `OnDelete` StatefulSet's is not).
+    pub(super) fn start_following(&self, key: &WorkloadKey) {
+        let Some(entry) = self.feed.store.read().workload(key) else { return };
+        if outcome::verdict(&entry.info.progress).is_none() {
+            return;
+        }
+        let started_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        let following = Following { started_ms, failed: false, resumed: false };
+        self.feed.remembered.lock().update(key, |m| m.following = Some(following));
+        self.policies
+            .report_rollout(key, TargetRollout { state: RolloutState::Progressing, message: None });
+        // Its controller may have finished before the watch event that says so is seen.
+        self.feed.queue.schedule(key.clone(), Duration::ZERO);
+    }
+
+    /// What the followed rollout of `info` came to, reported; returns when to look again at
+    /// the latest (the deadline of kinds that have none of their own), `None` to wait for the
+    /// next report. A rollout a policy's status still shows as progressing or failed (written
+    /// before a restart or by the previous leader) is followed on.
+    pub(super) async fn follow_rollout(&self, info: &WorkloadInfo) -> Option<Duration> {
+        let key = &info.key;
+        if !*self.leadership.borrow() {
+            return None;
+        }
+        let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+        let remembered = self.feed.remembered.lock().get(key).and_then(|m| m.following.clone());
+        let following = match remembered {
+            Some(f) => f,
+            None => {
+                let claimed = self.policies.rollout_claimed(key)?;
+                let failed = claimed == RolloutState::Failed;
+                let resumed = Following { started_ms: now, failed, resumed: true };
+                self.feed.remembered.lock().update(key, |m| m.following = Some(resumed.clone()));
+                resumed
+            }
+        };
+        let step =
+            outcome::step(key.kind, &following, &info.progress, now, self.config.rollout_timeout);
+        let took = outcome::elapsed(&following, now);
+        match step {
+            Step::Wait { recheck, .. } => recheck,
+            Step::StillFailed => None,
+            Step::NotFollowed => {
+                self.feed.remembered.lock().update(key, |m| m.following = None);
+                None
+            }
+            Step::RolledOut { recovered } => {
+                self.feed.remembered.lock().update(key, |m| m.following = None);
+                let result = if recovered { "recovered" } else { "rolled_out" };
+                self.metrics.rollouts_total.with_label_values(&[result]).inc();
+                if !following.resumed {
+                    self.metrics
+                        .rollout_duration
+                        .with_label_values(&[result])
+                        .observe(took.as_secs_f64());
+                }
+                let note = match (recovered, following.resumed) {
+                    (true, _) => format!("{key} rolled out after its failed rollout"),
+                    (false, true) => format!("Rollout of {key} after its reload completed"),
+                    (false, false) => format!(
+                        "Rollout of {key} after its reload completed in {:.1}s",
+                        took.as_secs_f64()
+                    ),
+                };
+                info!(workload = %key, recovered, seconds = took.as_secs_f64(), "rollout completed");
+                self.events.about_workload(info, EventType::Normal, "RolledOut", note).await;
+                self.policies.report_rollout(
+                    key,
+                    TargetRollout { state: RolloutState::RolledOut, message: None },
+                );
+                None
+            }
+            Step::Failed { reason, message } => {
+                self.feed.remembered.lock().update(key, |m| {
+                    if let Some(f) = m.following.as_mut() {
+                        f.failed = true;
+                    }
+                });
+                self.metrics.rollouts_total.with_label_values(&["failed"]).inc();
+                if !following.resumed {
+                    self.metrics
+                        .rollout_duration
+                        .with_label_values(&["failed"])
+                        .observe(took.as_secs_f64());
+                }
+                let why = format!("{reason}: {message}");
+                warn!(workload = %key, reason = %reason, message = %message, "rollout after a reload failed");
+                let note = crate::model::limits::truncate(
+                    &format!("Rollout of {key} after its reload failed: {why}"),
+                    crate::model::limits::MAX_EVENT_NOTE,
+                );
+                self.events.about_workload(info, EventType::Warning, "RolloutFailed", note).await;
+                if let Some(alerter) = self.alerter.get() {
+                    alerter.rollout_failed(key, &crate::model::limits::truncate(&why, 600));
+                }
+                self.policies.report_rollout(
+                    key,
+                    TargetRollout { state: RolloutState::Failed, message: Some(why) },
+                );
+                None
+            }
+        }
+    }
+}
