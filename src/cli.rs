@@ -181,6 +181,12 @@ pub struct ReloadArgs {
     #[arg(long, env = "RELOADER_MIN_ROLLOUT_INTERVAL", value_parser = parse_duration, default_value = "5s")]
     pub min_rollout_interval: Duration,
 
+    /// Roll every change now, whatever the reload windows of policies (`spec.windows`) and
+    /// workloads (`reloader.rs/reload-windows`) say: an emergency switch.
+    #[arg(long, env = "RELOADER_IGNORE_WINDOWS", num_args = 0..=1, value_parser = parse_go_bool,
+          default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
+    pub ignore_windows: bool,
+
     /// How long a StatefulSet or DaemonSet rollout started by a reload may take before it is
     /// reported failed (Deployments and Argo Rollouts have their own `progressDeadlineSeconds`).
     #[arg(long, env = "RELOADER_ROLLOUT_TIMEOUT", value_parser = parse_duration, default_value = "10m")]
@@ -481,6 +487,7 @@ impl ReloadArgs {
             debounce_max_wait: args.debounce_max_wait,
             min_rollout_interval: args.min_rollout_interval,
             rollout_timeout: args.rollout_timeout,
+            ignore_windows: args.ignore_windows,
             max_rollouts_per_second: args.max_rollouts_per_second,
             rollout_burst: args.rollout_burst,
             resync_period: args.resync_period,

@@ -30,8 +30,8 @@
 //!    stakater/Reloader's precedence from `decide/selection.rs`) and `decide/policy_plan.rs`
 //!    (policies) give one plan, which pause (`decide/pause.rs`) may hold;
 //!    `decide/rollout.rs::decide` passes it through the gates to its write, in order: up to
-//!    date, suspended, settling (the debounce, `decide/settle.rs`), leadership, the churn
-//!    budgets (`decide/churn.rs`); each way out is a `decide/rollout.rs::Next` (when to look
+//!    date, suspended, the reload windows (`decide/window.rs`), settling (the debounce,
+//!    `decide/settle.rs`), leadership, the churn budgets (`decide/churn.rs`); each way out is a `decide/rollout.rs::Next` (when to look
 //!    again, and why), which the worker schedules;
 //! 5. `kube/write.rs`: `WorkloadWriter::execute` **applies** it: the patch built by
 //!    `decide/template.rs` (env var, annotation or restart strategy), a Job re-created, or a POST
@@ -42,7 +42,10 @@
 //! 6. `runtime/engine/events.rs`: `reloaded` / `failed` **report** it (Events written by
 //!    `report/events.rs::EventWriter`, metrics, alerts);
 //!    `runtime/engine/policies.rs` writes the policy status that `decide/policy_status.rs`
-//!    computes (leader only, by server-side apply).
+//!    computes (leader only, by server-side apply);
+//! 7. `runtime/engine/outcome.rs` then **follows the rollout**: each status report of the
+//!    workload (`model/progress.rs`) is judged by `decide/outcome.rs` until it has rolled out
+//!    or failed, and reported (Events, metrics, alerts, the policy's `RolledOut`).
 //!
 //! What the operator may do at all follows from its identity's rights, reviewed at start and
 //! again after a refusal (`runtime/engine/rights.rs`): which kinds are watched, listed on

@@ -25,3 +25,4 @@ pub mod selection;
 pub mod settle;
 pub mod template;
 pub mod token_bucket;
+pub mod window;

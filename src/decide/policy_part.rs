@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::decide::churn::GroupBudget;
 use crate::decide::plan::Plan;
+use crate::decide::window::{self, Window, WindowGate};
 use crate::model::source::SourceRef;
 use crate::model::workload::WorkloadKey;
 
@@ -30,7 +31,12 @@ pub struct PolicyPart {
     pub min_rollout_interval: Duration,
     /// The policy's `maxRolloutsPerMinute`.
     pub max_rollouts_per_minute: Option<u32>,
+    /// The policy's reload windows (`None`: it has none, or `ignoreWindows` is set).
+    pub windows: Option<Windows>,
 }
+
+/// Reload windows as parsed once per change of their policy or annotation.
+pub type Windows = std::sync::Arc<Result<Vec<Window>, String>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PartMode {
@@ -44,6 +50,30 @@ impl PolicyPart {
     pub fn carries_changes(&self) -> bool {
         self.mode == PartMode::Live && !self.changed.is_empty()
     }
+}
+
+/// Whether the reload windows that apply to this plan let it roll at `now`: the workload's own
+/// (`reloader.rs/reload-windows`) when the plan carries a change annotation mode saw, and each
+/// policy's whose changes it carries. All must be open; invalid windows hold it.
+pub fn window_gate(
+    annotation: Option<&Windows>,
+    plan: &Plan,
+    parts: &[PolicyPart],
+    now: jiff::Timestamp,
+) -> Result<WindowGate, String> {
+    let from_policies: Vec<&PolicyPart> = parts.iter().filter(|p| p.carries_changes()).collect();
+    let by_annotations =
+        plan.changes.iter().any(|c| !from_policies.iter().any(|p| p.changed.contains(&c.source)));
+    let sets = from_policies
+        .iter()
+        .filter_map(|p| p.windows.as_ref())
+        .chain(annotation.filter(|_| by_annotations));
+    let mut combined = WindowGate::Open;
+    for set in sets {
+        let windows = set.as_ref().as_ref().map_err(Clone::clone)?;
+        combined = window::both(combined, window::gate(windows, now));
+    }
+    Ok(combined)
 }
 
 /// How long a rollout waits for quiet sources: the operator's `--debounce` for changes seen
@@ -134,6 +164,7 @@ mod tests {
             debounce: Duration::from_secs(secs),
             min_rollout_interval: Duration::from_secs(secs * 10),
             max_rollouts_per_minute: budget,
+            windows: None,
         }
     }
 
@@ -191,5 +222,37 @@ mod tests {
         assert_eq!(interval, Duration::from_secs(90));
         // No policy: the operator's interval, no budget.
         assert_eq!(churn_limits(GLOBAL, &plan_of(&["a"]), &[]), (GLOBAL, vec![]));
+    }
+
+    #[test]
+    fn windows_apply_to_the_changes_they_own_and_invalid_ones_hold() {
+        let at = |t: &str| t.parse::<jiff::Timestamp>().unwrap();
+        let closed_now: Windows = std::sync::Arc::new(window::parse_annotation(
+            r#"[{"type":"Allow","schedule":"0 2 * * *","duration":"1h"}]"#,
+        ));
+        let now = at("2026-12-05T12:00:00Z");
+        let mut p = part("p", PartMode::Live, &["a"], 1, None);
+        p.windows = Some(closed_now.clone());
+        // The policy's change is held by its window.
+        assert!(matches!(
+            window_gate(None, &plan_of(&["a"]), std::slice::from_ref(&p), now),
+            Ok(WindowGate::Closed { opens: Some(t), .. }) if t == at("2026-12-06T02:00:00Z")
+        ));
+        // A policy that carries no change does not hold annotation mode's.
+        let idle = part("p", PartMode::Live, &[], 1, None);
+        assert_eq!(window_gate(None, &plan_of(&["b"]), &[idle], now), Ok(WindowGate::Open));
+        // The workload's own windows hold the changes annotation mode saw.
+        assert!(matches!(
+            window_gate(Some(&closed_now), &plan_of(&["b"]), &[], now),
+            Ok(WindowGate::Closed { .. })
+        ));
+        assert!(
+            window_gate(Some(&closed_now), &plan_of(&["a"]), std::slice::from_ref(&p), now).is_ok()
+        );
+        let invalid: Windows = std::sync::Arc::new(Err("window 1: bad".into()));
+        assert_eq!(
+            window_gate(Some(&invalid), &plan_of(&["b"]), &[], now),
+            Err("window 1: bad".to_string())
+        );
     }
 }

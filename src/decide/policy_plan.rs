@@ -34,6 +34,8 @@ pub struct ActivePolicy {
     target_selectors: Vec<Option<Selector>>,
     /// The selectors that do not parse, each with where it is and why (they select nothing).
     pub invalid_selectors: Vec<String>,
+    /// `spec.windows`, parsed; an error (an unknown time zone, say) holds every rollout.
+    pub windows: std::sync::Arc<Result<Vec<crate::decide::window::Window>, String>>,
 }
 
 impl ActivePolicy {
@@ -78,6 +80,7 @@ impl ActivePolicy {
             generation,
             debounce: duration(&spec.debounce),
             min_rollout_interval: duration(&spec.min_rollout_interval),
+            windows: std::sync::Arc::new(crate::decide::window::parse(&spec.windows)),
             spec,
             source_selectors,
             target_selectors,

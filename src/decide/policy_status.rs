@@ -21,6 +21,18 @@ pub type Outcomes = BTreeMap<(WorkloadKind, String), Outcome>;
 /// Per target (kind, name): how the rollout of the policy's last reload there went.
 pub type Rollouts = BTreeMap<(WorkloadKind, String), TargetRollout>;
 
+/// Per target (kind, name) whose rollout waits for a reload window: when one opens (seconds
+/// since the epoch).
+pub type NextWindows = BTreeMap<(WorkloadKind, String), i64>;
+
+/// What the engine reported per target.
+#[derive(Debug, Clone, Copy)]
+pub struct Reported<'a> {
+    pub outcomes: &'a Outcomes,
+    pub rollouts: &'a Rollouts,
+    pub next_windows: &'a NextWindows,
+}
+
 /// A target's rollout as last seen (see `decide::outcome`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TargetRollout {
@@ -70,13 +82,13 @@ pub fn desired_status(
     missing_sources: &[&PolicySource],
     targets: &[WorkloadInfo],
     missing_targets: &[&PolicyTarget],
-    outcomes: &Outcomes,
-    rollouts: &Rollouts,
+    reported: Reported<'_>,
     observed: &ReloadPolicyStatus,
     reload_count: i64,
     throttled_count: i64,
     now: Timestamp,
 ) -> ReloadPolicyStatus {
+    let Reported { outcomes, rollouts, next_windows } = reported;
     let generation = policy.generation;
     let condition = |type_: &str, ok: bool, reason: &str, message: String| {
         let status = if ok { "True" } else { "False" };
@@ -133,6 +145,8 @@ pub fn desired_status(
                 "hashMode HMAC-SHA256 needs the operator's hash key; nothing is reloaded: {problem}"
             ),
         )
+    } else if let Err(e) = policy.windows.as_ref() {
+        (false, "InvalidWindows", format!("spec.windows: {e}; nothing rolls until it is fixed"))
     } else if !sources_ok {
         (false, "SourcesNotFound", sources_msg.clone())
     } else if !targets_ok {
@@ -338,6 +352,14 @@ pub fn desired_status(
         });
         target_status.truncate(crate::model::limits::MAX_STATUS_ITEMS);
     }
+    // Targets whose rollout waits for a reload window, and when the first one opens.
+    let pending: Vec<(WorkloadKind, String)> = targets
+        .iter()
+        .map(|t| (t.key.kind, t.key.name.clone()))
+        .filter(|k| outcomes.get(k).is_some_and(|o| o.result == "Pending"))
+        .collect();
+    let next_window =
+        pending.iter().filter_map(|k| next_windows.get(k)).min().and_then(|t| time(*t));
     let last_reload_time = target_status
         .iter()
         .filter_map(|t| t.last_reload_time.clone())
@@ -353,6 +375,8 @@ pub fn desired_status(
         last_reload_time,
         reload_count,
         throttled_count,
+        pending: (!pending.is_empty()).then_some(pending.len() as i32),
+        next_window,
     }
 }
 
@@ -416,6 +440,7 @@ mod tests {
         missing_targets: Vec<PolicyTarget>,
         outcomes: Outcomes,
         rollouts: Rollouts,
+        next_windows: NextWindows,
         observed: ReloadPolicyStatus,
         reload_count: i64,
         throttled_count: i64,
@@ -435,6 +460,7 @@ mod tests {
                 missing_targets: vec![],
                 outcomes: Outcomes::new(),
                 rollouts: Rollouts::new(),
+                next_windows: NextWindows::new(),
                 observed: ReloadPolicyStatus::default(),
                 reload_count: 0,
                 throttled_count: 0,
@@ -449,8 +475,11 @@ mod tests {
                 &self.missing_sources.iter().collect::<Vec<_>>(),
                 &self.targets,
                 &self.missing_targets.iter().collect::<Vec<_>>(),
-                &self.outcomes,
-                &self.rollouts,
+                Reported {
+                    outcomes: &self.outcomes,
+                    rollouts: &self.rollouts,
+                    next_windows: &self.next_windows,
+                },
                 &self.observed,
                 self.reload_count,
                 self.throttled_count,
@@ -685,6 +714,31 @@ mod tests {
             );
             assert_eq!(status.observed_generation, Some(3), "{name}");
         }
+    }
+
+    #[test]
+    fn pending_targets_and_the_next_window_and_invalid_windows() {
+        let mut given = Given::healthy();
+        given
+            .outcomes
+            .insert((WorkloadKind::Deployment, "api".into()), outcome("Pending", None, None));
+        given.next_windows.insert((WorkloadKind::Deployment, "api".into()), T0 + 3600);
+        let s = given.status(T0);
+        assert_eq!(s.pending, Some(1));
+        assert_eq!(s.next_window, time(T0 + 3600));
+        assert_eq!(s.targets[0].result.as_deref(), Some("Pending"));
+        // Nothing pending: neither field is written.
+        let s = Given::healthy().status(T0);
+        assert_eq!((s.pending, s.next_window), (None, None));
+
+        let mut given = Given::healthy();
+        given.policy = policy(json!({"windows": [
+            {"type": "Allow", "schedule": "0 2 * * *", "duration": "1h", "timeZone": "Nowhere/Void"}
+        ]}));
+        let s = given.status(T0);
+        assert_eq!(condition(&s, "Ready").reason, "InvalidWindows");
+        assert!(condition(&s, "Ready").message.contains("unknown time zone"), "{:?}", s.conditions);
+        assert_eq!(condition(&s, "Stalled").status, "True");
     }
 
     #[test]

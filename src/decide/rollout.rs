@@ -2,8 +2,8 @@
 //!
 //! The reconcile (`runtime/engine/reconcile.rs`) makes a plan ([`super::plan`], with pause and
 //! the policies' parts applied) and asks [`decide`] whether to write it: the gates between a
-//! plan and its write (up to date, suspended, settling, leadership, the churn limits) are one
-//! ladder here, in that order. Each way out is a [`Next`]: when the workload is looked at
+//! plan and its write (up to date, suspended, the reload windows, settling, leadership, the
+//! churn limits) are one ladder here, in that order. Each way out is a [`Next`]: when the workload is looked at
 //! again, and why. A write's result is turned into the next step by [`after_write`], the one
 //! rule for conflicts, deletions and failures.
 
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::decide::churn::{GroupBudget, RolloutLimiter, Throttled};
 use crate::decide::settle;
+use crate::decide::window::WindowGate;
 
 /// How many times a write refused for a conflict is planned again from a fresh read before
 /// the reconcile gives up and is retried after [`AFTER_CONFLICTS`].
@@ -60,6 +61,8 @@ pub struct Gates<'a, K> {
     pub rolls: bool,
     /// The workload is suspended (a CronJob's `spec.suspend`): left alone.
     pub suspended: bool,
+    /// The reload windows that apply hold the rollout ([`pending`]).
+    pub reload_window: Option<Pending>,
     /// This replica holds the Lease (always, without `--enable-ha`).
     pub leader: bool,
     /// The debounce window that applies to this plan, and the longest a rollout may be held.
@@ -82,6 +85,8 @@ pub enum Decision {
     UpToDate,
     /// Suspended: left alone.
     Suspended,
+    /// Outside its reload windows: pending until one opens.
+    Pending(Pending),
     /// Sources still changing: held this long, then the state of that moment is written.
     Settling(Duration),
     /// Not this replica's to write (the Lease was lost while planning).
@@ -107,6 +112,9 @@ pub fn decide<K: Clone + Eq + Hash>(
     }
     if gates.suspended {
         return Decision::Suspended;
+    }
+    if let Some(pending) = gates.reload_window.as_ref().filter(|_| gates.rolls) {
+        return Decision::Pending(pending.clone());
     }
     if let Some(wait) = settling(gates, deferred_since, now) {
         return Decision::Settling(wait);
@@ -142,6 +150,37 @@ fn settling<K>(
         *deferred_since = None;
     }
     wait
+}
+
+/// A rollout the reload windows hold: when to look again, and when a window opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub wait: Duration,
+    pub opens: Option<jiff::Timestamp>,
+    /// The windows do not parse (this says why): nothing rolls until they are fixed.
+    pub invalid: Option<String>,
+}
+
+/// The soonest a pending rollout is looked at again (a recheck already due, after a clock step).
+pub const PENDING_MIN_RECHECK: Duration = Duration::from_millis(50);
+
+/// How long invalid windows hold a rollout before it is looked at again (fixing them queues
+/// the workload at once).
+pub const INVALID_WINDOWS_RECHECK: Duration = Duration::from_secs(3600);
+
+/// What the reload windows' verdict means for a rollout at `now`: `None` when it may roll.
+pub fn pending(gate: Result<WindowGate, String>, now: jiff::Timestamp) -> Option<Pending> {
+    match gate {
+        Ok(WindowGate::Open) => None,
+        Ok(WindowGate::Closed { recheck, opens }) => {
+            let wait = recheck.duration_since(now);
+            let wait = Duration::try_from(wait).unwrap_or(Duration::ZERO);
+            Some(Pending { wait, opens, invalid: None })
+        }
+        Err(why) => {
+            Some(Pending { wait: INVALID_WINDOWS_RECHECK, opens: None, invalid: Some(why) })
+        }
+    }
 }
 
 /// How a write ended (or the read made after a conflict), as far as the next step cares.
@@ -213,6 +252,7 @@ mod tests {
             up_to_date: false,
             rolls: true,
             suspended: false,
+            reload_window: None,
             leader: true,
             window: Duration::ZERO,
             max_wait: 60 * S,
@@ -231,9 +271,11 @@ mod tests {
     fn the_gates_are_passed_in_order() {
         let t0 = Instant::now();
         let key = "api";
+        let held = Pending { wait: 5 * S, opens: None, invalid: None };
         let all_closed = Gates {
             up_to_date: true,
             suspended: true,
+            reload_window: Some(held.clone()),
             leader: false,
             window: 2 * S,
             newest_change: Some(t0),
@@ -241,10 +283,14 @@ mod tests {
         };
         // Each row opens one more gate than the last; the first closed one answers.
         type Open = fn(&mut Gates<'_, &'static str>);
-        let steps: [(Open, Decision); 5] = [
+        let steps: [(Open, Decision); 6] = [
             (|_| {}, Decision::UpToDate),
             (|g| g.up_to_date = false, Decision::Suspended),
-            (|g| g.suspended = false, Decision::Settling(2 * S)),
+            (
+                |g| g.suspended = false,
+                Decision::Pending(Pending { wait: 5 * S, opens: None, invalid: None }),
+            ),
+            (|g| g.reload_window = None, Decision::Settling(2 * S)),
             (|g| g.window = Duration::ZERO, Decision::NotLeader),
             (|g| g.leader = true, Decision::Write { admitted: true }),
         ];
@@ -255,6 +301,37 @@ mod tests {
             let got = decide(&gates, &mut deferred, &mut limiter(0.0, 0, t0), t0);
             assert_eq!(got, want, "{gates:?}");
         }
+    }
+
+    #[test]
+    fn windows_hold_only_rollouts_and_say_when_to_look_again() {
+        let t0 = Instant::now();
+        let key = "api";
+        let at = |t: &str| t.parse::<jiff::Timestamp>().unwrap();
+        let now = at("2026-12-05T12:00:00Z");
+        let opens = at("2026-12-05T12:00:07Z");
+        let closed = WindowGate::Closed { recheck: opens, opens: Some(opens) };
+        let held = pending(Ok(closed), now).unwrap();
+        assert_eq!(held, Pending { wait: 7 * S, opens: Some(opens), invalid: None });
+        assert_eq!(pending(Ok(WindowGate::Open), now), None);
+        let invalid = pending(Err("window 1: bad".into()), now).unwrap();
+        assert_eq!(
+            (invalid.wait, invalid.invalid.as_deref()),
+            (INVALID_WINDOWS_RECHECK, Some("window 1: bad"))
+        );
+        // A recheck already past is due at once.
+        let late = WindowGate::Closed { recheck: now, opens: None };
+        assert_eq!(pending(Ok(late), at("2026-12-05T12:00:01Z")).unwrap().wait, Duration::ZERO);
+        // A plan that only records hashes is written whatever the windows say.
+        let record_only =
+            Gates { rolls: false, reload_window: Some(held.clone()), ..rolling(&key) };
+        let got = decide(&record_only, &mut None, &mut limiter(0.0, 0, t0), t0);
+        assert_eq!(got, Decision::Write { admitted: false });
+        let rolls = Gates { reload_window: Some(held.clone()), ..rolling(&key) };
+        assert_eq!(
+            decide(&rolls, &mut None, &mut limiter(0.0, 0, t0), t0),
+            Decision::Pending(held)
+        );
     }
 
     #[test]

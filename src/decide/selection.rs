@@ -76,6 +76,8 @@ fn is_plain_name(item: &str) -> bool {
     !item.contains(['\\', '.', '+', '*', '?', '(', ')', '|', '[', ']', '{', '}', '^', '$'])
 }
 
+use crate::model::workload::{IGNORE_WINDOWS_ANNOTATION, WINDOWS_ANNOTATION};
+
 /// The parsed selection annotations of a workload, per source kind.
 #[derive(Debug, Clone, Default)]
 pub struct Selection {
@@ -87,6 +89,11 @@ pub struct Selection {
     pub invalid_booleans: BTreeSet<String>,
     /// Values that broke a limit of [`crate::model::limits`] (reported once per change).
     pub violations: Vec<LimitViolation>,
+    /// `reloader.rs/reload-windows`, parsed (`None`: not set). An invalid value holds the
+    /// workload's rollouts (and is reported as a limit).
+    pub windows: Option<std::sync::Arc<Result<Vec<crate::decide::window::Window>, String>>>,
+    /// `reloader.rs/ignore-windows: "true"`: roll now, whatever the windows say.
+    pub ignore_windows: bool,
 }
 
 impl Selection {
@@ -138,6 +145,20 @@ impl Selection {
                 },
             );
         }
+        if let Some(value) = metadata.get(WINDOWS_ANNOTATION) {
+            let parsed = crate::decide::window::parse_annotation(value);
+            if let Err(e) = &parsed {
+                selection.violations.push(LimitViolation::new(
+                    "windows",
+                    format!("{WINDOWS_ANNOTATION}: {e}; its rollouts wait until it is fixed"),
+                ));
+            }
+            selection.windows = Some(std::sync::Arc::new(parsed));
+        }
+        selection.ignore_windows = metadata
+            .get(IGNORE_WINDOWS_ANNOTATION)
+            .and_then(|v| crate::model::annotations::parse_bool(v))
+            .unwrap_or(false);
         selection
     }
 

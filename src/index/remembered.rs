@@ -8,7 +8,7 @@ use std::hash::Hash;
 use std::time::Instant;
 
 use crate::decide::outcome::Following;
-use crate::decide::policy_status::{Outcome, Outcomes, Rollouts};
+use crate::decide::policy_status::{NextWindows, Outcome, Outcomes, Rollouts};
 use crate::model::limits::LimitViolation;
 use crate::model::policy::ReloadPolicyStatus;
 use crate::model::source::SourceRef;
@@ -32,6 +32,8 @@ pub struct WorkloadMemory {
     pub reported_limits: Vec<LimitViolation>,
     /// The rollout of its last reload, followed until it has rolled out.
     pub following: Option<Following>,
+    /// Its rollout waits for a reload window now (one Event per episode).
+    pub pending: bool,
 }
 
 /// One ReloadPolicy's runtime state (the policy itself is in the engine's policy index).
@@ -43,6 +45,8 @@ pub struct PolicyMemory {
     pub outcomes: Outcomes,
     /// Per target, how the rollout of its last reload went.
     pub rollouts: Rollouts,
+    /// Per target whose rollout waits for a reload window, when one opens.
+    pub next_windows: NextWindows,
     /// `status.reloadCount` and `status.throttledCount` (the larger of ours and the stored ones,
     /// so a standby follows the leader's).
     pub reload_count: i64,

@@ -9,5 +9,6 @@ pub mod limits;
 pub mod naming;
 pub mod policy;
 pub mod progress;
+pub mod schedule;
 pub mod source;
 pub mod workload;

@@ -32,6 +32,8 @@ macro_rules! go_duration_regex {
     printcolumn = r#"{"name":"Last Reload","type":"date","jsonPath":".status.lastReloadTime"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Rolled Out","type":"string","jsonPath":".status.conditions[?(@.type==\"RolledOut\")].status","description":"Every target's last reload rolled out"}"#,
+    printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.pending","description":"Targets whose rollout waits for a reload window"}"#,
+    printcolumn = r#"{"name":"Next Window","type":"string","jsonPath":".status.nextWindow","description":"When the next reload window opens"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -71,6 +73,18 @@ pub struct ReloadPolicySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self >= 1 && self <= 100000").message("maxRolloutsPerMinute must be between 1 and 100000"))]
     pub max_rollouts_per_minute: Option<i32>,
+
+    /// When reloads may roll the targets. With any `Allow` window a change waits until one is
+    /// open; while a `Deny` window is open nothing rolls. Outside, a change is pending (shown in
+    /// the status) and rolls once, with the sources' state of that moment, when a window opens;
+    /// a rollout under way when a window closes is not interrupted. At most 16.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub windows: Vec<PolicyWindow>,
+
+    /// Roll now, whatever `windows` say (an emergency change).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_windows: bool,
 
     /// Stop reloading; sources and targets are still resolved and reported.
     #[serde(default)]
@@ -143,6 +157,37 @@ pub struct PolicyTarget {
     /// container).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub containers: Option<Vec<String>>,
+}
+
+/// A reload window: when it opens, how long it stays open, in which time zone.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyWindow {
+    /// `Allow`: changes roll while it is open. `Deny`: nothing rolls while it is open.
+    #[serde(rename = "type")]
+    pub type_: WindowType,
+
+    /// When it opens: five cron fields (minute hour day-of-month month day-of-week), e.g.
+    /// `0 2 * * 1-5`, or a macro such as `@daily`.
+    #[schemars(length(max = 128))]
+    #[x_kube(validation = Rule::new("self.matches('^ *(@[a-z]+|[^ ]+( +[^ ]+){4}) *$')").message("schedule must be five cron fields (minute hour day-of-month month day-of-week) or a macro such as @daily"))]
+    pub schedule: String,
+
+    /// How long it stays open once opened (e.g. `2h`, `30m`; at most `168h`).
+    #[schemars(length(max = 32))]
+    #[x_kube(validation = Rule::new(concat!("self.matches('", go_duration_regex!(), "') && duration(self) > duration('0s') && duration(self) <= duration('168h')")).message("duration must be a duration such as 30m or 2h, above 0 and at most 168h"))]
+    pub duration: String,
+
+    /// The IANA time zone the schedule is read in (e.g. `Europe/Berlin`); default `UTC`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub time_zone: Option<String>,
+}
+
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum WindowType {
+    Allow,
+    Deny,
 }
 
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Hash, schemars::JsonSchema)]
@@ -233,6 +278,14 @@ pub struct ReloadPolicyStatus {
     /// was first held).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub throttled_count: i64,
+
+    /// Targets whose rollout waits for a reload window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending: Option<i32>,
+
+    /// When the next reload window opens, while a target's rollout waits for one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_window: Option<Time>,
 }
 
 fn is_zero(n: &i64) -> bool {
@@ -263,7 +316,8 @@ pub struct TargetStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_reload_hash: Option<String>,
     /// `Reloaded`, `UpToDate`, `DryRun`, `Suspended`, `Throttled` (a churn limit holds the
-    /// rollout back; `message` says which and for how long) or `Failed`.
+    /// rollout back; `message` says which and for how long), `Pending` (it waits for a reload
+    /// window; `message` says when one opens) or `Failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -306,7 +360,17 @@ mod tests {
             .collect();
         assert_eq!(
             columns,
-            ["Strategy", "Sources", "Targets", "Last Reload", "Ready", "Rolled Out", "Age"]
+            [
+                "Strategy",
+                "Sources",
+                "Targets",
+                "Last Reload",
+                "Ready",
+                "Rolled Out",
+                "Pending",
+                "Next Window",
+                "Age"
+            ]
         );
         let text = crd.to_string();
         for rule in ["has(self.name) != has(self.selector)", "duration(self) <= duration('1h')"] {

@@ -21,6 +21,13 @@ pub const RECORD_ANNOTATION: &str = "reloader.rs/source-hashes";
 /// hash (of the selected keys) the workload was last brought up to date with.
 pub const POLICY_RECORD_ANNOTATION: &str = "reloader.rs/policy-hashes";
 
+/// Reload windows of a workload in annotation mode: a JSON list of windows as a ReloadPolicy's
+/// `spec.windows` (see `decide::window`).
+pub const WINDOWS_ANNOTATION: &str = "reloader.rs/reload-windows";
+
+/// `"true"`: the workload rolls now, whatever its windows say (an emergency change).
+pub const IGNORE_WINDOWS_ANNOTATION: &str = "reloader.rs/ignore-windows";
+
 /// The pod-template annotation `kubectl rollout restart` sets; the restart strategy writes it.
 pub const RESTARTED_AT_ANNOTATION: &str = "kubectl.kubernetes.io/restartedAt";
 
@@ -176,6 +183,8 @@ impl WorkloadInfo {
         let mut wanted = keys.workload_keys();
         wanted.push(RECORD_ANNOTATION);
         wanted.push(POLICY_RECORD_ANNOTATION);
+        wanted.push(WINDOWS_ANNOTATION);
+        wanted.push(IGNORE_WINDOWS_ANNOTATION);
         wanted.push(RESTARTED_AT_ANNOTATION);
         let filter = |annotations: Option<&BTreeMap<String, String>>| {
             annotations

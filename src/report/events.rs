@@ -148,6 +148,10 @@ impl EventWriter {
                     warn!(error = %e, "writing events.k8s.io Events is refused; writing core Events from now on");
                     self.api.store(EventsApi::Core as u8, Ordering::SeqCst);
                 }
+                Err(e) if is_namespace_terminating(&e) => {
+                    debug!(object = %object, "no Event written: its namespace is being deleted");
+                    return;
+                }
                 Err(e) => {
                     warn!(object = %object, error = %e, "cannot publish event");
                     return;
@@ -192,6 +196,8 @@ impl EventWriter {
             if is_forbidden(&e) {
                 warn!(error = %e, "writing core Events is refused too; no Events are written from now on");
                 self.api.store(EventsApi::Off as u8, Ordering::SeqCst);
+            } else if is_namespace_terminating(&e) {
+                debug!(object = %object, "no Event written: its namespace is being deleted");
             } else {
                 warn!(object = %object, error = %e, "cannot publish event");
             }
@@ -204,6 +210,10 @@ impl EventWriter {
 /// Events everywhere else.
 fn is_forbidden(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 403 && !namespace_terminating(s))
+}
+
+fn is_namespace_terminating(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if namespace_terminating(s))
 }
 
 fn namespace_terminating(s: &kube::core::Status) -> bool {
@@ -231,5 +241,6 @@ mod tests {
             "field": "metadata.namespace"
         }]));
         assert!(!is_forbidden(&terminating));
+        assert!(is_namespace_terminating(&terminating));
     }
 }

@@ -90,6 +90,8 @@ pub struct EngineConfig {
     pub min_rollout_interval: Duration,
     /// How long a rollout without a deadline of its own may take (see [`crate::decide::outcome`]).
     pub rollout_timeout: Duration,
+    /// `--ignore-windows`: reload windows hold nothing.
+    pub ignore_windows: bool,
     pub max_rollouts_per_second: f64,
     pub rollout_burst: u32,
     pub resync_period: Duration,

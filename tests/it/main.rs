@@ -34,3 +34,4 @@ mod rollouts;
 mod secret_hygiene;
 mod smoke;
 mod webhook;
+mod windows;

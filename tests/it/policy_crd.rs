@@ -233,7 +233,21 @@ async fn printer_columns_and_status_subresource() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(columns, ["Name", "Strategy", "Sources", "Targets", "Last Reload", "Ready", "Age"]);
+    assert_eq!(
+        columns,
+        [
+            "Name",
+            "Strategy",
+            "Sources",
+            "Targets",
+            "Last Reload",
+            "Ready",
+            "Rolled Out",
+            "Pending",
+            "Next Window",
+            "Age"
+        ]
+    );
     let cells = &table["rows"][0]["cells"];
     assert_eq!(cells[0], "columns");
     assert_eq!(cells[2], 1);

@@ -27,7 +27,10 @@ use crate::decide::policy_part::{PartMode, PolicyKey, PolicyPart};
 use crate::decide::policy_plan::{
     ActivePolicy, combined_hash, parse_policy_record, plan_policy, resolve_sources, target_kind,
 };
-use crate::decide::policy_status::{Outcome, TargetRollout, condition_status, desired_status};
+use crate::decide::policy_status::{
+    Outcome, Reported, TargetRollout, condition_status, desired_status,
+};
+use crate::decide::rollout::Pending;
 use crate::index::remembered::{PolicyMemory, Remembered};
 use crate::index::store::Store;
 use crate::kube::hash_key::KeySlot;
@@ -39,6 +42,8 @@ use crate::model::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
 use crate::report::events::EventWriter;
 use crate::report::metrics::Metrics;
 use crate::runtime::queue::WorkQueue;
+
+mod reports;
 
 /// The field manager of policy status writes.
 pub const STATUS_FIELD_MANAGER: &str = "reloader.rs/policy-status";
@@ -59,6 +64,7 @@ impl Engine {
         let ar = kube::core::ApiResource::erase::<ReloadPolicy>(&());
         super::watches::wait_for_api(&self.client, &ar, self.config.api_discovery_interval).await;
         let mut watchers = tokio::task::JoinSet::new();
+        self.policies.watches_start(scopes.len());
         for scope in scopes {
             watchers.spawn(self.clone().watch_policies(scope));
         }
@@ -74,7 +80,7 @@ impl Engine {
             "ReloadPolicy",
             scope.as_deref(),
             &self.metrics,
-            || {},
+            || engine.policies.watch_listed(),
             |event, _after_first_list| match event {
                 WatchItem::Apply(p) => {
                     if !engine.feed.namespaces.read().ignored(&p.namespace().unwrap_or_default()) {
@@ -114,6 +120,9 @@ pub(super) struct Policies {
     rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
     /// Set once the engine's caches are synced.
     synced: Arc<AtomicBool>,
+    /// Policy watches (one per namespace scope) whose first list is still to come; `usize::MAX`
+    /// until they start (the CRD may not be served yet, or policies not be readable at all).
+    unlisted: std::sync::atomic::AtomicUsize,
     leadership: watch::Receiver<bool>,
     /// The operator's settings a policy falls back to.
     debounce: Duration,
@@ -159,6 +168,7 @@ impl Policies {
             hash_key,
             rollouts,
             synced,
+            unlisted: std::sync::atomic::AtomicUsize::new(usize::MAX),
             leadership,
             debounce: config.debounce,
             min_rollout_interval: config.min_rollout_interval,
@@ -175,6 +185,23 @@ impl Policies {
             .collect()
     }
 
+    /// Every policy watch has listed its policies: an unknown policy is a deleted one.
+    fn listed(&self) -> bool {
+        self.unlisted.load(Ordering::SeqCst) == 0
+    }
+
+    /// The policy watches start, `scopes` of them.
+    fn watches_start(&self, scopes: usize) {
+        self.unlisted.store(scopes, Ordering::SeqCst);
+    }
+
+    /// One policy watch has done its first list.
+    fn watch_listed(&self) {
+        let _ = self.unlisted.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n != usize::MAX).then(|| n.saturating_sub(1))
+        });
+    }
+
     /// No more status writes are taken (shutdown).
     pub(super) fn close(&self) {
         self.statuses.close();
@@ -185,7 +212,12 @@ impl Policies {
     }
 
     fn set_outcome(&self, key: &PolicyKey, target: (WorkloadKind, String), outcome: Outcome) {
-        self.memory.lock().update(key, |m| m.outcomes.insert(target, outcome));
+        self.memory.lock().update(key, |m| {
+            if outcome.result != "Pending" {
+                m.next_windows.remove(&target);
+            }
+            m.outcomes.insert(target, outcome)
+        });
     }
 
     /// A policy was created or changed: kept, and its targets looked at when it changed.
@@ -219,48 +251,6 @@ impl Policies {
             self.enqueue_namespace(&ns);
         }
         self.statuses.add(key, Duration::ZERO);
-    }
-
-    /// A target's rollout moved (started, finished, failed): every policy that reported on the
-    /// target shows it.
-    pub(super) fn report_rollout(&self, key: &WorkloadKey, rollout: TargetRollout) {
-        let target = (key.kind, key.name.clone());
-        let mut touched = Vec::new();
-        self.memory.lock().update_all(|policy, m| {
-            if policy.0 == key.namespace && m.outcomes.contains_key(&target) {
-                m.rollouts.insert(target.clone(), rollout.clone());
-                touched.push(policy.clone());
-            }
-        });
-        for policy in touched {
-            self.statuses.add(policy, Duration::from_millis(100));
-        }
-    }
-
-    /// Whether a policy's status says `key`'s rollout is still progressing or failed (as the
-    /// previous leader, or this replica before a restart, left it): such a rollout is followed
-    /// on. Failed comes first.
-    pub(super) fn rollout_claimed(&self, key: &WorkloadKey) -> Option<RolloutState> {
-        let target = (key.kind, key.name.clone());
-        let mut claimed = None;
-        for policy in self.policies_in(&key.namespace) {
-            let policy_key = (policy.namespace.clone(), policy.name.clone());
-            let memory = self.memory.lock();
-            let Some(m) = memory.get(&policy_key) else { continue };
-            let remembered = m.rollouts.get(&target).map(|r| r.state);
-            let written = m
-                .observed
-                .targets
-                .iter()
-                .find(|t| t.name == key.name && target_kind(t.kind) == key.kind)
-                .and_then(|t| RolloutState::parse(t.rollout.as_deref()?));
-            match remembered.or(written) {
-                Some(RolloutState::Failed) => return Some(RolloutState::Failed),
-                Some(RolloutState::Progressing) => claimed = Some(RolloutState::Progressing),
-                _ => {}
-            }
-        }
-        claimed
     }
 
     /// A workload that is gone is no policy's target any more: its last outcome (a failure,
@@ -363,11 +353,15 @@ impl Policies {
     ) -> Vec<PolicyPart> {
         let policies = self.policies_in(&info.key.namespace);
         let existing = parse_policy_record(info);
+        // Entries of policies not (or no longer) targeting the workload are dropped, but only
+        // once the policies have been listed: before, a policy not yet seen is not a deleted
+        // one, and dropping its entry would lose a change made while the operator was down.
+        let listed = self.listed();
         let mut record: BTreeMap<String, String> = existing
             .iter()
             .filter(|(k, _)| {
                 let policy = k.split('/').next().unwrap_or_default();
-                policies.iter().any(|p| p.name == policy && p.target_for(info).is_some())
+                !listed || policies.iter().any(|p| p.name == policy && p.target_for(info).is_some())
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
@@ -437,41 +431,14 @@ impl Policies {
                     .max_rollouts_per_minute
                     .and_then(|n| u32::try_from(n).ok())
                     .filter(|n| *n > 0),
+                windows: (!p.spec.ignore_windows && !p.spec.windows.is_empty())
+                    .then(|| p.windows.clone()),
             });
         }
         if record != existing {
             plan.policy_record = Some(record);
         }
         parts
-    }
-
-    /// Tells the policies taking part in a held-back rollout: their target's result becomes
-    /// `Throttled` until it rolls; the first hold of an episode is counted and an Event.
-    pub(super) async fn report_throttled(&self, parts: &[PolicyPart], why: &str, first: bool) {
-        for part in parts.iter().filter(|p| p.carries_changes()) {
-            let target = (part.target.kind, part.target.name.clone());
-            let previous = self.outcome(&part.key, &target);
-            let outcome = Outcome {
-                result: "Throttled",
-                message: Some(format!(
-                    "rollout held back: {why}; the latest state is applied then"
-                )),
-                time: previous.as_ref().and_then(|o| o.time),
-                hash: previous.and_then(|o| o.hash),
-            };
-            self.set_outcome(&part.key, target, outcome);
-            if first {
-                self.memory.lock().update(&part.key, |m| m.throttled_count += 1);
-                let note = format!(
-                    "Rollout of {} held back: {why}; the latest state is applied then",
-                    part.target
-                );
-                self.events
-                    .about_policy(&part.key, EventType::Normal, "ReloadThrottled", note)
-                    .await;
-            }
-            self.statuses.add(part.key.clone(), Duration::from_millis(100));
-        }
     }
 
     /// Reports the outcome of a workload reconcile to the policies that took part in it.
@@ -637,7 +604,11 @@ impl Policies {
             resolve_sources(&policy, &ns_sources, hasher.as_ref().unwrap_or(&Hasher::Sha1));
         let (targets, missing_targets) = self.resolve_targets(&policy);
         let memory = self.memory.lock().get(key).cloned().unwrap_or_default();
-        let (observed, outcomes, rollouts) = (memory.observed, memory.outcomes, memory.rollouts);
+        let reported = Reported {
+            outcomes: &memory.outcomes,
+            rollouts: &memory.rollouts,
+            next_windows: &memory.next_windows,
+        };
         let desired = desired_status(
             &policy,
             hasher.as_ref().err().map(String::as_str),
@@ -645,15 +616,15 @@ impl Policies {
             &missing_sources,
             &targets,
             &missing_targets,
-            &outcomes,
-            &rollouts,
-            &observed,
+            reported,
+            &memory.observed,
             memory.reload_count,
             memory.throttled_count,
             Timestamp::now(),
         );
         let ready = condition_status(&desired, "Ready") == Some("True");
         self.metrics.policy_ready.with_label_values(&[&key.0, &key.1]).set(i64::from(ready));
+        let observed = memory.observed;
         if desired == observed {
             return Ok(());
         }

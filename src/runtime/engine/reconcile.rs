@@ -143,11 +143,21 @@ impl Reconciler {
             };
             let (min_interval, budgets) =
                 policy_part::churn_limits(self.config.min_rollout_interval, &plan, &parts);
+            // The reload windows that apply (decide/window.rs), unless overridden.
+            let reload_window = if self.config.ignore_windows || entry.selection.ignore_windows {
+                None
+            } else {
+                let now = k8s_openapi::jiff::Timestamp::now();
+                let gate =
+                    policy_part::window_gate(entry.selection.windows.as_ref(), &plan, &parts, now);
+                rollout::pending(gate, now)
+            };
             let gates = rollout::Gates {
                 key,
                 up_to_date: plan.is_noop(),
                 rolls,
                 suspended: entry.info.suspended,
+                reload_window,
                 leader: *self.leadership.borrow(),
                 window,
                 max_wait: self.config.debounce_max_wait,
@@ -177,6 +187,10 @@ impl Reconciler {
                     debug!(workload = %key, ?wait, "sources still changing; rollout deferred");
                     return Next::Held(wait);
                 }
+                Decision::Pending(pending) => {
+                    self.report_pending(&entry.info, &plan, &parts, &pending).await;
+                    return Next::Held(pending.wait.max(rollout::PENDING_MIN_RECHECK));
+                }
                 // Lost the Lease while planning: the new leader does this.
                 Decision::NotLeader => return Next::Idle,
                 Decision::Throttled(held) => {
@@ -189,6 +203,7 @@ impl Reconciler {
                         admitted = true;
                         self.feed.remembered.lock().update(key, |m| m.throttled = false);
                     }
+                    self.feed.remembered.lock().update(key, |m| m.pending = false);
                 }
             }
             self.first_pass_done(key);
@@ -350,6 +365,41 @@ impl Reconciler {
             );
             self.events.about_workload(info, EventType::Normal, "ReloadThrottled", note).await;
         }
+    }
+
+    /// A rollout outside its reload windows waits (nothing is written: the workload's record
+    /// still names what it last rolled to, so the change stays pending across restarts); the
+    /// first hold of an episode is logged and an Event, and the policies taking part say
+    /// `Pending` with when a window opens.
+    pub(super) async fn report_pending(
+        &self,
+        info: &WorkloadInfo,
+        plan: &Plan,
+        parts: &[PolicyPart],
+        pending: &rollout::Pending,
+    ) {
+        let key = &info.key;
+        let first =
+            self.feed.remembered.lock().update(key, |m| !std::mem::replace(&mut m.pending, true));
+        self.policies.report_pending(parts, pending, first).await;
+        if !first {
+            return;
+        }
+        let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
+        let when = match (&pending.invalid, pending.opens) {
+            (Some(e), _) => {
+                format!("its reload windows are invalid ({e}); nothing rolls until they are fixed")
+            }
+            (None, Some(at)) => format!("the next reload window opens at {at}"),
+            (None, None) => "no reload window opens again".to_string(),
+        };
+        info!(workload = %key, sources = ?sources, opens = ?pending.opens,
+              "rollout pending outside its reload windows");
+        let note = format!(
+            "Rollout of {key} for {} pending: {when}; it rolls then with the sources' state of that moment",
+            crate::model::limits::bounded_list(&sources, NOTE_LIST_BYTES),
+        );
+        self.events.about_workload(info, EventType::Normal, "ReloadPending", note).await;
     }
 
     /// Says what came of the source changes that queued this workload: rolled (matched), not

@@ -1,0 +1,127 @@
+//! What the policies are told between reconciles and their status writes: rollouts held back
+//! by a churn limit or waiting for a reload window, and how their targets' rollouts went.
+
+use super::*;
+
+impl Policies {
+    /// Tells the policies taking part in a held-back rollout: their target's result becomes
+    /// `Throttled` until it rolls; the first hold of an episode is counted and an Event.
+    pub(in crate::runtime::engine) async fn report_throttled(
+        &self,
+        parts: &[PolicyPart],
+        why: &str,
+        first: bool,
+    ) {
+        for part in parts.iter().filter(|p| p.carries_changes()) {
+            let target = (part.target.kind, part.target.name.clone());
+            let previous = self.outcome(&part.key, &target);
+            let outcome = Outcome {
+                result: "Throttled",
+                message: Some(format!(
+                    "rollout held back: {why}; the latest state is applied then"
+                )),
+                time: previous.as_ref().and_then(|o| o.time),
+                hash: previous.and_then(|o| o.hash),
+            };
+            self.set_outcome(&part.key, target, outcome);
+            if first {
+                self.memory.lock().update(&part.key, |m| m.throttled_count += 1);
+                let note = format!(
+                    "Rollout of {} held back: {why}; the latest state is applied then",
+                    part.target
+                );
+                self.events
+                    .about_policy(&part.key, EventType::Normal, "ReloadThrottled", note)
+                    .await;
+            }
+            self.statuses.add(part.key.clone(), Duration::from_millis(100));
+        }
+    }
+
+    /// Tells the policies taking part in a rollout that waits for a reload window: their
+    /// target's result becomes `Pending` (with when a window opens) until it rolls; the first
+    /// hold of an episode is an Event.
+    pub(in crate::runtime::engine) async fn report_pending(
+        &self,
+        parts: &[PolicyPart],
+        pending: &Pending,
+        first: bool,
+    ) {
+        let why = match (&pending.invalid, pending.opens) {
+            (Some(e), _) => {
+                format!("its reload windows are invalid ({e}); nothing rolls until they are fixed")
+            }
+            (None, Some(at)) => format!("outside its reload windows; the next opens at {at}"),
+            (None, None) => "outside its reload windows; none opens again".to_string(),
+        };
+        for part in parts.iter().filter(|p| p.carries_changes()) {
+            let target = (part.target.kind, part.target.name.clone());
+            let previous = self.outcome(&part.key, &target);
+            let outcome = Outcome {
+                result: "Pending",
+                message: Some(format!("rollout pending: {why}")),
+                time: previous.as_ref().and_then(|o| o.time),
+                hash: previous.and_then(|o| o.hash),
+            };
+            self.set_outcome(&part.key, target.clone(), outcome);
+            self.memory.lock().update(&part.key, |m| match pending.opens {
+                Some(at) => m.next_windows.insert(target.clone(), at.as_second()),
+                None => m.next_windows.remove(&target),
+            });
+            if first {
+                let note = format!("Rollout of {} pending: {why}", part.target);
+                self.events.about_policy(&part.key, EventType::Normal, "ReloadPending", note).await;
+            }
+            self.statuses.add(part.key.clone(), Duration::from_millis(100));
+        }
+    }
+
+    /// A target's rollout moved (started, finished, failed): every policy that reported on the
+    /// target shows it.
+    pub(in crate::runtime::engine) fn report_rollout(
+        &self,
+        key: &WorkloadKey,
+        rollout: TargetRollout,
+    ) {
+        let target = (key.kind, key.name.clone());
+        let mut touched = Vec::new();
+        self.memory.lock().update_all(|policy, m| {
+            if policy.0 == key.namespace && m.outcomes.contains_key(&target) {
+                m.rollouts.insert(target.clone(), rollout.clone());
+                touched.push(policy.clone());
+            }
+        });
+        for policy in touched {
+            self.statuses.add(policy, Duration::from_millis(100));
+        }
+    }
+
+    /// Whether a policy's status says `key`'s rollout is still progressing or failed (as the
+    /// previous leader, or this replica before a restart, left it): such a rollout is followed
+    /// on. Failed comes first.
+    pub(in crate::runtime::engine) fn rollout_claimed(
+        &self,
+        key: &WorkloadKey,
+    ) -> Option<RolloutState> {
+        let target = (key.kind, key.name.clone());
+        let mut claimed = None;
+        for policy in self.policies_in(&key.namespace) {
+            let policy_key = (policy.namespace.clone(), policy.name.clone());
+            let memory = self.memory.lock();
+            let Some(m) = memory.get(&policy_key) else { continue };
+            let remembered = m.rollouts.get(&target).map(|r| r.state);
+            let written = m
+                .observed
+                .targets
+                .iter()
+                .find(|t| t.name == key.name && target_kind(t.kind) == key.kind)
+                .and_then(|t| RolloutState::parse(t.rollout.as_deref()?));
+            match remembered.or(written) {
+                Some(RolloutState::Failed) => return Some(RolloutState::Failed),
+                Some(RolloutState::Progressing) => claimed = Some(RolloutState::Progressing),
+                _ => {}
+            }
+        }
+        claimed
+    }
+}
