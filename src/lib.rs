@@ -30,8 +30,9 @@
 //!    stakater/Reloader's precedence from `decide/selection.rs`) and `decide/policy_plan.rs`
 //!    (policies) give one plan, which pause (`decide/pause.rs`) may hold;
 //!    `decide/rollout.rs::decide` passes it through the gates to its write, in order: up to
-//!    date, suspended, the reload windows (`decide/window.rs`), settling (the debounce,
-//!    `decide/settle.rs`), leadership, the churn budgets (`decide/churn.rs`); each way out is a `decide/rollout.rs::Next` (when to look
+//!    date, suspended, the reload windows (`decide/window.rs`), a staged policy's turn
+//!    (`decide/staging.rs`, taken in `runtime/engine/policies/turns.rs`), settling (the
+//!    debounce, `decide/settle.rs`), leadership, the churn budgets (`decide/churn.rs`); each way out is a `decide/rollout.rs::Next` (when to look
 //!    again, and why), which the worker schedules;
 //! 5. `kube/write.rs`: `WorkloadWriter::execute` **applies** it: the patch built by
 //!    `decide/template.rs` (env var, annotation or restart strategy), a Job re-created, or a POST

@@ -7,7 +7,9 @@
 //!   brings to a rollout (its debounce and churn limits); [`policy_status`]: its status;
 //! - [`template`]: a plan turned into the pod-template write (env var or annotation strategy);
 //! - [`pause`], [`settle`], [`churn`]: pausing after a reload, the debounce of rollouts, and the
-//!   rollout budgets; [`rollout`]: what a reconcile comes to, and what follows a write;
+//!   rollout budgets; [`window`]: reload windows; [`staging`]: whose turn it is in a staged
+//!   rollout; [`rollout`]: what a reconcile comes to, and what follows a write; [`outcome`]:
+//!   whether a rollout that was written has finished;
 //! - [`hash`], [`csi`], [`jobs`]: source hashes, SecretProviderClass hashes, Job re-creation.
 
 pub mod churn;
@@ -23,6 +25,7 @@ pub mod policy_status;
 pub mod rollout;
 pub mod selection;
 pub mod settle;
+pub mod staging;
 pub mod template;
 pub mod token_bucket;
 pub mod window;

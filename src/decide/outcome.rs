@@ -25,14 +25,15 @@ pub fn verdict(progress: &RolloutProgress) -> Option<Verdict> {
     let waiting = |what: String| Some(Verdict::Progressing(what));
     match &progress.counts {
         Counts::NotFollowed => None,
+        // A status older than the spec describes the previous version (a failure included).
+        _ if progress.observed_generation < progress.generation => {
+            waiting(format!("generation {} not yet observed", progress.generation))
+        }
         Counts::Phase { phase, message } => match phase {
             ArgoPhase::Degraded => Some(Verdict::Failed {
                 reason: "Degraded".into(),
                 message: message.clone().unwrap_or_else(|| "the Rollout is Degraded".into()),
             }),
-            _ if progress.observed_generation < progress.generation => {
-                waiting(format!("generation {} not yet observed", progress.generation))
-            }
             ArgoPhase::Healthy => Some(Verdict::RolledOut),
             ArgoPhase::Paused => waiting("the Rollout is paused".into()),
             ArgoPhase::Progressing => waiting("the Rollout is progressing".into()),
@@ -51,9 +52,6 @@ pub fn verdict(progress: &RolloutProgress) -> Option<Verdict> {
                     reason: "ProgressDeadlineExceeded".into(),
                     message: message.clone(),
                 });
-            }
-            if progress.observed_generation < progress.generation {
-                return waiting(format!("generation {} not yet observed", progress.generation));
             }
             if updated < to_update {
                 return waiting(format!("{updated} of {to_update} pods updated"));
@@ -189,6 +187,22 @@ mod tests {
         let mut p = pods(2, 2, 2, 2);
         p.generation = 3;
         assert!(matches!(verdict(&p), Some(Verdict::Progressing(w)) if w.contains("generation 3")));
+    }
+
+    #[test]
+    fn a_failure_reported_for_the_previous_generation_is_not_this_ones() {
+        let mut p = pods(2, 0, 2, 2);
+        p.generation = 3;
+        if let Counts::Pods { deadline_exceeded, .. } = &mut p.counts {
+            *deadline_exceeded = Some("timed out".into());
+        }
+        assert!(matches!(verdict(&p), Some(Verdict::Progressing(_))));
+        let argo = RolloutProgress {
+            generation: 4,
+            observed_generation: 3,
+            counts: Counts::Phase { phase: ArgoPhase::Degraded, message: None },
+        };
+        assert!(matches!(verdict(&argo), Some(Verdict::Progressing(_))));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use kube::core::{Selector, SelectorExt};
 
 use crate::decide::hash;
 use crate::decide::plan::{Change, EnvWrite, SourceFacts, TemplateWrite, roll_cause};
+use crate::decide::staging::Staging;
 use crate::model::naming::env_var_name;
 use crate::model::policy::{
     PolicySource, PolicySourceKind, PolicyStrategy, PolicyTarget, PolicyTargetKind,
@@ -32,6 +33,8 @@ pub struct ActivePolicy {
     /// Per entry of `spec.sources` and of `spec.targets`, in order: the entry's selector, parsed.
     source_selectors: Vec<Option<Selector>>,
     target_selectors: Vec<Option<Selector>>,
+    /// Per entry of `spec.rollout.order`: the entry's selector, parsed.
+    order_selectors: Vec<Option<Selector>>,
     /// The selectors that do not parse, each with where it is and why (they select nothing).
     pub invalid_selectors: Vec<String>,
     /// `spec.windows`, parsed; an error (an unknown time zone, say) holds every rollout.
@@ -65,6 +68,13 @@ impl ActivePolicy {
             .enumerate()
             .map(|(i, e)| parse("targets", i, &e.selector))
             .collect();
+        let order_selectors = spec
+            .rollout
+            .iter()
+            .flat_map(|r| r.order.iter())
+            .enumerate()
+            .map(|(i, e)| parse("rollout.order", i, &e.selector))
+            .collect();
         let duration = |d: &Option<String>| {
             d.as_deref().and_then(|d| {
                 crate::model::duration::parse_at_most(
@@ -84,8 +94,43 @@ impl ActivePolicy {
             spec,
             source_selectors,
             target_selectors,
+            order_selectors,
             invalid_selectors,
         }
+    }
+
+    /// `spec.rollout` as the turn rules read it (see [`crate::decide::staging`]).
+    pub fn staging(&self) -> Staging {
+        let Some(r) = self.spec.rollout.as_ref() else { return Staging::default() };
+        Staging {
+            max_concurrent: r
+                .max_concurrent
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|n| *n > 0),
+            halt_on_failure: r.halt_on_failure,
+            resume: r.resume.clone(),
+            ordered: !r.order.is_empty(),
+        }
+    }
+
+    /// The `rollout.order` group of a target: the first entry that names or selects it, else
+    /// after every entry.
+    pub fn order_group(&self, info: &WorkloadInfo) -> usize {
+        let order = self.spec.rollout.as_ref().map(|r| r.order.as_slice()).unwrap_or_default();
+        let selects = |i: usize| {
+            self.order_selectors
+                .get(i)
+                .and_then(Option::as_ref)
+                .is_some_and(|sel| sel.matches(&info.labels))
+        };
+        order
+            .iter()
+            .enumerate()
+            .position(|(i, step)| match &step.names {
+                Some(names) => names.contains(&info.key.name),
+                None => selects(i),
+            })
+            .unwrap_or(order.len())
     }
 
     /// The target entry that selects `info`, if any.
@@ -700,6 +745,38 @@ mod tests {
         assert_eq!(
             value,
             r#"{"type":"CONFIGMAP","name":"c","namespace":"ns","hash":"h2","containerRefs":["app","side"],"observedAt":7}"#
+        );
+    }
+
+    #[test]
+    fn order_groups_by_name_then_selector_and_the_rest_last() {
+        let spec: ReloadPolicySpec = serde_json::from_value(serde_json::json!({
+            "sources": [{"kind": "ConfigMap", "name": "cfg"}],
+            "targets": [{"kind": "Deployment", "selector": {"matchLabels": {"stack": "shop"}}}],
+            "rollout": {"maxConcurrent": 2, "haltOnFailure": true, "resume": "r1", "order": [
+                {"names": ["db"]},
+                {"selector": {"matchLabels": {"tier": "app"}}}
+            ]}
+        }))
+        .unwrap();
+        let p = ActivePolicy::new("ns".into(), "p".into(), Some(1), spec);
+        let at = |name: &str, labels: &[(&str, &str)]| {
+            let mut w = WorkloadInfo::bare(WorkloadKind::Deployment, "ns", name);
+            w.labels = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            p.order_group(&w)
+        };
+        assert_eq!(at("db", &[("tier", "app")]), 0, "the first entry that matches");
+        assert_eq!(at("api", &[("tier", "app")]), 1);
+        assert_eq!(at("web", &[("tier", "edge")]), 2, "in no entry: last");
+        let staging = p.staging();
+        assert_eq!(
+            (
+                staging.max_concurrent,
+                staging.halt_on_failure,
+                staging.resume.as_deref(),
+                staging.ordered
+            ),
+            (Some(2), true, Some("r1"), true)
         );
     }
 }

@@ -31,6 +31,8 @@ pub struct Reported<'a> {
     pub outcomes: &'a Outcomes,
     pub rollouts: &'a Rollouts,
     pub next_windows: &'a NextWindows,
+    /// The failed target that halts the policy's staged rollout (`rollout.haltOnFailure`).
+    pub halted_by: Option<&'a str>,
 }
 
 /// A target's rollout as last seen (see `decide::outcome`).
@@ -38,6 +40,9 @@ pub struct Reported<'a> {
 pub struct TargetRollout {
     pub state: RolloutState,
     pub message: Option<String>,
+    /// For a failed rollout: the policy's `rollout.resume` when it failed (a new value lifts
+    /// the halt it causes).
+    pub resume: Option<String>,
 }
 
 /// The outcome of a policy on one target, as reported in its status.
@@ -88,7 +93,7 @@ pub fn desired_status(
     throttled_count: i64,
     now: Timestamp,
 ) -> ReloadPolicyStatus {
-    let Reported { outcomes, rollouts, next_windows } = reported;
+    let Reported { outcomes, rollouts, next_windows, halted_by } = reported;
     let generation = policy.generation;
     let condition = |type_: &str, ok: bool, reason: &str, message: String| {
         let status = if ok { "True" } else { "False" };
@@ -310,6 +315,7 @@ pub fn desired_status(
                 Some(TargetRollout {
                     state: RolloutState::parse(p.rollout.as_deref()?)?,
                     message: p.rollout_message.clone(),
+                    resume: None,
                 })
             });
             let rollout = rollouts.get(&(t.key.kind, t.key.name.clone())).or(carried.as_ref());
@@ -336,6 +342,20 @@ pub fn desired_status(
         })
         .collect();
     conditions.push(rolled_out_condition(&target_status));
+    conditions.push(match halted_by {
+        Some(target) => condition(
+            "Halted",
+            true,
+            "RolloutFailed",
+            format!(
+                "the rollout of {target} failed; the targets not yet rolled keep their version \
+                 until the sources change again, it recovers, or spec.rollout.resume changes"
+            ),
+        ),
+        None => {
+            condition("Halted", false, "NotHalted", "no failed rollout holds targets back".into())
+        }
+    });
     // `resolvedTargets` counts them all; the list shows the ones needing attention first.
     if target_status.len() > crate::model::limits::MAX_STATUS_ITEMS {
         let attention =
@@ -441,6 +461,7 @@ mod tests {
         outcomes: Outcomes,
         rollouts: Rollouts,
         next_windows: NextWindows,
+        halted_by: Option<&'static str>,
         observed: ReloadPolicyStatus,
         reload_count: i64,
         throttled_count: i64,
@@ -461,6 +482,7 @@ mod tests {
                 outcomes: Outcomes::new(),
                 rollouts: Rollouts::new(),
                 next_windows: NextWindows::new(),
+                halted_by: None,
                 observed: ReloadPolicyStatus::default(),
                 reload_count: 0,
                 throttled_count: 0,
@@ -479,6 +501,7 @@ mod tests {
                     outcomes: &self.outcomes,
                     rollouts: &self.rollouts,
                     next_windows: &self.next_windows,
+                    halted_by: self.halted_by,
                 },
                 &self.observed,
                 self.reload_count,
@@ -511,7 +534,7 @@ mod tests {
 
     #[test]
     fn every_condition_and_reason() {
-        type Case = (&'static str, fn(&mut Given), [(&'static str, &'static str, &'static str); 8]);
+        type Case = (&'static str, fn(&mut Given), [(&'static str, &'static str, &'static str); 9]);
         let cases: Vec<Case> = vec![
             (
                 "healthy",
@@ -525,6 +548,7 @@ mod tests {
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
                     ("RolledOut", "True", "RolledOut"),
+                    ("Halted", "False", "NotHalted"),
                 ],
             ),
             (
@@ -539,6 +563,7 @@ mod tests {
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
                     ("RolledOut", "True", "RolledOut"),
+                    ("Halted", "False", "NotHalted"),
                 ],
             ),
             (
@@ -553,6 +578,7 @@ mod tests {
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
                     ("RolledOut", "True", "RolledOut"),
+                    ("Halted", "False", "NotHalted"),
                 ],
             ),
             (
@@ -567,6 +593,7 @@ mod tests {
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
                     ("RolledOut", "True", "RolledOut"),
+                    ("Halted", "False", "NotHalted"),
                 ],
             ),
             (
@@ -586,6 +613,7 @@ mod tests {
                     ("Degraded", "True", "ReloadFailed"),
                     ("Throttled", "False", "NotThrottled"),
                     ("RolledOut", "True", "RolledOut"),
+                    ("Halted", "False", "NotHalted"),
                 ],
             ),
             (
@@ -605,6 +633,7 @@ mod tests {
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "True", "RolloutsHeldBack"),
                     ("RolledOut", "True", "RolledOut"),
+                    ("Halted", "False", "NotHalted"),
                 ],
             ),
             (
@@ -619,6 +648,7 @@ mod tests {
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
                     ("RolledOut", "True", "RolledOut"),
+                    ("Halted", "False", "NotHalted"),
                 ],
             ),
             (
@@ -633,6 +663,7 @@ mod tests {
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
                     ("RolledOut", "True", "RolledOut"),
+                    ("Halted", "False", "NotHalted"),
                 ],
             ),
             (
@@ -640,7 +671,11 @@ mod tests {
                 |g| {
                     g.rollouts.insert(
                         (WorkloadKind::Deployment, "api".into()),
-                        TargetRollout { state: RolloutState::Progressing, message: None },
+                        TargetRollout {
+                            state: RolloutState::Progressing,
+                            message: None,
+                            resume: None,
+                        },
                     );
                 },
                 [
@@ -652,6 +687,7 @@ mod tests {
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
                     ("RolledOut", "False", "Progressing"),
+                    ("Halted", "False", "NotHalted"),
                 ],
             ),
             (
@@ -677,6 +713,22 @@ mod tests {
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
                     ("RolledOut", "False", "RolloutFailed"),
+                    ("Halted", "False", "NotHalted"),
+                ],
+            ),
+            (
+                "halted by a failed target",
+                |g| g.halted_by = Some("Deployment api"),
+                [
+                    ("Ready", "True", "Ready"),
+                    ("Stalled", "False", "NotStalled"),
+                    ("Reconciling", "False", "Reconciled"),
+                    ("SourcesResolved", "True", "Found"),
+                    ("TargetsResolved", "True", "Found"),
+                    ("Degraded", "False", "AsExpected"),
+                    ("Throttled", "False", "NotThrottled"),
+                    ("RolledOut", "True", "RolledOut"),
+                    ("Halted", "True", "RolloutFailed"),
                 ],
             ),
             // The first problem in the ladder names Ready: the key before sources before targets.
@@ -696,6 +748,7 @@ mod tests {
                     ("Degraded", "False", "AsExpected"),
                     ("Throttled", "False", "NotThrottled"),
                     ("RolledOut", "True", "RolledOut"),
+                    ("Halted", "False", "NotHalted"),
                 ],
             ),
         ];

@@ -2,8 +2,8 @@
 //!
 //! The reconcile (`runtime/engine/reconcile.rs`) makes a plan ([`super::plan`], with pause and
 //! the policies' parts applied) and asks [`decide`] whether to write it: the gates between a
-//! plan and its write (up to date, suspended, the reload windows, settling, leadership, the
-//! churn limits) are one ladder here, in that order. Each way out is a [`Next`]: when the workload is looked at
+//! plan and its write (up to date, suspended, the reload windows, a staged rollout's turn,
+//! settling, leadership, the churn limits) are one ladder here, in that order. Each way out is a [`Next`]: when the workload is looked at
 //! again, and why. A write's result is turned into the next step by [`after_write`], the one
 //! rule for conflicts, deletions and failures.
 
@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::decide::churn::{GroupBudget, RolloutLimiter, Throttled};
 use crate::decide::settle;
+use crate::decide::staging::Wait;
 use crate::decide::window::WindowGate;
 
 /// How many times a write refused for a conflict is planned again from a fresh read before
@@ -63,6 +64,9 @@ pub struct Gates<'a, K> {
     pub suspended: bool,
     /// The reload windows that apply hold the rollout ([`pending`]).
     pub reload_window: Option<Pending>,
+    /// A policy's staged rollout says it is not this target's turn
+    /// ([`crate::decide::staging::turn`]).
+    pub turn: Option<Wait>,
     /// This replica holds the Lease (always, without `--enable-ha`).
     pub leader: bool,
     /// The debounce window that applies to this plan, and the longest a rollout may be held.
@@ -87,6 +91,9 @@ pub enum Decision {
     Suspended,
     /// Outside its reload windows: pending until one opens.
     Pending(Pending),
+    /// Not its turn in a policy's staged rollout: looked at again when a target of the policy
+    /// finishes its rollout (or the policy or its sources change).
+    Waiting(Wait),
     /// Sources still changing: held this long, then the state of that moment is written.
     Settling(Duration),
     /// Not this replica's to write (the Lease was lost while planning).
@@ -115,6 +122,9 @@ pub fn decide<K: Clone + Eq + Hash>(
     }
     if let Some(pending) = gates.reload_window.as_ref().filter(|_| gates.rolls) {
         return Decision::Pending(pending.clone());
+    }
+    if let Some(wait) = gates.turn.as_ref().filter(|_| gates.rolls) {
+        return Decision::Waiting(wait.clone());
     }
     if let Some(wait) = settling(gates, deferred_since, now) {
         return Decision::Settling(wait);
@@ -160,6 +170,10 @@ pub struct Pending {
     /// The windows do not parse (this says why): nothing rolls until they are fixed.
     pub invalid: Option<String>,
 }
+
+/// A target waiting for its turn in a staged rollout is queued again when another target of
+/// its policy finishes; this is the latest it is looked at anyway.
+pub const TURN_RECHECK: Duration = Duration::from_secs(30);
 
 /// The soonest a pending rollout is looked at again (a recheck already due, after a clock step).
 pub const PENDING_MIN_RECHECK: Duration = Duration::from_millis(50);
@@ -253,6 +267,7 @@ mod tests {
             rolls: true,
             suspended: false,
             reload_window: None,
+            turn: None,
             leader: true,
             window: Duration::ZERO,
             max_wait: 60 * S,
@@ -276,6 +291,7 @@ mod tests {
             up_to_date: true,
             suspended: true,
             reload_window: Some(held.clone()),
+            turn: Some(Wait::Concurrency { rolling: 2 }),
             leader: false,
             window: 2 * S,
             newest_change: Some(t0),
@@ -283,14 +299,15 @@ mod tests {
         };
         // Each row opens one more gate than the last; the first closed one answers.
         type Open = fn(&mut Gates<'_, &'static str>);
-        let steps: [(Open, Decision); 6] = [
+        let steps: [(Open, Decision); 7] = [
             (|_| {}, Decision::UpToDate),
             (|g| g.up_to_date = false, Decision::Suspended),
             (
                 |g| g.suspended = false,
                 Decision::Pending(Pending { wait: 5 * S, opens: None, invalid: None }),
             ),
-            (|g| g.reload_window = None, Decision::Settling(2 * S)),
+            (|g| g.reload_window = None, Decision::Waiting(Wait::Concurrency { rolling: 2 })),
+            (|g| g.turn = None, Decision::Settling(2 * S)),
             (|g| g.window = Duration::ZERO, Decision::NotLeader),
             (|g| g.leader = true, Decision::Write { admitted: true }),
         ];

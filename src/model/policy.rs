@@ -86,6 +86,11 @@ pub struct ReloadPolicySpec {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ignore_windows: bool,
 
+    /// How targets roll when a change reaches several: how many at once, in which order, and
+    /// whether a failed one stops the rest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<PolicyRollout>,
+
     /// Stop reloading; sources and targets are still resolved and reported.
     #[serde(default)]
     pub suspend: bool,
@@ -157,6 +162,50 @@ pub struct PolicyTarget {
     /// container).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub containers: Option<Vec<String>>,
+}
+
+/// Staged rollouts of a policy's targets.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRollout {
+    /// Targets rolling at once (whose rollout is `Progressing`); the others wait their turn.
+    /// Unset: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 1000").message("maxConcurrent must be between 1 and 1000"))]
+    pub max_concurrent: Option<i32>,
+
+    /// Groups of targets that roll one after another: a group starts once every target of the
+    /// groups before it has rolled out the change. Each entry names targets or selects them;
+    /// targets in no entry roll last. At most 32.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub order: Vec<RolloutStep>,
+
+    /// When a target's rollout fails, the targets not yet rolled keep their version and the
+    /// policy is `Halted` (naming it) until the sources change again, the failed target
+    /// recovers, or `resume` changes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub halt_on_failure: bool,
+
+    /// Set or change this (any text, e.g. a date) to lift a halt without a new change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub resume: Option<String>,
+}
+
+/// One group of `rollout.order`: targets by name, or by label selector.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.names) != has(self.selector)").message("set exactly one of names or selector"))]
+pub struct RolloutStep {
+    /// Targets of this group by name (of any kind the policy targets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 32))]
+    pub names: Option<Vec<String>>,
+
+    /// Targets of this group by their labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
 }
 
 /// A reload window: when it opens, how long it stays open, in which time zone.
@@ -244,8 +293,10 @@ pub struct ReloadPolicyStatus {
     pub observed_generation: Option<i64>,
 
     /// `Ready`, `SourcesResolved`, `TargetsResolved`, `Degraded`, `Throttled` (True while a
-    /// churn limit holds a target's rollout back) and `RolledOut` (True when every target's
-    /// last reload has rolled out; False while one is progressing or after one failed).
+    /// churn limit holds a target's rollout back), `RolledOut` (True when every target's last
+    /// reload has rolled out; False while one is progressing or after one failed) and `Halted`
+    /// (True while `rollout.haltOnFailure` keeps the remaining targets back, naming the failed
+    /// one).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,
@@ -317,7 +368,8 @@ pub struct TargetStatus {
     pub last_reload_hash: Option<String>,
     /// `Reloaded`, `UpToDate`, `DryRun`, `Suspended`, `Throttled` (a churn limit holds the
     /// rollout back; `message` says which and for how long), `Pending` (it waits for a reload
-    /// window; `message` says when one opens) or `Failed`.
+    /// window; `message` says when one opens), `Waiting` (it waits for its turn under
+    /// `rollout`; `message` says for what) or `Failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

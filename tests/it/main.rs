@@ -33,5 +33,6 @@ mod policy_mode;
 mod rollouts;
 mod secret_hygiene;
 mod smoke;
+mod staged;
 mod webhook;
 mod windows;

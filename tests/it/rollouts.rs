@@ -137,7 +137,7 @@ async fn annotation_mode_reports_each_kinds_rollout_and_old_pods_are_replaced() 
 }
 
 /// `kubectl wait --for=condition=<condition> rp/<name>` with the pinned kubectl: its success.
-fn kubectl_wait(f: &Fixture, policy: &str, condition: &str, timeout: &str) -> bool {
+pub(crate) fn kubectl_wait(f: &Fixture, policy: &str, condition: &str, timeout: &str) -> bool {
     let kubectl = support::repo_root().join("target/testenv/bin/kubectl");
     assert!(kubectl.exists(), "{} is missing: run `make testenv`", kubectl.display());
     let out = std::process::Command::new(kubectl)

@@ -7,24 +7,23 @@
 
 use super::*;
 use crate::decide::outcome::{self, Following, Step};
-use crate::decide::policy_status::TargetRollout;
 use crate::model::progress::RolloutState;
 
 impl Reconciler {
     /// A reload was just written: its rollout is followed (for kinds that roll pods by
-    /// themselves: a CronJob's or an `OnDelete` StatefulSet's is not).
-    pub(super) fn start_following(&self, key: &WorkloadKey) {
-        let Some(entry) = self.feed.store.read().workload(key) else { return };
+    /// themselves: a CronJob's or an `OnDelete` StatefulSet's is not; `false` then).
+    pub(super) async fn start_following(&self, key: &WorkloadKey) -> bool {
+        let Some(entry) = self.feed.store.read().workload(key) else { return false };
         if outcome::verdict(&entry.info.progress).is_none() {
-            return;
+            return false;
         }
         let started_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
         let following = Following { started_ms, failed: false, resumed: false };
         self.feed.remembered.lock().update(key, |m| m.following = Some(following));
-        self.policies
-            .report_rollout(key, TargetRollout { state: RolloutState::Progressing, message: None });
+        self.policies.report_rollout(key, RolloutState::Progressing, None).await;
         // Its controller may have finished before the watch event that says so is seen.
         self.feed.queue.schedule(key.clone(), Duration::ZERO);
+        true
     }
 
     /// What the followed rollout of `info` came to, reported; returns when to look again at
@@ -78,10 +77,7 @@ impl Reconciler {
                 };
                 info!(workload = %key, recovered, seconds = took.as_secs_f64(), "rollout completed");
                 self.events.about_workload(info, EventType::Normal, "RolledOut", note).await;
-                self.policies.report_rollout(
-                    key,
-                    TargetRollout { state: RolloutState::RolledOut, message: None },
-                );
+                self.policies.report_rollout(key, RolloutState::RolledOut, None).await;
                 None
             }
             Step::Failed { reason, message } => {
@@ -107,10 +103,7 @@ impl Reconciler {
                 if let Some(alerter) = self.alerter.get() {
                     alerter.rollout_failed(key, &crate::model::limits::truncate(&why, 600));
                 }
-                self.policies.report_rollout(
-                    key,
-                    TargetRollout { state: RolloutState::Failed, message: Some(why) },
-                );
+                self.policies.report_rollout(key, RolloutState::Failed, Some(why)).await;
                 None
             }
         }

@@ -44,6 +44,7 @@ use crate::report::metrics::Metrics;
 use crate::runtime::queue::WorkQueue;
 
 mod reports;
+mod turns;
 
 /// The field manager of policy status writes.
 pub const STATUS_FIELD_MANAGER: &str = "reloader.rs/policy-status";
@@ -604,10 +605,15 @@ impl Policies {
             resolve_sources(&policy, &ns_sources, hasher.as_ref().unwrap_or(&Hasher::Sha1));
         let (targets, missing_targets) = self.resolve_targets(&policy);
         let memory = self.memory.lock().get(key).cloned().unwrap_or_default();
+        let halted_by =
+            policy.spec.rollout.as_ref().filter(|r| r.halt_on_failure).and_then(|_| {
+                Self::halted_by(&policy, &targets, &memory, &combined_hash(&resolved))
+            });
         let reported = Reported {
             outcomes: &memory.outcomes,
             rollouts: &memory.rollouts,
             next_windows: &memory.next_windows,
+            halted_by: halted_by.as_deref(),
         };
         let desired = desired_status(
             &policy,

@@ -152,12 +152,15 @@ impl Reconciler {
                     policy_part::window_gate(entry.selection.windows.as_ref(), &plan, &parts, now);
                 rollout::pending(gate, now)
             };
+            // A staged policy's turn (runtime/engine/policies/turns.rs), looked at; taken below.
+            let turn = if rolls { self.policies.turn(&parts, &entry.info, false) } else { None };
             let gates = rollout::Gates {
                 key,
                 up_to_date: plan.is_noop(),
                 rolls,
                 suspended: entry.info.suspended,
                 reload_window,
+                turn,
                 leader: *self.leadership.borrow(),
                 window,
                 max_wait: self.config.debounce_max_wait,
@@ -191,6 +194,11 @@ impl Reconciler {
                     self.report_pending(&entry.info, &plan, &parts, &pending).await;
                     return Next::Held(pending.wait.max(rollout::PENDING_MIN_RECHECK));
                 }
+                Decision::Waiting(wait) => {
+                    debug!(workload = %key, %wait, "waiting for its turn in a staged rollout");
+                    self.policies.report_waiting(&parts, &wait);
+                    return Next::Held(rollout::TURN_RECHECK);
+                }
                 // Lost the Lease while planning: the new leader does this.
                 Decision::NotLeader => return Next::Idle,
                 Decision::Throttled(held) => {
@@ -204,6 +212,12 @@ impl Reconciler {
                         self.feed.remembered.lock().update(key, |m| m.throttled = false);
                     }
                     self.feed.remembered.lock().update(key, |m| m.pending = false);
+                    // Taken now, under the policies' lock: another worker may have taken the
+                    // last slot since the look above.
+                    if rolls && let Some(wait) = self.policies.turn(&parts, &entry.info, true) {
+                        self.policies.report_waiting(&parts, &wait);
+                        return Next::Held(rollout::TURN_RECHECK);
+                    }
                 }
             }
             self.first_pass_done(key);
@@ -225,12 +239,17 @@ impl Reconciler {
                     if let Some(latency) = since_change {
                         self.metrics.reload_latency.observe(latency.as_secs_f64());
                     }
+                    if !plan.changes.is_empty() {
+                        let followed = plan.template.is_some()
+                            && self.config.webhook_url.is_none()
+                            && self.start_following(key).await;
+                        if !followed {
+                            self.policies.release_turn(&parts, key);
+                        }
+                    }
                     self.policies.report(parts, None).await;
                     if !plan.changes.is_empty() {
                         self.reloaded(&entry.info, &plan).await;
-                        if plan.template.is_some() && self.config.webhook_url.is_none() {
-                            self.start_following(key);
-                        }
                     } else {
                         debug!(workload = %key, "recorded baseline source hashes");
                     }
@@ -261,6 +280,7 @@ impl Reconciler {
                     }
                 }
                 AfterWrite::GiveUp => {
+                    self.policies.release_turn(&parts, key);
                     warn!(workload = %key, "gave up after repeated conflicts; will retry");
                     return Next::Retry(rollout::AFTER_CONFLICTS);
                 }
@@ -270,6 +290,7 @@ impl Reconciler {
                 }
                 AfterWrite::Fail => executed.expect_err("after_write fails only a failed write"),
             };
+            self.policies.release_turn(&parts, key);
             self.policies.report(parts, Some(&error.to_string())).await;
             return self.failed(&entry.info, &plan, error).await;
         }

@@ -78,21 +78,44 @@ impl Policies {
 
     /// A target's rollout moved (started, finished, failed): every policy that reported on the
     /// target shows it.
-    pub(in crate::runtime::engine) fn report_rollout(
+    pub(in crate::runtime::engine) async fn report_rollout(
         &self,
         key: &WorkloadKey,
-        rollout: TargetRollout,
+        state: RolloutState,
+        message: Option<String>,
     ) {
         let target = (key.kind, key.name.clone());
+        let staged: HashMap<PolicyKey, (Option<String>, bool)> = self
+            .policies_in(&key.namespace)
+            .iter()
+            .filter_map(|p| {
+                let r = p.spec.rollout.as_ref()?;
+                Some(((p.namespace.clone(), p.name.clone()), (r.resume.clone(), r.halt_on_failure)))
+            })
+            .collect();
         let mut touched = Vec::new();
         self.memory.lock().update_all(|policy, m| {
             if policy.0 == key.namespace && m.outcomes.contains_key(&target) {
-                m.rollouts.insert(target.clone(), rollout.clone());
+                let (resume, _) = staged.get(policy).cloned().unwrap_or_default();
+                let resume = resume.filter(|_| state == RolloutState::Failed);
+                let rollout = TargetRollout { state, message: message.clone(), resume };
+                m.rollouts.insert(target.clone(), rollout);
                 touched.push(policy.clone());
             }
         });
         for policy in touched {
+            if state == RolloutState::Failed && staged.get(&policy).is_some_and(|(_, halt)| *halt) {
+                let note = format!(
+                    "Halted: the rollout of {key} failed; the targets not yet rolled keep their \
+                     version until the sources change again, it recovers, or \
+                     spec.rollout.resume changes"
+                );
+                self.events.about_policy(&policy, EventType::Warning, "Halted", note).await;
+            }
             self.statuses.add(policy, Duration::from_millis(100));
+        }
+        if state != RolloutState::Progressing {
+            self.next_turns(key);
         }
     }
 

@@ -1,0 +1,160 @@
+//! Whose turn it is in a policy's staged rollout (`spec.rollout`): the policy's targets as the
+//! rules of `decide::staging` read them, a turn taken under the policies' memory lock (so two
+//! workers never both take the last slot), released when its write does not happen, and the
+//! targets looked at again when one of them finishes.
+
+use super::*;
+use crate::decide::staging::{self, TargetTurn, Wait};
+
+impl Policies {
+    /// `targets` of `policy` as the turn rules see them, from what is remembered of it.
+    fn turns_of(
+        policy: &ActivePolicy,
+        targets: &[WorkloadInfo],
+        memory: Option<&PolicyMemory>,
+    ) -> Vec<TargetTurn> {
+        targets
+            .iter()
+            .map(|t| {
+                let key = (t.key.kind, t.key.name.clone());
+                let rollout = memory.and_then(|m| m.rollouts.get(&key));
+                TargetTurn {
+                    kind: t.key.kind,
+                    name: t.key.name.clone(),
+                    group: policy.order_group(t),
+                    reloaded_to: memory
+                        .and_then(|m| m.outcomes.get(&key))
+                        .and_then(|o| o.hash.clone()),
+                    rollout: rollout.map(|r| r.state),
+                    failed_at_resume: rollout.and_then(|r| r.resume.clone()),
+                }
+            })
+            .collect()
+    }
+
+    /// The staged policies among `parts` that carry a change, with the part.
+    fn staged<'p>(&self, parts: &'p [PolicyPart]) -> Vec<(Arc<ActivePolicy>, &'p PolicyPart)> {
+        let policies = self.policies.read();
+        parts
+            .iter()
+            .filter(|p| p.carries_changes())
+            .filter_map(|p| {
+                let policy = policies.get(&p.key.0)?.get(&p.key.1)?.clone();
+                policy.spec.rollout.is_some().then_some((policy, p))
+            })
+            .collect()
+    }
+
+    /// Whether `info` may roll now in every staged policy taking part (`None`), or what it
+    /// waits for. With `claim`, a turn it may take is taken: it counts as rolling from now.
+    pub(in crate::runtime::engine) fn turn(
+        &self,
+        parts: &[PolicyPart],
+        info: &WorkloadInfo,
+        claim: bool,
+    ) -> Option<Wait> {
+        let staged = self.staged(parts);
+        if staged.is_empty() {
+            return None;
+        }
+        // The targets are read before the memory is locked (never the store under it).
+        let targets: Vec<Vec<WorkloadInfo>> =
+            staged.iter().map(|(policy, _)| self.resolve_targets(policy).0).collect();
+        let me = (info.key.kind, info.key.name.clone());
+        let mut memory = self.memory.lock();
+        for ((policy, part), targets) in staged.iter().zip(&targets) {
+            let views = Self::turns_of(policy, targets, memory.get(&part.key));
+            let mine =
+                views.iter().find(|t| t.kind == me.0 && t.name == me.1).cloned().unwrap_or_else(
+                    || Self::turns_of(policy, std::slice::from_ref(info), None).remove(0),
+                );
+            if let Err(wait) = staging::turn(&mine, &views, &policy.staging(), &part.combined) {
+                return Some(wait);
+            }
+        }
+        if claim {
+            for (_, part) in &staged {
+                memory.update(&part.key, |m| {
+                    m.rollouts.insert(
+                        me.clone(),
+                        TargetRollout {
+                            state: RolloutState::Progressing,
+                            message: None,
+                            resume: None,
+                        },
+                    )
+                });
+            }
+        }
+        None
+    }
+
+    /// A turn taken for a write that did not happen, or for a rollout that is not followed (a
+    /// CronJob's): given back.
+    pub(in crate::runtime::engine) fn release_turn(&self, parts: &[PolicyPart], key: &WorkloadKey) {
+        let target = (key.kind, key.name.clone());
+        let mut memory = self.memory.lock();
+        for (_, part) in self.staged(parts) {
+            memory.update(&part.key, |m| {
+                if m.rollouts.get(&target).is_some_and(|r| r.state == RolloutState::Progressing) {
+                    m.rollouts.remove(&target);
+                }
+            });
+        }
+    }
+
+    /// A target's rollout finished or failed: the targets of the staged policies reporting on it
+    /// are looked at again (the next ones may take their turn).
+    pub(in crate::runtime::engine) fn next_turns(&self, key: &WorkloadKey) {
+        let target = (key.kind, key.name.clone());
+        for policy in self.policies_in(&key.namespace) {
+            if policy.spec.rollout.is_none() {
+                continue;
+            }
+            let policy_key = (policy.namespace.clone(), policy.name.clone());
+            let reports = self
+                .memory
+                .lock()
+                .get(&policy_key)
+                .is_some_and(|m| m.outcomes.contains_key(&target));
+            if !reports {
+                continue;
+            }
+            for t in self.resolve_targets(&policy).0 {
+                if t.key != *key {
+                    // Sooner than a waiting target's own recheck (`add` would keep the later).
+                    self.workloads.schedule(t.key, Duration::ZERO);
+                }
+            }
+        }
+    }
+
+    /// The failed target that halts `policy` now (`rollout.haltOnFailure`), for its status.
+    pub(in crate::runtime::engine) fn halted_by(
+        policy: &ActivePolicy,
+        targets: &[WorkloadInfo],
+        memory: &PolicyMemory,
+        content: &str,
+    ) -> Option<String> {
+        let views = Self::turns_of(policy, targets, Some(memory));
+        staging::halted_by(&views, &policy.staging(), content)
+            .map(|t| format!("{} {}", t.kind.as_str(), t.name))
+    }
+
+    /// Tells the staged policies taking part that their target waits for its turn: its result
+    /// becomes `Waiting`, with what it waits for.
+    pub(in crate::runtime::engine) fn report_waiting(&self, parts: &[PolicyPart], wait: &Wait) {
+        for (_, part) in self.staged(parts) {
+            let target = (part.target.kind, part.target.name.clone());
+            let previous = self.outcome(&part.key, &target);
+            let outcome = Outcome {
+                result: "Waiting",
+                message: Some(format!("waits for its turn: {wait}")),
+                time: previous.as_ref().and_then(|o| o.time),
+                hash: previous.and_then(|o| o.hash),
+            };
+            self.set_outcome(&part.key, target, outcome);
+            self.statuses.add(part.key.clone(), Duration::from_millis(100));
+        }
+    }
+}
