@@ -230,10 +230,10 @@ for app in web api; do
 done
 wait_for "a Reloaded Event on each Deployment" events_for web api
 wait_for "the policy's status to count the reload" policy_reloaded api-credentials
-echo "    Reloaded and RolledOut Events:"
+echo "    Events:"
 k get events --sort-by=.lastTimestamp \
   -o custom-columns='OBJECT:.involvedObject.kind,NAME:.involvedObject.name,REASON:.reason,MESSAGE:.message' |
-  awk 'NR==1 || $3=="Reloaded" || $3=="RolledOut"' | indent | indent
+  awk 'NR==1 || $3=="Reloaded"' | indent | indent
 echo "    kubectl get reloadpolicies:"
 k get reloadpolicies | indent | indent
 echo "    status of reloadpolicy/api-credentials:"

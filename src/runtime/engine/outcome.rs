@@ -1,9 +1,9 @@
 //! Following the rollouts reloads start (leader only, as it is the one that writes): after a
 //! reload's write the workload is followed; each report of its controller (a watch event on
 //! the workload) queues it, and its reconcile first asks `decide::outcome::step` what the
-//! rollout came to, then reports it: an Event on the workload, `reloader_rollouts_total` and
-//! `reloader_rollout_duration_seconds`, an alert on failure, and the `rollout` of the target
-//! in every policy that reports on it.
+//! rollout came to, then reports it: `reloader_rollouts_total` and
+//! `reloader_rollout_duration_seconds`, a log line, a Warning Event and an alert on failure (and
+//! an Event on a recovery), and the `rollout` of the target in every policy that reports on it.
 
 use super::*;
 use crate::decide::outcome::{self, Following, Step};
@@ -67,16 +67,13 @@ impl Reconciler {
                         .with_label_values(&[result])
                         .observe(took.as_secs_f64());
                 }
-                let note = match (recovered, following.resumed) {
-                    (true, _) => format!("{key} rolled out after its failed rollout"),
-                    (false, true) => format!("Rollout of {key} after its reload completed"),
-                    (false, false) => format!(
-                        "Rollout of {key} after its reload completed in {:.1}s",
-                        took.as_secs_f64()
-                    ),
-                };
                 info!(workload = %key, recovered, seconds = took.as_secs_f64(), "rollout completed");
-                self.events.about_workload(info, EventType::Normal, "RolledOut", note).await;
+                // A rollout that went well is counted and logged, not an Event: one Event more
+                // per rollout would double the writes of a fan-out. A recovery is news.
+                if recovered {
+                    let note = format!("{key} rolled out after its failed rollout");
+                    self.events.about_workload(info, EventType::Normal, "RolledOut", note).await;
+                }
                 self.policies.report_rollout(key, RolloutState::RolledOut, None).await;
                 None
             }
