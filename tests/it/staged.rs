@@ -211,7 +211,15 @@ async fn a_failed_target_halts_the_rest_until_a_new_version_resumes() {
     }
     let f = Fixture::new("staged-halt").await;
     install_policy_crd(&f.client).await;
-    let _op = f.operator(&[]);
+    let hook = support::receiver::Receiver::answering("200 OK").await;
+    let _op = f.operator(&[
+        "--allow-plain-http",
+        "--alert-on-reload",
+        "--alert-sink",
+        "raw",
+        "--alert-webhook-url",
+        &hook.url,
+    ]);
     f.configmap("settings", json!({"mode": "one"})).await;
     let bad = sha1_hex(b"mode=bad");
     let mut first = slow_deployment(
@@ -255,6 +263,18 @@ async fn a_failed_target_halts_the_rest_until_a_new_version_resumes() {
     assert!(crate::rollouts::kubectl_wait(&f, "careful", "Halted", "5s"));
     assert!(!crate::rollouts::kubectl_wait(&f, "careful", "RolledOut", "2s"));
     f.wait_events("ReloadPolicy", "careful", "Halted").await;
+    let alert = eventually("the failed rollout's alert", TIMEOUT, || async {
+        hook.requests().into_iter().map(|r| r.text()).find(|t| t.contains("rollout failed"))
+    })
+    .await;
+    assert!(alert.contains("first") && alert.contains("ProgressDeadlineExceeded"), "{alert}");
+    assert!(
+        alert.contains(&format!(
+            "halted the remaining targets of ReloadPolicy {}/careful",
+            f.name()
+        )),
+        "{alert}"
+    );
     tokio::time::sleep(Duration::from_secs(2)).await;
     for name in ["second", "third"] {
         let d = api.get(name).await.unwrap();

@@ -20,7 +20,7 @@ impl Reconciler {
         let started_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
         let following = Following { started_ms, failed: false, resumed: false };
         self.feed.remembered.lock().update(key, |m| m.following = Some(following));
-        self.policies.report_rollout(key, RolloutState::Progressing, None).await;
+        let _ = self.policies.report_rollout(key, RolloutState::Progressing, None).await;
         // Its controller may have finished before the watch event that says so is seen.
         self.feed.queue.schedule(key.clone(), Duration::ZERO);
         true
@@ -74,7 +74,7 @@ impl Reconciler {
                     let note = format!("{key} rolled out after its failed rollout");
                     self.events.about_workload(info, EventType::Normal, "RolledOut", note).await;
                 }
-                self.policies.report_rollout(key, RolloutState::RolledOut, None).await;
+                let _ = self.policies.report_rollout(key, RolloutState::RolledOut, None).await;
                 None
             }
             Step::Failed { reason, message } => {
@@ -97,10 +97,20 @@ impl Reconciler {
                     crate::model::limits::MAX_EVENT_NOTE,
                 );
                 self.events.about_workload(info, EventType::Warning, "RolloutFailed", note).await;
+                let halted = self
+                    .policies
+                    .report_rollout(key, RolloutState::Failed, Some(why.clone()))
+                    .await;
                 if let Some(alerter) = self.alerter.get() {
-                    alerter.rollout_failed(key, &crate::model::limits::truncate(&why, 600));
+                    let mut text = crate::model::limits::truncate(&why, 600);
+                    if !halted.is_empty() {
+                        let list = crate::model::limits::bounded_list(&halted, 300);
+                        text.push_str(&format!(
+                            "; halted the remaining targets of ReloadPolicy {list}"
+                        ));
+                    }
+                    alerter.rollout_failed(key, &text);
                 }
-                self.policies.report_rollout(key, RolloutState::Failed, Some(why)).await;
                 None
             }
         }

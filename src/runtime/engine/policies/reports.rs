@@ -78,12 +78,13 @@ impl Policies {
 
     /// A target's rollout moved (started, finished, failed): every policy that reported on the
     /// target shows it.
+    /// Returns the policies a failure halts (`rollout.haltOnFailure`), as `namespace/name`.
     pub(in crate::runtime::engine) async fn report_rollout(
         &self,
         key: &WorkloadKey,
         state: RolloutState,
         message: Option<String>,
-    ) {
+    ) -> Vec<String> {
         let target = (key.kind, key.name.clone());
         let staged: HashMap<PolicyKey, (Option<String>, bool)> = self
             .policies_in(&key.namespace)
@@ -103,8 +104,10 @@ impl Policies {
                 touched.push(policy.clone());
             }
         });
+        let mut halted = Vec::new();
         for policy in touched {
             if state == RolloutState::Failed && staged.get(&policy).is_some_and(|(_, halt)| *halt) {
+                halted.push(format!("{}/{}", policy.0, policy.1));
                 let note = format!(
                     "Halted: the rollout of {key} failed; the targets not yet rolled keep their \
                      version until the sources change again, it recovers, or \
@@ -117,6 +120,7 @@ impl Policies {
         if state != RolloutState::Progressing {
             self.next_turns(key);
         }
+        halted
     }
 
     /// Whether a policy's status says `key`'s rollout is still progressing or failed (as the
