@@ -28,7 +28,7 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION
 
 .PHONY: help build release test lint fmt-check clippy unit integration testenv cluster-up \
 	cluster-down cluster-status demo bench crd docs zigbuild clean kubectl helm chart-lint chart-docs deny prereqs promtool \
-	stakater-reloader bench-compare
+	stakater-reloader bench-compare bench-curve
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -214,6 +214,19 @@ $(STAKATER): tools/stakater-reloader/go.mod tools/stakater-reloader/go.sum
 # its own ClusterRole's ServiceAccount, this operator (the shipped musl build) as the chart's,
 # and this operator with Reloader's debounce (none). Side by side: target/bench/compare.md.
 COMPARE_RUNS := stakater reloader reloader-debounce0
+# The memory scenario of the shipped build at several scales (BENCH_SCALE: 1 is 10,000 Secrets,
+# 5,000 ConfigMaps, 2,000 Deployments), one control plane per scale, merged with the slope:
+# target/bench/curve.md. CURVE_SCALES="0.1 0.2" for a quick look.
+CURVE_SCALES ?= 1 2 5
+bench-curve: testenv release $(HELM) ## memory at scale 1, 2 and 5, with RSS per additional source: target/bench/curve.md
+	@for s in $(CURVE_SCALES); do \
+		echo "bench-curve: scale $$s"; \
+		BENCH_LABEL="reloader (musl)" BENCH_OUT=target/bench/curve-$$s BENCH_SCALE=$$s BENCH_SCENARIOS=scale \
+			BENCH_OPERATOR=target/$(MUSL)/release/reloader $(CARGO) bench --locked --bench cluster || exit 1; \
+	done
+	BENCH_CURVE=$(subst $(eval) ,$(comma),$(foreach s,$(CURVE_SCALES),target/bench/curve-$(s)/report.json)) \
+		$(CARGO) bench --locked --bench cluster
+
 bench-compare: testenv $(HELM) $(STAKATER) ## this operator and stakater/Reloader through the same scenarios: target/bench/compare.md
 	$(MAKE) release TARGET=$(MUSL)
 	BENCH_LABEL=stakater/Reloader BENCH_OUT=target/bench/compare-stakater BENCH_OPERATOR=$(STAKATER) \

@@ -14,7 +14,9 @@
 //! (tests/fixtures/stakater-rbac/clusterrole.yaml: workloads listed, not watched), and `admin`
 //! (the default with `BENCH_OPERATOR_FLAGS=none`) keeps the harness's kubeconfig; the first
 //! two run the operator with a TokenRequest token of that account.
-//! `BENCH_SCALE` (default 1) scales every object and change count, for quick runs.
+//! `BENCH_SCALE` (default 1) scales every object and change count, for quick runs and for the
+//! scale curve (`make bench-curve`: the memory scenario at several scales, merged by
+//! `BENCH_CURVE=<report.json>,...` into `target/bench/curve.md` with the RSS slope per source).
 //! `BENCH_OUT` puts the report elsewhere (`make bench` runs the glibc build into
 //! `target/bench/glibc` and the shipped musl build into `target/bench/musl`), `BENCH_LABEL` names
 //! the run, and `BENCH_COMPARE=<other report.json>` also writes `target/bench/report.md` with both
@@ -1558,6 +1560,9 @@ async fn run(started: Instant) -> Result<bool> {
     if let Ok(reports) = std::env::var("BENCH_MERGE") {
         return merge(&reports).map(|()| true);
     }
+    if let Ok(reports) = std::env::var("BENCH_CURVE") {
+        return curve(&reports).map(|()| true);
+    }
     let s = Settings::from_env()?;
     std::fs::create_dir_all(&s.out)?;
     let prog = PathBuf::from(&s.operator[0]);
@@ -2100,5 +2105,93 @@ fn merge(reports: &str) -> Result<()> {
     )?;
     std::fs::write(dir.join("compare.md"), &md)?;
     eprintln!("bench: side by side in {}", dir.join("compare.md").display());
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scale curve: `BENCH_CURVE=a/report.json,b/report.json,...` (make bench-curve)
+
+/// Writes `curve.md` and `curve.json` next to the first report's directory: the memory
+/// scenario of each run by scale (sources, RSS at ready, peak and steady, start to ready), and
+/// between consecutive scales the slope: steady RSS per additional source.
+fn curve(reports: &str) -> Result<()> {
+    let paths: Vec<PathBuf> = reports.split(',').map(|p| PathBuf::from(p.trim())).collect();
+    let mut runs: Vec<Value> = paths
+        .iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(p).with_context(|| p.display().to_string())?;
+            Ok(serde_json::from_str::<Value>(&text)?)
+        })
+        .collect::<Result<_>>()?;
+    runs.sort_by(|a, b| {
+        a["scale"].as_f64().partial_cmp(&b["scale"].as_f64()).unwrap_or(std::cmp::Ordering::Equal)
+    });
+    let Some(first) = runs.first() else { bail!("BENCH_CURVE names no report") };
+    let point = |r: &Value| {
+        let s = &r["scenarios"]["scale"];
+        let sources = s["secrets"].as_u64().unwrap_or(0) + s["configmaps"].as_u64().unwrap_or(0);
+        json!({
+            "scale": r["scale"],
+            "sources": sources,
+            "deployments": s["deployments"],
+            "rss_at_ready_mib": s["rss_at_ready_mib"],
+            "peak_rss_mib": s["peak_rss_mib"],
+            "steady_rss_mib": s["steady_rss_mib"],
+            "ready_after_start_s": s["ready_after_start_s"],
+            "error": s.get("error").cloned().unwrap_or(Value::Null),
+        })
+    };
+    let points: Vec<Value> = runs.iter().map(point).collect();
+    let mut md = String::from("# Scale curve (memory scenario)\n\n");
+    let _ = writeln!(
+        md,
+        "{}: `{}`, as {}, {}, {} × {}\n",
+        first["label"].as_str().unwrap_or("?"),
+        first["operator"]["command"]
+            .as_array()
+            .map(|c| c.iter().map(fmt).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default(),
+        identity_text(first["operator"]["identity"].as_str()),
+        fmt(&first["date"]),
+        first["machine"]["nproc"],
+        fmt(&first["machine"]["cpu_model"]),
+    );
+    let _ = writeln!(
+        md,
+        "| scale | sources | Deployments | RSS at ready | peak RSS | steady RSS | start to ready | steady RSS per additional source |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+    let mut slopes = Vec::new();
+    for (i, p) in points.iter().enumerate() {
+        // KiB of steady RSS per source added since the previous scale.
+        let slope = i.checked_sub(1).and_then(|j| {
+            let prev = &points[j];
+            let ds = p["sources"].as_f64()? - prev["sources"].as_f64()?;
+            let dr = p["steady_rss_mib"].as_f64()? - prev["steady_rss_mib"].as_f64()?;
+            (ds > 0.0).then(|| round2(dr * 1024.0 / ds))
+        });
+        slopes.push(slope);
+        let mib_of = |k: &str| p[k].as_f64().map_or("—".to_string(), |v| format!("{v} MiB"));
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            p["scale"],
+            p["sources"],
+            p["deployments"],
+            mib_of("rss_at_ready_mib"),
+            mib_of("peak_rss_mib"),
+            mib_of("steady_rss_mib"),
+            p["ready_after_start_s"].as_f64().map_or("—".to_string(), |v| format!("{v} s")),
+            slope.map_or("—".to_string(), |v| format!("{v} KiB")),
+        );
+    }
+    let dir = paths[0].parent().and_then(Path::parent).unwrap_or(Path::new("target/bench"));
+    std::fs::write(
+        dir.join("curve.json"),
+        serde_json::to_vec_pretty(&json!({"points": points, "slopes_kib_per_source": slopes}))?,
+    )?;
+    std::fs::write(dir.join("curve.md"), &md)?;
+    println!("{md}");
+    eprintln!("bench: scale curve in {}", dir.join("curve.md").display());
     Ok(())
 }
