@@ -177,6 +177,8 @@ impl Reconciler {
             match decision {
                 Decision::UpToDate => {
                     self.first_pass_done(key);
+                    // A pending change undone before its window: the next hold is news again.
+                    self.feed.remembered.lock().update(key, |m| m.pending = false);
                     self.policies.report(parts, None).await;
                     self.count_triggers(&entry, &candidates, &plan, &opts);
                     return Next::done(revisit);
