@@ -171,6 +171,19 @@ pub struct Pending {
     pub invalid: Option<String>,
 }
 
+impl Pending {
+    /// Why it waits, for Events and status messages.
+    pub fn describe(&self) -> String {
+        match (&self.invalid, self.opens) {
+            (Some(e), _) => {
+                format!("its reload windows are invalid ({e}); nothing rolls until they are fixed")
+            }
+            (None, Some(at)) => format!("outside its reload windows; the next opens at {at}"),
+            (None, None) => "outside its reload windows; none opens again".to_string(),
+        }
+    }
+}
+
 /// A target waiting for its turn in a staged rollout is queued again when another target of
 /// its policy finishes; this is the latest it is looked at anyway.
 pub const TURN_RECHECK: Duration = Duration::from_secs(30);

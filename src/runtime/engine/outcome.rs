@@ -59,14 +59,11 @@ impl Reconciler {
             }
             Step::RolledOut { recovered } => {
                 self.feed.remembered.lock().update(key, |m| m.following = None);
-                let result = if recovered { "recovered" } else { "rolled_out" };
-                self.metrics.rollouts_total.with_label_values(&[result]).inc();
-                if !following.resumed {
-                    self.metrics
-                        .rollout_duration
-                        .with_label_values(&[result])
-                        .observe(took.as_secs_f64());
-                }
+                self.count_finished(
+                    if recovered { "recovered" } else { "rolled_out" },
+                    &following,
+                    took,
+                );
                 info!(workload = %key, recovered, seconds = took.as_secs_f64(), "rollout completed");
                 // A rollout that went well is counted and logged, not an Event: one Event more
                 // per rollout would double the writes of a fan-out. A recovery is news.
@@ -83,13 +80,7 @@ impl Reconciler {
                         f.failed = true;
                     }
                 });
-                self.metrics.rollouts_total.with_label_values(&["failed"]).inc();
-                if !following.resumed {
-                    self.metrics
-                        .rollout_duration
-                        .with_label_values(&["failed"])
-                        .observe(took.as_secs_f64());
-                }
+                self.count_finished("failed", &following, took);
                 let why = format!("{reason}: {message}");
                 warn!(workload = %key, reason = %reason, message = %message, "rollout after a reload failed");
                 let note = crate::model::limits::truncate(
@@ -113,6 +104,15 @@ impl Reconciler {
                 }
                 None
             }
+        }
+    }
+
+    /// `reloader_rollouts_total`, and its duration unless it was taken over midway (its start
+    /// is then unknown).
+    fn count_finished(&self, result: &str, following: &Following, took: Duration) {
+        self.metrics.rollouts_total.with_label_values(&[result]).inc();
+        if !following.resumed {
+            self.metrics.rollout_duration.with_label_values(&[result]).observe(took.as_secs_f64());
         }
     }
 }

@@ -409,13 +409,7 @@ impl Reconciler {
             return;
         }
         let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
-        let when = match (&pending.invalid, pending.opens) {
-            (Some(e), _) => {
-                format!("its reload windows are invalid ({e}); nothing rolls until they are fixed")
-            }
-            (None, Some(at)) => format!("the next reload window opens at {at}"),
-            (None, None) => "no reload window opens again".to_string(),
-        };
+        let when = pending.describe();
         info!(workload = %key, sources = ?sources, opens = ?pending.opens,
               "rollout pending outside its reload windows");
         let note = format!(

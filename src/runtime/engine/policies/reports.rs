@@ -4,6 +4,21 @@
 use super::*;
 
 impl Policies {
+    /// A target whose rollout is held (`result`, with why in `message`) keeps the time and hash
+    /// of its last reload; its policy's status is written soon after.
+    pub(super) fn hold_target(&self, part: &PolicyPart, result: &'static str, message: String) {
+        let target = (part.target.kind, part.target.name.clone());
+        let previous = self.outcome(&part.key, &target);
+        let outcome = Outcome {
+            result,
+            message: Some(message),
+            time: previous.as_ref().and_then(|o| o.time),
+            hash: previous.and_then(|o| o.hash),
+        };
+        self.set_outcome(&part.key, target, outcome);
+        self.statuses.add(part.key.clone(), Duration::from_millis(100));
+    }
+
     /// Tells the policies taking part in a held-back rollout: their target's result becomes
     /// `Throttled` until it rolls; the first hold of an episode is counted and an Event.
     pub(in crate::runtime::engine) async fn report_throttled(
@@ -13,17 +28,8 @@ impl Policies {
         first: bool,
     ) {
         for part in parts.iter().filter(|p| p.carries_changes()) {
-            let target = (part.target.kind, part.target.name.clone());
-            let previous = self.outcome(&part.key, &target);
-            let outcome = Outcome {
-                result: "Throttled",
-                message: Some(format!(
-                    "rollout held back: {why}; the latest state is applied then"
-                )),
-                time: previous.as_ref().and_then(|o| o.time),
-                hash: previous.and_then(|o| o.hash),
-            };
-            self.set_outcome(&part.key, target, outcome);
+            let message = format!("rollout held back: {why}; the latest state is applied then");
+            self.hold_target(part, "Throttled", message);
             if first {
                 self.memory.lock().update(&part.key, |m| m.throttled_count += 1);
                 let note = format!(
@@ -34,7 +40,6 @@ impl Policies {
                     .about_policy(&part.key, EventType::Normal, "ReloadThrottled", note)
                     .await;
             }
-            self.statuses.add(part.key.clone(), Duration::from_millis(100));
         }
     }
 
@@ -47,32 +52,19 @@ impl Policies {
         pending: &Pending,
         first: bool,
     ) {
-        let why = match (&pending.invalid, pending.opens) {
-            (Some(e), _) => {
-                format!("its reload windows are invalid ({e}); nothing rolls until they are fixed")
-            }
-            (None, Some(at)) => format!("outside its reload windows; the next opens at {at}"),
-            (None, None) => "outside its reload windows; none opens again".to_string(),
-        };
+        let why = pending.describe();
         for part in parts.iter().filter(|p| p.carries_changes()) {
             let target = (part.target.kind, part.target.name.clone());
-            let previous = self.outcome(&part.key, &target);
-            let outcome = Outcome {
-                result: "Pending",
-                message: Some(format!("rollout pending: {why}")),
-                time: previous.as_ref().and_then(|o| o.time),
-                hash: previous.and_then(|o| o.hash),
-            };
-            self.set_outcome(&part.key, target.clone(), outcome);
+            // The window first: `hold_target` queues the status write that shows it.
             self.memory.lock().update(&part.key, |m| match pending.opens {
                 Some(at) => m.next_windows.insert(target.clone(), at.as_second()),
                 None => m.next_windows.remove(&target),
             });
+            self.hold_target(part, "Pending", format!("rollout pending: {why}"));
             if first {
                 let note = format!("Rollout of {} pending: {why}", part.target);
                 self.events.about_policy(&part.key, EventType::Normal, "ReloadPending", note).await;
             }
-            self.statuses.add(part.key.clone(), Duration::from_millis(100));
         }
     }
 

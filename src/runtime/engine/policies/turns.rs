@@ -145,16 +145,7 @@ impl Policies {
     /// becomes `Waiting`, with what it waits for.
     pub(in crate::runtime::engine) fn report_waiting(&self, parts: &[PolicyPart], wait: &Wait) {
         for (_, part) in self.staged(parts) {
-            let target = (part.target.kind, part.target.name.clone());
-            let previous = self.outcome(&part.key, &target);
-            let outcome = Outcome {
-                result: "Waiting",
-                message: Some(format!("waits for its turn: {wait}")),
-                time: previous.as_ref().and_then(|o| o.time),
-                hash: previous.and_then(|o| o.hash),
-            };
-            self.set_outcome(&part.key, target, outcome);
-            self.statuses.add(part.key.clone(), Duration::from_millis(100));
+            self.hold_target(part, "Waiting", format!("waits for its turn: {wait}"));
         }
     }
 }
