@@ -57,7 +57,7 @@ pub fn verdict(progress: &RolloutProgress) -> Option<Verdict> {
                 return waiting(format!("{updated} of {to_update} pods updated"));
             }
             if total > updated {
-                return waiting(format!("{} old pods terminating", total - updated));
+                return waiting(format!("{} old pods terminating", total.saturating_sub(*updated)));
             }
             if available < desired {
                 return waiting(format!("{available} of {desired} pods available"));
@@ -180,6 +180,13 @@ mod tests {
         );
         // Zero replicas roll out at once.
         assert_eq!(verdict(&pods(0, 0, 0, 0)), Some(Verdict::RolledOut));
+    }
+
+    #[test]
+    fn hostile_counts_do_not_overflow() {
+        // A DaemonSet's desired count comes from its status: anything a writer of it put there.
+        let p = pods(i32::MIN, -5, 0, i32::MAX);
+        assert!(matches!(verdict(&p), Some(Verdict::Progressing(w)) if w.contains("old pods")));
     }
 
     #[test]

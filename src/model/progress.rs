@@ -176,7 +176,7 @@ mod read {
                     counts: Counts::NotFollowed,
                 };
             }
-            let desired = s.spec.replicas.unwrap_or(1);
+            let desired = s.spec.replicas.unwrap_or(1).max(0);
             let partition = strategy
                 .and_then(|u| u.rolling_update.as_ref())
                 .and_then(|r| r.partition)
