@@ -212,13 +212,15 @@ $(STAKATER): tools/stakater-reloader/go.mod tools/stakater-reloader/go.sum
 
 # One control plane per run, the same scenarios, one after the other: stakater/Reloader as
 # its own ClusterRole's ServiceAccount, this operator (the shipped musl build) as the chart's,
-# and this operator with Reloader's debounce (none). Side by side: target/bench/compare.md.
-COMPARE_RUNS := stakater reloader reloader-debounce0
+# the glibc build of it, and the shipped build with Reloader's debounce (none). Side by side:
+# target/bench/compare.md.
+COMPARE_RUNS := stakater reloader reloader-glibc reloader-debounce0
 # The memory scenario of the shipped build at several scales (BENCH_SCALE: 1 is 10,000 Secrets,
 # 5,000 ConfigMaps, 2,000 Deployments), one control plane per scale, merged with the slope:
 # target/bench/curve.md. CURVE_SCALES="0.1 0.2" for a quick look.
 CURVE_SCALES ?= 1 2 5
-bench-curve: testenv release $(HELM) ## memory at scale 1, 2 and 5, with RSS per additional source: target/bench/curve.md
+bench-curve: testenv $(HELM) ## memory at scale 1, 2 and 5, with RSS per additional source: target/bench/curve.md
+	$(MAKE) release TARGET=$(MUSL)
 	@for s in $(CURVE_SCALES); do \
 		echo "bench-curve: scale $$s"; \
 		BENCH_LABEL="reloader (musl)" BENCH_OUT=target/bench/curve-$$s BENCH_SCALE=$$s BENCH_SCENARIOS=scale \
@@ -228,12 +230,15 @@ bench-curve: testenv release $(HELM) ## memory at scale 1, 2 and 5, with RSS per
 		$(CARGO) bench --locked --bench cluster
 
 bench-compare: testenv $(HELM) $(STAKATER) ## this operator and stakater/Reloader through the same scenarios: target/bench/compare.md
+	$(MAKE) release
 	$(MAKE) release TARGET=$(MUSL)
 	BENCH_LABEL=stakater/Reloader BENCH_OUT=target/bench/compare-stakater BENCH_OPERATOR=$(STAKATER) \
 		BENCH_OPERATOR_FLAGS=none BENCH_READY_URL=http://127.0.0.1:9090/metrics BENCH_IDENTITY=stakater \
 		$(CARGO) bench --locked --bench cluster
-	BENCH_LABEL=reloader BENCH_OUT=target/bench/compare-reloader \
+	BENCH_LABEL="reloader (musl, shipped)" BENCH_OUT=target/bench/compare-reloader \
 		BENCH_OPERATOR=target/$(MUSL)/release/reloader $(CARGO) bench --locked --bench cluster
+	BENCH_LABEL="reloader (glibc)" BENCH_OUT=target/bench/compare-reloader-glibc \
+		BENCH_OPERATOR=target/release/reloader $(CARGO) bench --locked --bench cluster
 	BENCH_LABEL="reloader --debounce 0s" BENCH_OUT=target/bench/compare-reloader-debounce0 \
 		BENCH_OPERATOR="target/$(MUSL)/release/reloader --debounce 0s" $(CARGO) bench --locked --bench cluster
 	BENCH_MERGE=$(subst $(eval) ,$(comma),$(foreach r,$(COMPARE_RUNS),target/bench/compare-$(r)/report.json)) \

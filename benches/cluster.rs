@@ -261,8 +261,16 @@ fn start_control_plane(s: &Settings) -> Result<ControlPlane> {
         .status();
     let started = Instant::now();
     // No fake nodes: the bench's workloads have no replicas, and a scheduler and kwok would only
-    // add noise to the figures (and keep them comparable with runs before pods ran).
-    let (child, line) = control_plane::start(&bin, &dir, &["--nodes=0"], Duration::from_secs(300))
+    // add noise to the figures (and keep them comparable with runs before pods ran). The
+    // controller-manager gets a client budget to match the bench's object counts: at its default
+    // (20 requests/s) the ReplicaSets of 2,000 Deployments take five minutes to settle, and every
+    // scenario waits for a quiet cluster before it measures.
+    let args = [
+        "--nodes=0",
+        "--controller-manager-arg=--kube-api-qps=1000",
+        "--controller-manager-arg=--kube-api-burst=2000",
+    ];
+    let (child, line) = control_plane::start(&bin, &dir, &args, Duration::from_secs(300))
         .map_err(|e| anyhow!(e))?;
     eprintln!("bench: control plane up in {:.1}s: {line}", started.elapsed().as_secs_f64());
     Ok(ControlPlane { kubeconfig: dir.join("kubeconfig"), local: true, _supervisor: Some(child) })
@@ -1261,6 +1269,14 @@ async fn scenario_fanout(ctx: &Ctx) -> Result<Value> {
 // ---------------------------------------------------------------------------------------------
 // Scenario 3: memory at scale
 
+/// The scale scenario's `--resync-period` (see there).
+const RESYNC_PERIOD: &str = "60s";
+
+/// The value of an unlabelled sample in a Prometheus scrape.
+fn metric_value(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
 async fn scenario_scale(ctx: &Ctx, last: bool) -> Result<Value> {
     let ns = ctx.namespace("bench-scale").await?;
     let n_secrets = ctx.s.scaled(10_000, 50);
@@ -1290,7 +1306,9 @@ async fn scenario_scale(ctx: &Ctx, last: bool) -> Result<Value> {
     ctx.wait_quiet(Duration::from_secs(5), Duration::from_secs(600)).await?;
     let tracker = Tracker::deployments(&ctx.client, &ns).await;
 
-    let mut op = ctx.start_operator("scale", &[])?;
+    // A resync period that falls after the steady window, so one full resync can be timed
+    // (`reloader_resync_duration_seconds`) without touching the steady figures.
+    let mut op = ctx.start_operator("scale", &["--resync-period", RESYNC_PERIOD])?;
     let sampler = MemorySampler::start(op.pid);
     let ready = op.wait_ready(Duration::from_secs(600)).await?;
     let ready_rss = proc_memory(op.pid).map(|m| m.0);
@@ -1316,10 +1334,9 @@ async fn scenario_scale(ctx: &Ctx, last: bool) -> Result<Value> {
                 .then(|| (key.to_string(), mib(kib)))
         })
         .collect();
-    let op_metrics: Vec<String> = op
-        .metrics()
-        .await
-        .unwrap_or_default()
+    let steady_metrics = op.metrics().await.unwrap_or_default();
+    let resyncs_in_steady = metric_value(&steady_metrics, "reloader_resync_duration_seconds_count");
+    let op_metrics: Vec<String> = steady_metrics
         .lines()
         .filter(|l| l.starts_with("reloader_watched_objects") || l.starts_with("process_resident"))
         .map(String::from)
@@ -1342,6 +1359,21 @@ async fn scenario_scale(ctx: &Ctx, last: bool) -> Result<Value> {
     tracker.wait_all(ROLLOUT_TIMEOUT).await.context("reloads at scale")?;
     let reload: Vec<f64> = tracker.take().iter().map(|s| ms(s.latency)).collect();
     let check_s = t0.elapsed().as_secs_f64();
+    // One full resync: the first periodic one (our operator; another program has no metric).
+    let mut resync_s = None;
+    if resyncs_in_steady.is_some() {
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while Instant::now() < deadline {
+            let text = op.metrics().await.unwrap_or_default();
+            let count = metric_value(&text, "reloader_resync_duration_seconds_count");
+            if count.is_some_and(|c| c >= 1.0) {
+                let sum = metric_value(&text, "reloader_resync_duration_seconds_sum");
+                resync_s = sum.zip(count).map(|(s, c)| round2(s / c));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
     let (rss_end, hwm_end) = proc_memory(op.pid).unwrap_or((0, 0));
     let sampled_peak = sampler.max();
     drop(sampler);
@@ -1366,6 +1398,8 @@ async fn scenario_scale(ctx: &Ctx, last: bool) -> Result<Value> {
         "operator_metrics": op_metrics,
         "reload_checks": summary(&reload),
         "reload_checks_s": round2(check_s),
+        "full_resync_s": resync_s,
+        "resync_during_steady": resyncs_in_steady.is_some_and(|c| c > 0.0),
         "peak_rss_end_mib": mib(hwm_end),
         "rss_end_mib": mib(rss_end),
     }))
@@ -1890,8 +1924,8 @@ fn markdown(r: &Value) -> String {
         let _ = writeln!(
             md,
             "\n## 3. Memory at scale: {} Secrets × 8 KiB, {} ConfigMaps × 4 KiB, {} Deployments\n\n\
-             | ready after start | RSS at ready | peak RSS (VmHWM) | steady RSS (median, max over 10 s idle) | reload check (p50, max) |\n|---|---|---|---|---|\n\
-             | {} s | {} MiB | {} MiB | {} MiB, {} MiB | {} ms, {} ms |",
+             | ready after start | RSS at ready | peak RSS (VmHWM) | steady RSS (median, max over 10 s idle) | reload check (p50, max) | one full resync |\n|---|---|---|---|---|---|\n\
+             | {} s | {} MiB | {} MiB | {} MiB, {} MiB | {} ms, {} ms | {} s |",
             sc["secrets"],
             sc["configmaps"],
             sc["deployments"],
@@ -1901,7 +1935,8 @@ fn markdown(r: &Value) -> String {
             sc["steady_rss_mib"],
             sc["steady_rss_max_mib"],
             sc["reload_checks"]["p50_ms"],
-            sc["reload_checks"]["max_ms"]
+            sc["reload_checks"]["max_ms"],
+            fmt(&sc["full_resync_s"])
         );
     }
     let api = &s["api_cost"];
@@ -2007,6 +2042,7 @@ const COMPARED: &[(&str, &str, &str, bool)] = &[
     ("steady RSS, memory at scale", "/scenarios/scale/steady_rss_mib", "MiB", true),
     ("peak RSS, memory at scale", "/scenarios/scale/peak_rss_mib", "MiB", true),
     ("start to ready, memory at scale", "/scenarios/scale/ready_after_start_s", "s", true),
+    ("one full resync, memory at scale", "/scenarios/scale/full_resync_s", "s", true),
     ("p50 latency, idle", "/scenarios/latency/idle/p50_ms", "ms", true),
     ("p99 latency, idle", "/scenarios/latency/idle/p99_ms", "ms", true),
     ("p50 latency at 20 changes/s", "/scenarios/latency/loaded/p50_ms", "ms", true),
@@ -2061,6 +2097,30 @@ fn merge(reports: &str) -> Result<()> {
             r["machine"]["nproc"],
             fmt(&r["machine"]["cpu_model"]),
         );
+    }
+    // What differs between the runs besides the program: debounce and the client's budget.
+    let _ = writeln!(md, "\nSettings that differ:\n");
+    for r in &runs {
+        let command: Vec<String> = r["operator"]["command"]
+            .as_array()
+            .map(|c| c.iter().map(fmt).collect())
+            .unwrap_or_default();
+        let ours = r["operator"]["harness_flags"].as_bool().unwrap_or(false);
+        let debounce = match command.iter().position(|a| a == "--debounce") {
+            Some(i) => command.get(i + 1).cloned().unwrap_or_default(),
+            None if ours => "1s (default)".into(),
+            None => "none (the program has no debounce)".into(),
+        };
+        let limits: Vec<String> = r["operator"]["client_rate_limit_flags"]
+            .as_array()
+            .map(|f| f.iter().map(fmt).collect())
+            .unwrap_or_default();
+        let limits = if limits.is_empty() {
+            "no flag (a Go client's default: 5 requests/s, burst 10)".to_string()
+        } else {
+            limits.join(", ")
+        };
+        let _ = writeln!(md, "- {}: debounce {debounce}; client limit {limits}", label(r));
     }
     let _ = write!(md, "\n| measure |");
     for r in &runs {
@@ -2138,6 +2198,7 @@ fn curve(reports: &str) -> Result<()> {
             "peak_rss_mib": s["peak_rss_mib"],
             "steady_rss_mib": s["steady_rss_mib"],
             "ready_after_start_s": s["ready_after_start_s"],
+            "full_resync_s": s["full_resync_s"],
             "error": s.get("error").cloned().unwrap_or(Value::Null),
         })
     };
@@ -2158,9 +2219,9 @@ fn curve(reports: &str) -> Result<()> {
     );
     let _ = writeln!(
         md,
-        "| scale | sources | Deployments | RSS at ready | peak RSS | steady RSS | start to ready | steady RSS per additional source |"
+        "| scale | sources | Deployments | RSS at ready | peak RSS | steady RSS | start to ready | one full resync | steady RSS per additional source |"
     );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
     let mut slopes = Vec::new();
     for (i, p) in points.iter().enumerate() {
         // KiB of steady RSS per source added since the previous scale.
@@ -2172,16 +2233,18 @@ fn curve(reports: &str) -> Result<()> {
         });
         slopes.push(slope);
         let mib_of = |k: &str| p[k].as_f64().map_or("—".to_string(), |v| format!("{v} MiB"));
+        let secs_of = |k: &str| p[k].as_f64().map_or("—".to_string(), |v| format!("{v} s"));
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             p["scale"],
             p["sources"],
             p["deployments"],
             mib_of("rss_at_ready_mib"),
             mib_of("peak_rss_mib"),
             mib_of("steady_rss_mib"),
-            p["ready_after_start_s"].as_f64().map_or("—".to_string(), |v| format!("{v} s")),
+            secs_of("ready_after_start_s"),
+            secs_of("full_resync_s"),
             slope.map_or("—".to_string(), |v| format!("{v} KiB")),
         );
     }

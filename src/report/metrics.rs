@@ -55,6 +55,8 @@ pub struct Metrics {
     pub rollouts_total: IntCounterVec,
     /// From the reload's write to the rollout's end, by result.
     pub rollout_duration: HistogramVec,
+    /// One periodic resync: from queueing every workload to the last of them reconciled.
+    pub resync_duration: Histogram,
     /// Panics contained, by stage (`reconcile`, `watch_event`, `policy_status`).
     pub panics: IntCounterVec,
     /// Objects whose values broke an input limit, by limit (see `crate::model::limits`).
@@ -321,6 +323,11 @@ impl Metrics {
                     QUEUE_BUCKETS,
                 ),
             },
+            resync_duration: single_histogram(
+                "reloader_resync_duration_seconds",
+                "Time one periodic resync took: from queueing every workload to the queue drained of them.",
+                WAIT_BUCKETS,
+            ),
             reload_latency: single_histogram(
                 "reloader_reload_latency_seconds",
                 "Time from observing a changed source to the workload write that reloads it (debounce included).",

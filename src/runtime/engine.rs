@@ -440,18 +440,31 @@ impl Engine {
             return; // `--resync-period=0`: off
         }
         let mut ticker = tokio::time::interval(self.config.resync_period);
+        // A resync that outlasts the period is not followed by a burst of catch-up ticks.
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker.tick().await;
         loop {
             ticker.tick().await;
             if !self.feed.is_synced() {
                 continue;
             }
+            let started = tokio::time::Instant::now();
             let keys = self.feed.store.read().workload_keys();
-            debug!(workloads = keys.len(), "periodic resync");
+            let workloads = keys.len();
             for key in keys {
                 self.feed.queue.add(key, Duration::ZERO);
             }
             self.scanner.scan_everything();
+            // Timed until the queue holds nothing due by the time the last key was queued (a
+            // debounced key keeps its later due time) and no worker is busy: exact when idle,
+            // an upper bound while other changes keep the workers busy.
+            let by = tokio::time::Instant::now();
+            while !self.feed.queue.drained_by(by) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let took = started.elapsed();
+            self.metrics.resync_duration.observe(took.as_secs_f64());
+            info!(workloads, seconds = took.as_secs_f64(), "periodic resync done");
         }
     }
 

@@ -149,6 +149,13 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         self.notify.notify_one();
     }
 
+    /// True once no key due at or before `by` is waiting and no worker holds a key: everything
+    /// queued for `by` has been handled (keys queued later for later times do not count).
+    pub fn drained_by(&self, by: Instant) -> bool {
+        let inner = self.inner.lock();
+        inner.in_flight.is_empty() && inner.order.first().is_none_or(|(due, _, _)| *due > by)
+    }
+
     /// Keys waiting (not counting those in flight).
     pub fn len(&self) -> usize {
         self.inner.lock().pending.len()
@@ -185,6 +192,21 @@ mod tests {
         assert_eq!(adds.get(), 2);
         assert_eq!(latency.get_sample_count(), 1);
         assert!((latency.get_sample_sum() - 0.1).abs() < 0.01, "{}", latency.get_sample_sum());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn drained_by_waits_for_due_keys_and_keys_in_flight_only() {
+        let q = WorkQueue::new(Duration::from_secs(10));
+        let t0 = Instant::now();
+        assert!(q.drained_by(t0), "an empty queue is drained");
+        q.add("a", Duration::ZERO);
+        q.add("later", Duration::from_secs(60));
+        assert!(!q.drained_by(t0), "a key due by then waits");
+        assert_eq!(q.next().await, Some("a"));
+        assert!(!q.drained_by(t0), "a key in flight is not handled yet");
+        q.done(&"a");
+        assert!(q.drained_by(t0), "a key due later does not count");
+        assert!(!q.drained_by(t0 + Duration::from_secs(60)));
     }
 
     #[tokio::test(start_paused = true)]

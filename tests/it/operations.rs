@@ -140,6 +140,28 @@ async fn metrics_pass_promtool_and_count_what_was_done() {
     assert!(!text.contains("\"cfg\"") && !text.contains("\"web\""), "no object names in labels");
 }
 
+/// A periodic resync checks every workload again, rolls nothing that is up to date, and is
+/// timed in `reloader_resync_duration_seconds` (what `make bench-curve` reports as a full resync).
+#[tokio::test]
+async fn a_periodic_resync_is_timed_and_rolls_nothing_up_to_date() {
+    let f = Fixture::new("ops-resync").await;
+    let op = f.operator(&["--resync-period", "2s"]);
+    f.configmap("cfg", json!({"a": "1"})).await;
+    f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("cfg")).await;
+    f.wait_replicasets("web", 1).await;
+    f.wait_baseline("web").await;
+    let text = eventually("two resyncs in /metrics", TIMEOUT, || async {
+        let text = op.metrics().await;
+        (sample(&text, "reloader_resync_duration_seconds_count") >= 2.0).then_some(text)
+    })
+    .await;
+    let took = sample(&text, "reloader_resync_duration_seconds_sum");
+    assert!(took > 0.0 && took < 10.0, "two resyncs of a few workloads took {took} s");
+    let sentinel = Sentinel::create(&f).await;
+    f.assert_still("web", 1, &sentinel).await;
+    assert_eq!(sample(&text, "reloader_reload_executed_total{success=\"true\"}"), 0.0);
+}
+
 /// One family of the other program's, from tests/fixtures/stakater-metrics.txt.
 struct Family {
     name: String,
