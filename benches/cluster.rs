@@ -1306,8 +1306,8 @@ async fn scenario_scale(ctx: &Ctx, last: bool) -> Result<Value> {
     ctx.wait_quiet(Duration::from_secs(5), Duration::from_secs(600)).await?;
     let tracker = Tracker::deployments(&ctx.client, &ns).await;
 
-    // A resync period that falls after the steady window, so one full resync can be timed
-    // (`reloader_resync_duration_seconds`) without touching the steady figures.
+    // A short resync period, so that one full resync can be timed after the steady window
+    // (`reloader_resync_duration_seconds`; see below).
     let mut op = ctx.start_operator("scale", &["--resync-period", RESYNC_PERIOD])?;
     let sampler = MemorySampler::start(op.pid);
     let ready = op.wait_ready(Duration::from_secs(600)).await?;
@@ -1359,16 +1359,22 @@ async fn scenario_scale(ctx: &Ctx, last: bool) -> Result<Value> {
     tracker.wait_all(ROLLOUT_TIMEOUT).await.context("reloads at scale")?;
     let reload: Vec<f64> = tracker.take().iter().map(|s| ms(s.latency)).collect();
     let check_s = t0.elapsed().as_secs_f64();
-    // One full resync: the first periodic one (our operator; another program has no metric).
+    // One full resync of the settled cluster: the first periodic one that starts after the
+    // steady window (an earlier one may overlap the first pass's baseline writes). Our operator
+    // only; another program has no such metric.
     let mut resync_s = None;
-    if resyncs_in_steady.is_some() {
+    if let Some(count_before) = resyncs_in_steady {
+        let sum_before =
+            metric_value(&steady_metrics, "reloader_resync_duration_seconds_sum").unwrap_or(0.0);
         let deadline = Instant::now() + Duration::from_secs(300);
         while Instant::now() < deadline {
             let text = op.metrics().await.unwrap_or_default();
             let count = metric_value(&text, "reloader_resync_duration_seconds_count");
-            if count.is_some_and(|c| c >= 1.0) {
-                let sum = metric_value(&text, "reloader_resync_duration_seconds_sum");
-                resync_s = sum.zip(count).map(|(s, c)| round2(s / c));
+            let sum = metric_value(&text, "reloader_resync_duration_seconds_sum");
+            if let (Some(count), Some(sum)) = (count, sum)
+                && count > count_before
+            {
+                resync_s = Some(round2((sum - sum_before) / (count - count_before)));
                 break;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;

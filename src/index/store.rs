@@ -33,6 +33,9 @@ pub struct Store {
     by_source: HashMap<String, HashMap<SourceRef, Vec<WorkloadKey>>>,
     /// namespace → workloads with named-reload patterns (checked against every source there).
     named: HashMap<String, HashSet<WorkloadKey>>,
+    /// namespace → Deployment → the workloads (Argo Rollouts) that run its template through
+    /// `workloadRef`, so that a Deployment's change finds them without a walk over every workload.
+    by_workload_ref: HashMap<String, HashMap<String, Vec<WorkloadKey>>>,
     /// When each source that went away did so (monotonic), for debouncing rollouts; a stored
     /// source keeps its own time of change.
     removed_at: HashMap<(String, SourceRef), Instant>,
@@ -274,11 +277,27 @@ impl Store {
                 referrers.shrink_to_fit();
             }
         }
+        if let Some(deployment) = &entry.info.workload_ref {
+            let runners = self.by_workload_ref.entry(ns.clone()).or_default();
+            runners.entry(deployment.clone()).or_default().push(key.clone());
+        }
         if entry.selection.has_any_named() {
             self.named.entry(ns).or_default().insert(key.clone());
         }
         self.workloads.insert(key, Arc::new(entry));
         true
+    }
+
+    /// The workloads that run `deployment`'s pod template (`workloadRef`) in `namespace`.
+    pub fn running_template_of(
+        &self,
+        namespace: &str,
+        deployment: &str,
+    ) -> Vec<Arc<WorkloadEntry>> {
+        let Some(keys) = self.by_workload_ref.get(namespace).and_then(|m| m.get(deployment)) else {
+            return Vec::new();
+        };
+        keys.iter().filter_map(|k| self.workloads.get(k).cloned()).collect()
     }
 
     pub fn remove_workload(&mut self, key: &WorkloadKey) -> bool {
@@ -303,6 +322,19 @@ impl Store {
         }
         if let Some(set) = self.named.get_mut(&key.namespace) {
             set.remove(key);
+        }
+        if let (Some(deployment), Some(runners)) =
+            (&old.info.workload_ref, self.by_workload_ref.get_mut(&key.namespace))
+        {
+            if let Some(keys) = runners.get_mut(deployment) {
+                keys.retain(|k| k != key);
+                if keys.is_empty() {
+                    runners.remove(deployment);
+                }
+            }
+            if runners.is_empty() {
+                self.by_workload_ref.remove(&key.namespace);
+            }
         }
     }
 
@@ -420,6 +452,36 @@ mod tests {
     }
     fn cm(n: &str) -> SourceRef {
         SourceRef::new(SourceKind::ConfigMap, n)
+    }
+
+    #[test]
+    fn rollouts_running_a_deployments_template_are_indexed() {
+        let mut store = Store::default();
+        let rollout = |name: &str, target: &str| {
+            let mut e = entry(name, &[], &[]);
+            e.info.key.kind = WorkloadKind::Rollout;
+            e.info.workload_ref = Some(target.into());
+            e
+        };
+        let names = |v: Vec<Arc<WorkloadEntry>>| {
+            let mut n: Vec<String> = v.iter().map(|e| e.info.key.name.clone()).collect();
+            n.sort();
+            n
+        };
+        store.upsert_workload(entry("web", &["cfg"], &[]));
+        store.upsert_workload(rollout("canary", "web"));
+        store.upsert_workload(rollout("blue", "web"));
+        store.upsert_workload(rollout("other", "api"));
+        assert_eq!(names(store.running_template_of("ns", "web")), ["blue", "canary"]);
+        assert!(store.running_template_of("elsewhere", "web").is_empty());
+        // Pointed elsewhere, then removed: the index follows.
+        store.upsert_workload(rollout("canary", "api"));
+        assert_eq!(names(store.running_template_of("ns", "web")), ["blue"]);
+        assert_eq!(names(store.running_template_of("ns", "api")), ["canary", "other"]);
+        let blue = store.workload(&rollout("blue", "web").info.key).unwrap().info.key.clone();
+        store.remove_workload(&blue);
+        assert!(store.running_template_of("ns", "web").is_empty());
+        assert!(!store.by_workload_ref["ns"].contains_key("web"), "empty entries are dropped");
     }
 
     #[test]

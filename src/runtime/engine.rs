@@ -440,8 +440,6 @@ impl Engine {
             return; // `--resync-period=0`: off
         }
         let mut ticker = tokio::time::interval(self.config.resync_period);
-        // A resync that outlasts the period is not followed by a burst of catch-up ticks.
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticker.tick().await;
         loop {
             ticker.tick().await;
@@ -465,6 +463,8 @@ impl Engine {
             let took = started.elapsed();
             self.metrics.resync_duration.observe(took.as_secs_f64());
             info!(workloads, seconds = took.as_secs_f64(), "periodic resync done");
+            // The next one a whole period after this one ended, however long it took.
+            ticker.reset();
         }
     }
 
