@@ -381,7 +381,14 @@ impl Ctx {
         }
         let (ready_url, metrics_url) = if self.s.harness_flags {
             let port = free_port()?;
-            cmd.args(["--metrics-addr", &format!("127.0.0.1:{port}")]).args(flags);
+            cmd.args(["--metrics-addr", &format!("127.0.0.1:{port}")]);
+            // A scenario's flags (name, value pairs) give way to the same flag in
+            // BENCH_OPERATOR (e.g. `--debounce 0s` for every scenario of a run).
+            for pair in flags.chunks(2) {
+                if !self.s.operator[1..].iter().any(|a| a == pair[0]) {
+                    cmd.args(pair);
+                }
+            }
             if self.s.identity == "chart" {
                 // The chart's hash key Secret, which its Role names.
                 cmd.args(["--hash-key-secret", "bench-reloader-hash-key"]);
@@ -1931,7 +1938,7 @@ fn markdown(r: &Value) -> String {
             md,
             "\n## 3. Memory at scale: {} Secrets × 8 KiB, {} ConfigMaps × 4 KiB, {} Deployments\n\n\
              | ready after start | RSS at ready | peak RSS (VmHWM) | steady RSS (median, max over 10 s idle) | reload check (p50, max) | one full resync |\n|---|---|---|---|---|---|\n\
-             | {} s | {} MiB | {} MiB | {} MiB, {} MiB | {} ms, {} ms | {} s |",
+             | {} s | {} MiB | {} MiB | {} MiB, {} MiB | {} ms, {} ms | {} |",
             sc["secrets"],
             sc["configmaps"],
             sc["deployments"],
@@ -1942,7 +1949,7 @@ fn markdown(r: &Value) -> String {
             sc["steady_rss_max_mib"],
             sc["reload_checks"]["p50_ms"],
             sc["reload_checks"]["max_ms"],
-            fmt(&sc["full_resync_s"])
+            sc["full_resync_s"].as_f64().map_or("—".into(), |v| format!("{v} s"))
         );
     }
     let api = &s["api_cost"];
