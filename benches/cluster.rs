@@ -2060,7 +2060,12 @@ const COMPARED: &[(&str, &str, &str, bool)] = &[
     ("p99 latency, idle", "/scenarios/latency/idle/p99_ms", "ms", true),
     ("p50 latency at 20 changes/s", "/scenarios/latency/loaded/p50_ms", "ms", true),
     ("p99 latency at 20 changes/s", "/scenarios/latency/loaded/p99_ms", "ms", true),
-    ("fan-out: 500 Deployments patched", "/scenarios/fanout/all_patched_s", "s", true),
+    (
+        "fan-out: all Deployments patched (500 at scale 1)",
+        "/scenarios/fanout/all_patched_s",
+        "s",
+        true,
+    ),
     ("fan-out: 429 responses", "/scenarios/fanout/responses_429", "", true),
     ("API requests per change", "/scenarios/api_cost/operator_requests_per_change", "", true),
     ("LISTs per change", "/scenarios/api_cost/lists_per_change", "", true),
