@@ -1,8 +1,11 @@
 //! The modules that talk to the Kubernetes API: the workload writes, the identity's rights,
-//! leader election, the HMAC hash key Secret and the client's request budget.
+//! leader election, the HMAC hash key Secret, the client's request budget, and the protobuf
+//! list-then-watch of Secrets and ConfigMaps.
 
 pub mod access;
 pub mod hash_key;
 pub mod leader;
+pub mod protobuf;
 pub mod ratelimit;
+pub mod source_watch;
 pub mod write;

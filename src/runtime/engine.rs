@@ -44,6 +44,7 @@ use reconcile::Reconciler;
 use write::*;
 
 pub use admission::{AdmissionError, admission_patch, admitted_kind, admitted_kind_of};
+pub use watches::SourceObject;
 
 use crate::decide::churn::{RolloutLimiter, ThrottleReason};
 use crate::decide::hash;

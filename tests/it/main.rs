@@ -33,6 +33,7 @@ mod policy_mode;
 mod rollouts;
 mod secret_hygiene;
 mod smoke;
+mod source_encoding;
 mod staged;
 mod webhook;
 mod windows;

@@ -2,6 +2,7 @@
 //! and the relists that forget what a fresh list did not show.
 
 use super::*;
+use crate::kube::source_watch;
 
 /// LIST page size of the Secret and ConfigMap watchers (kube's default is 500).
 pub(super) const SOURCE_PAGE_SIZE: u32 = 100;
@@ -183,24 +184,17 @@ impl Engine {
 
     pub(super) async fn watch_sources<K>(self: Arc<Self>, scope: Option<String>, kind: SourceKind)
     where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + Send
-            + 'static,
-        <K as Resource>::DynamicType: Default,
-        K: SourceObject,
+        K: source_watch::WatchedSource + SourceObject,
     {
-        let api: Api<K> = self.api_for(scope.as_deref());
-        // Smaller LIST pages than the default 500: a page is decoded whole before its objects
-        // are hashed and dropped, and 500 Secrets of 8 KiB are ~10 MiB at once, which the
+        // Smaller LIST pages than kube's default 500: a page is decoded whole before its objects
+        // are hashed and dropped, and 500 Secrets of 8 KiB are ~5 MiB at once, which the
         // allocator keeps (see `crate::runtime::memory`). 100 per page costs a few more requests only.
-        let mut config = watcher::Config::default().page_size(SOURCE_PAGE_SIZE);
-        if let Some(sel) = &self.config.resource_label_selector {
-            config = config.labels(sel);
-        }
-        let stream = watcher::watcher(api, config).default_backoff();
+        let config = source_watch::Config {
+            namespace: scope.clone(),
+            label_selector: self.config.resource_label_selector.clone(),
+            page_size: SOURCE_PAGE_SIZE,
+        };
+        let stream = source_watch::watch::<K>(self.client.clone(), config).default_backoff();
         let engine = &self;
         crate::runtime::watch::drive(
             stream,

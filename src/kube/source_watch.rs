@@ -1,0 +1,440 @@
+//! The list-then-watch of Secrets and ConfigMaps, in protobuf.
+//!
+//! Why not kube-runtime's `watcher`: it reads JSON only (its API layer is not pluggable), and
+//! JSON is what makes a large cluster's first sync slow: the API server encodes 50,000 Secrets
+//! of 8 KiB in 9.3 s as JSON and 2.2 s as protobuf on the bench machine, and the operator then
+//! decodes base64 instead of copying bytes. This is the same state machine as kube-runtime's
+//! (list in pages at the most recent version, then watch from the list's resourceVersion with
+//! bookmarks; a watch that ends is resumed, a `410 Gone` relists) and yields the same
+//! [`watcher::Event`]s, so everything downstream (backoff, `runtime::watch::drive`) is shared.
+//!
+//! It asks for protobuf and accepts JSON: a server or proxy that does not offer protobuf
+//! answers JSON, and the response's Content-Type says which one to read.
+
+use std::collections::VecDeque;
+use std::fmt::Debug;
+use std::ops::Range;
+use std::time::Duration;
+
+use futures::Stream;
+use http::header::{ACCEPT, CONTENT_TYPE};
+use http_body_util::BodyExt;
+use kube::api::{ListParams, WatchEvent, WatchParams};
+use kube::core::{ObjectList, Request, Status};
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use super::protobuf::{self, Change, ProtoObject};
+
+/// The longest watch frame read: more than any object the API server stores (etcd's default
+/// request limit is 1.5 MiB), less than what a hostile length prefix would make us allocate.
+const MAX_FRAME: usize = 64 << 20;
+
+/// Seconds a watch lasts on the server before it is resumed (kube-runtime's default).
+const WATCH_TIMEOUT_SECS: u32 = 290;
+
+/// A watch that says nothing for this long after its server-side timeout is taken for dead.
+const IDLE_MARGIN: Duration = Duration::from_secs(5);
+
+/// A kind this watcher can follow: readable as protobuf and as JSON.
+pub trait WatchedSource:
+    ProtoObject + Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static
+{
+}
+
+impl<K> WatchedSource for K where
+    K: ProtoObject + Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static
+{
+}
+
+/// What to watch: a namespace (or all) and a label selector, with a LIST page size.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    pub namespace: Option<String>,
+    pub label_selector: Option<String>,
+    pub page_size: u32,
+}
+
+/// Lists, then watches, objects of kind `K` for ever, yielding kube-runtime's watcher events.
+/// Errors are yielded and the next poll retries (wrap it in a backoff, as kube's watcher).
+pub fn watch<K: WatchedSource>(
+    client: Client,
+    config: Config,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send {
+    let source = Source { client, url: K::url_path(&(), config.namespace.as_deref()), config };
+    futures::stream::unfold((source, State::Empty), |(source, state)| async move {
+        let mut state = state;
+        loop {
+            let (event, next) = source.step(state).await;
+            state = next;
+            if let Some(event) = event {
+                return Some((event, (source, state)));
+            }
+        }
+    })
+}
+
+enum State<K> {
+    Empty,
+    Listing { continue_token: Option<String>, items: VecDeque<K>, resource_version: Option<String> },
+    Listed { resource_version: String },
+    Watching { resource_version: String, events: Events },
+}
+
+struct Source {
+    client: Client,
+    url: String,
+    config: Config,
+}
+
+type Step<K> = (Option<Result<Event<K>, watcher::Error>>, State<K>);
+
+impl Source {
+    async fn step<K: WatchedSource>(&self, state: State<K>) -> Step<K> {
+        match state {
+            State::Empty => (
+                Some(Ok(Event::Init)),
+                State::Listing {
+                    continue_token: None,
+                    items: VecDeque::new(),
+                    resource_version: None,
+                },
+            ),
+            State::Listing { continue_token, mut items, resource_version } => {
+                if let Some(item) = items.pop_front() {
+                    let state = State::Listing { continue_token, items, resource_version };
+                    return (Some(Ok(Event::InitApply(item))), state);
+                }
+                if let (None, Some(resource_version)) = (&continue_token, &resource_version) {
+                    let resource_version = resource_version.clone();
+                    return (Some(Ok(Event::InitDone)), State::Listed { resource_version });
+                }
+                match self.list_page::<K>(continue_token).await {
+                    Ok((meta, items)) => {
+                        let continue_token = Some(meta.continue_token).filter(|t| !t.is_empty());
+                        let resource_version =
+                            Some(meta.resource_version).filter(|v| !v.is_empty());
+                        if continue_token.is_none() && resource_version.is_none() {
+                            return (Some(Err(watcher::Error::NoResourceVersion)), State::Empty);
+                        }
+                        let items = items.into();
+                        (None, State::Listing { continue_token, items, resource_version })
+                    }
+                    Err(e) => (Some(Err(watcher::Error::InitialListFailed(e))), State::Empty),
+                }
+            }
+            State::Listed { resource_version } => match self.start_watch(&resource_version).await {
+                Ok(events) => (None, State::Watching { resource_version, events }),
+                Err(e) => (
+                    Some(Err(watcher::Error::WatchStartFailed(e))),
+                    State::Listed { resource_version },
+                ),
+            },
+            State::Watching { resource_version, mut events } => {
+                let idle = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS)) + IDLE_MARGIN;
+                let next = tokio::time::timeout(idle, events.next::<K>()).await.unwrap_or(None);
+                match next {
+                    None => (None, State::Listed { resource_version }),
+                    Some(Err(e)) => {
+                        // A broken stream is resumed from the last version seen.
+                        (
+                            Some(Err(watcher::Error::WatchFailed(e))),
+                            State::Listed { resource_version },
+                        )
+                    }
+                    Some(Ok(change)) => on_change(change, resource_version, events),
+                }
+            }
+        }
+    }
+
+    async fn list_page<K: WatchedSource>(
+        &self,
+        continue_token: Option<String>,
+    ) -> kube::Result<(protobuf::ListMeta, Vec<K>)> {
+        let params = ListParams {
+            label_selector: self.config.label_selector.clone(),
+            limit: Some(self.config.page_size),
+            continue_token,
+            ..ListParams::default()
+        };
+        let request = Request::new(&self.url).list(&params).map_err(kube::Error::BuildRequest)?;
+        let response = self.send(request).await?;
+        let proto = is_protobuf(&response);
+        let body = read_body(response).await?;
+        if proto {
+            let page = protobuf::decode_list::<K>(&body).map_err(invalid_data)?;
+            Ok((page.meta, page.items))
+        } else {
+            let list: ObjectList<K> =
+                serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
+            let meta = protobuf::ListMeta {
+                resource_version: list.metadata.resource_version.unwrap_or_default(),
+                continue_token: list.metadata.continue_.unwrap_or_default(),
+            };
+            Ok((meta, list.items))
+        }
+    }
+
+    async fn start_watch(&self, resource_version: &str) -> kube::Result<Events> {
+        let params = WatchParams {
+            label_selector: self.config.label_selector.clone(),
+            timeout: Some(WATCH_TIMEOUT_SECS),
+            bookmarks: true,
+            ..WatchParams::default()
+        };
+        let mut request = Request::new(&self.url)
+            .watch(&params, resource_version)
+            .map_err(kube::Error::BuildRequest)?;
+        // As kube's own watch requests: a gzipped watch stream is not decoded past its first member.
+        request
+            .headers_mut()
+            .insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
+        let response = self.send(request).await?;
+        let proto = is_protobuf(&response);
+        Ok(Events { body: response.into_body(), frames: Frames::new(proto) })
+    }
+
+    /// Sends with the protobuf-or-JSON Accept header; an error status becomes `kube::Error::Api`.
+    async fn send(
+        &self,
+        mut request: http::Request<Vec<u8>>,
+    ) -> kube::Result<http::Response<kube::client::Body>> {
+        request.headers_mut().insert(ACCEPT, http::HeaderValue::from_static(protobuf::ACCEPT));
+        let response = self.client.send(request.map(kube::client::Body::from)).await?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let code = response.status().as_u16();
+        let proto = is_protobuf(&response);
+        let body = read_body(response).await.unwrap_or_default();
+        let status = if proto {
+            protobuf::decode_status(&body).ok()
+        } else {
+            serde_json::from_slice::<Status>(&body).ok()
+        };
+        let mut status = status.unwrap_or_else(|| {
+            Status::failure(&String::from_utf8_lossy(&body[..body.len().min(512)]), "Unknown")
+        });
+        status.code = code;
+        Err(kube::Error::Api(status.boxed()))
+    }
+}
+
+/// The watcher's answer to one change of a running watch.
+fn on_change<K: WatchedSource>(
+    change: Change<K>,
+    resource_version: String,
+    events: Events,
+) -> Step<K> {
+    let version_of = |obj: &K| obj.resource_version().filter(|v| !v.is_empty());
+    match change {
+        Change::Added(obj) | Change::Modified(obj) => match version_of(&obj) {
+            Some(resource_version) => {
+                (Some(Ok(Event::Apply(obj))), State::Watching { resource_version, events })
+            }
+            None => (Some(Err(watcher::Error::NoResourceVersion)), State::Empty),
+        },
+        Change::Deleted(obj) => match version_of(&obj) {
+            Some(resource_version) => {
+                (Some(Ok(Event::Delete(obj))), State::Watching { resource_version, events })
+            }
+            None => (Some(Err(watcher::Error::NoResourceVersion)), State::Empty),
+        },
+        Change::Bookmark { resource_version: bookmark, .. } => {
+            let resource_version = if bookmark.is_empty() { resource_version } else { bookmark };
+            (None, State::Watching { resource_version, events })
+        }
+        // 410 Gone: the version is too old to resume from; list again.
+        Change::Error(status) if status.code == 410 => {
+            (Some(Err(watcher::Error::WatchError(status))), State::Empty)
+        }
+        Change::Error(status) => (
+            Some(Err(watcher::Error::WatchError(status))),
+            State::Watching { resource_version, events },
+        ),
+    }
+}
+
+fn is_protobuf<B>(response: &http::Response<B>) -> bool {
+    response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/vnd.kubernetes.protobuf"))
+}
+
+async fn read_body(response: http::Response<kube::client::Body>) -> kube::Result<Vec<u8>> {
+    Ok(response.into_body().collect().await?.to_bytes().to_vec())
+}
+
+fn invalid_data(e: impl std::error::Error + Send + Sync + 'static) -> kube::Error {
+    kube::Error::ReadEvents(std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// The changes of a watch response.
+struct Events {
+    body: kube::client::Body,
+    frames: Frames,
+}
+
+impl Events {
+    /// The next change, `None` when the server ended the watch.
+    async fn next<K: WatchedSource>(&mut self) -> Option<kube::Result<Change<K>>> {
+        loop {
+            match self.frames.next_frame() {
+                Ok(Some(frame)) => return Some(self.frames.decode::<K>(frame)),
+                Ok(None) => {}
+                Err(e) => return Some(Err(e)),
+            }
+            match self.body.frame().await {
+                None => return None,
+                Some(Err(e)) => return Some(Err(e)),
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.frames.push(&data);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The frames of a watch stream as its bytes arrive: length-prefixed protobuf, or JSON lines.
+struct Frames {
+    buf: Vec<u8>,
+    /// Where the unread bytes of `buf` start.
+    start: usize,
+    proto: bool,
+}
+
+impl Frames {
+    fn new(proto: bool) -> Self {
+        Frames { buf: Vec::new(), start: 0, proto }
+    }
+
+    fn push(&mut self, data: &[u8]) {
+        // Read frames are dropped once they are half the buffer: amortised, no quadratic copying.
+        if self.start > 0 && self.start >= self.buf.len() / 2 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(data);
+    }
+
+    /// The byte range of the next complete frame, if the buffer holds one.
+    fn next_frame(&mut self) -> kube::Result<Option<Range<usize>>> {
+        let unread = &self.buf[self.start..];
+        let (skip, len) = if self.proto {
+            let Some(prefix) = unread.first_chunk::<4>() else { return Ok(None) };
+            let len = u32::from_be_bytes(*prefix) as usize;
+            if len > MAX_FRAME {
+                return Err(invalid_data(protobuf::DecodeError("watch frame over 64 MiB")));
+            }
+            (4, len)
+        } else {
+            match unread.iter().position(|&b| b == b'\n') {
+                Some(end) => (0, end + 1),
+                None if unread.len() > MAX_FRAME => {
+                    return Err(invalid_data(protobuf::DecodeError("watch line over 64 MiB")));
+                }
+                None => return Ok(None),
+            }
+        };
+        if unread.len() < skip + len {
+            return Ok(None);
+        }
+        let range = self.start + skip..self.start + skip + len;
+        self.start = range.end;
+        Ok(Some(range))
+    }
+
+    fn decode<K: WatchedSource>(&self, range: Range<usize>) -> kube::Result<Change<K>> {
+        let frame = &self.buf[range];
+        if self.proto {
+            return protobuf::decode_watch_event(frame).map_err(invalid_data);
+        }
+        let event: WatchEvent<K> =
+            serde_json::from_slice(frame).map_err(kube::Error::SerdeError)?;
+        Ok(match event {
+            WatchEvent::Added(o) => Change::Added(o),
+            WatchEvent::Modified(o) => Change::Modified(o),
+            WatchEvent::Deleted(o) => Change::Deleted(o),
+            WatchEvent::Bookmark(b) => Change::Bookmark {
+                initial_events_end: b
+                    .metadata
+                    .annotations
+                    .contains_key("k8s.io/initial-events-end"),
+                resource_version: b.metadata.resource_version,
+            },
+            WatchEvent::Error(e) => Change::Error(e),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Secret;
+
+    fn drain(frames: &mut Frames) -> Vec<Change<Secret>> {
+        let mut out = Vec::new();
+        while let Some(range) = frames.next_frame().unwrap() {
+            out.push(frames.decode::<Secret>(range).unwrap());
+        }
+        out
+    }
+
+    #[test]
+    fn json_watch_lines_are_read_across_chunk_boundaries() {
+        let stream = concat!(
+            r#"{"type":"ADDED","object":{"apiVersion":"v1","kind":"Secret","metadata":{"name":"a","resourceVersion":"5"},"data":{"k":"AP8="}}}"#,
+            "\n",
+            r#"{"type":"BOOKMARK","object":{"apiVersion":"v1","kind":"Secret","metadata":{"resourceVersion":"9"}}}"#,
+            "\n",
+            r#"{"type":"ERROR","object":{"apiVersion":"v1","kind":"Status","status":"Failure","message":"too old","reason":"Expired","code":410}}"#,
+            "\n"
+        );
+        let mut frames = Frames::new(false);
+        let mut changes = Vec::new();
+        // One byte at a time: no frame is read before its end arrives.
+        for byte in stream.as_bytes() {
+            frames.push(std::slice::from_ref(byte));
+            changes.extend(drain(&mut frames));
+        }
+        assert_eq!(changes.len(), 3);
+        assert!(
+            matches!(&changes[0], Change::Added(s) if s.data.as_ref().unwrap()["k"].0 == [0, 255])
+        );
+        assert!(
+            matches!(&changes[1], Change::Bookmark { resource_version, .. } if resource_version == "9")
+        );
+        assert!(matches!(&changes[2], Change::Error(s) if s.code == 410));
+        assert!(frames.buf.len() < stream.len(), "read frames are dropped");
+    }
+
+    #[test]
+    fn protobuf_frames_wait_for_their_length_and_refuse_a_hostile_one() {
+        // A WatchEvent whose type is BOOKMARK and whose object is an enveloped Secret with
+        // resourceVersion 7.
+        let meta = [0x32, 0x01, b'7'];
+        let secret = [&[0x0a, meta.len() as u8][..], &meta].concat();
+        let envelope = [&protobuf::MAGIC[..], &[0x12, secret.len() as u8], &secret].concat();
+        let raw = [&[0x0a, envelope.len() as u8][..], &envelope].concat();
+        let event = [&[0x0a, 8][..], b"BOOKMARK", &[0x12, raw.len() as u8], &raw].concat();
+        let framed = [&(event.len() as u32).to_be_bytes()[..], &event].concat();
+        let mut frames = Frames::new(true);
+        frames.push(&framed[..framed.len() - 1]);
+        assert!(drain(&mut frames).is_empty());
+        frames.push(&framed[framed.len() - 1..]);
+        let changes = drain(&mut frames);
+        assert!(
+            matches!(&changes[..], [Change::Bookmark { resource_version, .. }] if resource_version == "7")
+        );
+
+        let mut hostile = Frames::new(true);
+        hostile.push(&u32::MAX.to_be_bytes());
+        assert!(hostile.next_frame().is_err());
+    }
+}
