@@ -53,7 +53,8 @@ pub struct Cli {
     pub metrics_addr: std::net::SocketAddr,
 
     /// Requests per second this client sends to the API server at most (watches count once,
-    /// when they start); 0 turns the limit off. Leader-election requests are not limited.
+    /// when they start); Events take what the other requests leave. 0 turns the limit off.
+    /// Leader-election requests are not limited.
     #[arg(long, env = "RELOADER_KUBE_API_QPS", default_value_t = 100.0, value_parser = parse_rate)]
     pub kube_api_qps: f64,
 

@@ -3,7 +3,10 @@
 //! core `events` when that is refused (what stakater/Reloader's RBAC grants), or writes none when
 //! both are; the rights review at start chooses, a refusal while running moves down.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
+
+use tokio::sync::Semaphore;
 
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -25,6 +28,24 @@ pub enum EventsApi {
     Off = 2,
 }
 
+/// Events written in the background (see [`EventWriter::about_workload_after`]) that may wait
+/// at once: about 1 KiB each while they wait.
+pub const MAX_BACKLOG: usize = 2048;
+
+/// An Event's object reference, and its note at most [`MAX_EVENT_NOTE`] bytes.
+fn reference_and_note(regarding: Regarding<'_>, note: String) -> (ObjectReference, String) {
+    let reference = ObjectReference {
+        api_version: Some(regarding.api_version.into()),
+        kind: Some(regarding.kind.into()),
+        name: Some(regarding.name.into()),
+        namespace: Some(regarding.namespace.into()),
+        uid: regarding.uid,
+        ..Default::default()
+    };
+    // The last word on size: events.k8s.io refuses longer notes outright.
+    (reference, truncate(&note, MAX_EVENT_NOTE))
+}
+
 /// What an Event is about.
 pub struct Regarding<'a> {
     pub api_version: &'a str,
@@ -41,6 +62,8 @@ pub struct EventWriter {
     api: AtomicU8,
     /// `reportingInstance` of core Events: this replica's Pod name.
     instance: String,
+    /// Room for Events written in the background.
+    backlog: Arc<Semaphore>,
 }
 
 impl EventWriter {
@@ -53,6 +76,7 @@ impl EventWriter {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             api: AtomicU8::new(EventsApi::EventsV1 as u8),
+            backlog: Arc::new(Semaphore::new(MAX_BACKLOG)),
         }
     }
 
@@ -106,17 +130,43 @@ impl EventWriter {
         reason: &str,
         note: String,
     ) {
-        let reference = ObjectReference {
-            api_version: Some(regarding.api_version.into()),
-            kind: Some(regarding.kind.into()),
-            name: Some(regarding.name.into()),
-            namespace: Some(regarding.namespace.into()),
-            uid: regarding.uid,
-            ..Default::default()
-        };
-        // The last word on size: events.k8s.io refuses longer notes outright.
-        let note = truncate(&note, MAX_EVENT_NOTE);
+        let (reference, note) = reference_and_note(regarding, note);
         self.publish(reference, type_, reason, note).await;
+    }
+
+    /// An Event about a workload, written in the background: the caller goes on to its next
+    /// write at once (a fan-out's rollouts are not spaced by their Events). At most
+    /// [`MAX_BACKLOG`] wait to be written; past that the caller waits for room, so no Event is
+    /// dropped for being late. [`Self::flush`] waits for the backlog at shutdown.
+    pub async fn about_workload_after(
+        self: &Arc<Self>,
+        info: &WorkloadInfo,
+        type_: EventType,
+        reason: &'static str,
+        note: String,
+    ) {
+        let api = info.key.kind.api_resource();
+        let regarding = Regarding {
+            api_version: &api.api_version,
+            kind: &api.kind,
+            namespace: &info.key.namespace,
+            name: &info.key.name,
+            uid: info.uid.clone(),
+        };
+        let (reference, note) = reference_and_note(regarding, note);
+        let Ok(room) = self.backlog.clone().acquire_owned().await else {
+            return; // never closed
+        };
+        let writer = self.clone();
+        tokio::spawn(async move {
+            writer.publish(reference, type_, reason, note).await;
+            drop(room);
+        });
+    }
+
+    /// Waits up to `within` for the Events written in the background; false if some are left.
+    pub async fn flush(&self, within: std::time::Duration) -> bool {
+        tokio::time::timeout(within, self.backlog.acquire_many(MAX_BACKLOG as u32)).await.is_ok()
     }
 
     /// Publishes through the API the identity may write Events to: `events.k8s.io` first, the

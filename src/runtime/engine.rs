@@ -142,12 +142,14 @@ pub struct Engine {
 impl Engine {
     /// `leadership` says when this replica may write: [`crate::kube::leader::sole_leader`] for one
     /// replica, an [`crate::kube::leader::Election`]'s channel with `--enable-ha`.
+    /// `events_client` writes Events (on the budget's background lane when rate limited).
     pub fn new(
         client: Client,
+        events_client: Client,
         config: EngineConfig,
         leadership: watch::Receiver<bool>,
     ) -> Arc<Self> {
-        let events = Arc::new(crate::report::events::EventWriter::new(client.clone()));
+        let events = Arc::new(crate::report::events::EventWriter::new(events_client));
         let metrics =
             Arc::new(crate::report::metrics::Metrics::new(config.metrics_count_by_namespace));
         let queue =
@@ -432,6 +434,9 @@ impl Engine {
         .await;
         if drained.is_err() {
             warn!("in-flight work did not finish within 20s; stopping anyway");
+        }
+        if !self.reconciler.events.flush(Duration::from_secs(5)).await {
+            warn!("Events of the last rollouts not all written within 5s; stopping anyway");
         }
         tasks.abort_all();
     }

@@ -2,7 +2,7 @@
 
 use crate::cli::Cli;
 use crate::kube::leader::{Election, Elector, PollingElection, sole_leader};
-use crate::kube::ratelimit::RateLimitLayer;
+use crate::kube::ratelimit::{Lane, RateLimitLayer};
 use crate::model::workload::HashMode;
 use crate::runtime::engine::Engine;
 use crate::{Error, Result};
@@ -42,12 +42,18 @@ pub async fn run(cli: Cli) -> Result<()> {
     let requests = crate::report::metrics::RequestMetrics::new(&host);
     // A request is timed from its call, which the rate limiter lets through only once it has
     // a token: the time is the API server's, not the bucket's.
-    let client = kube::client::ClientBuilder::try_from(config)?
-        .with_layer(&crate::report::metrics::RequestMetricsLayer(requests.clone()));
-    let client = match RateLimitLayer::new(cli.kube_api_qps, cli.kube_api_burst) {
-        Some(limit) => client.with_layer(&limit).build(),
-        None => client.build(),
+    let limit = RateLimitLayer::new(cli.kube_api_qps, cli.kube_api_burst);
+    let build = |lane: Lane| -> Result<Client, Error> {
+        let client = kube::client::ClientBuilder::try_from(config.clone())?
+            .with_layer(&crate::report::metrics::RequestMetricsLayer(requests.clone()));
+        Ok(match &limit {
+            Some(limit) => client.with_layer(&limit.lane(lane)).build(),
+            None => client.build(),
+        })
     };
+    let client = build(Lane::Work)?;
+    // Events share the budget but never make a workload write wait (see `kube::ratelimit`).
+    let events_client = build(Lane::Background)?;
     let version = client
         .apiserver_version()
         .await
@@ -112,7 +118,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     let webhook_leadership = leadership.clone();
     let key_leadership = leadership.clone();
     let ha = election.is_some();
-    let engine = Engine::new(client.clone(), engine_config, leadership);
+    let engine = Engine::new(client.clone(), events_client, engine_config, leadership);
     engine.metrics().register_requests(&requests);
     engine.report_lease_rights(&lease_missing);
     let key_slot = engine.hash_key();

@@ -188,3 +188,60 @@ async fn policy_churn_limits_hold_back_their_targets_and_show_in_status() {
         assert_eq!(rollouts(&f, name).await, 1, "{name}");
     }
 }
+
+/// Rollouts take the client's budget first and their Events follow: under a tight budget
+/// (4 requests a second) six Deployments are all patched before more than one of their
+/// `Reloaded` Events is written, and every one of them gets its Event.
+#[tokio::test]
+async fn a_fan_out_patches_every_workload_before_writing_their_events() {
+    let f = Fixture::new("fanout-order").await;
+    let _op = f.operator(&["--kube-api-qps", "4", "--kube-api-burst", "1", "--workers", "2"]);
+    f.configmap("shared", json!({"v": "0"})).await;
+    let names: Vec<String> = (0..6).map(|i| format!("fan-{i}")).collect();
+    for name in &names {
+        let annotations = json!({"configmap.reloader.stakater.com/reload": "shared"});
+        f.deployment(name, annotations, env_from_cm("shared")).await;
+    }
+    let mut generations = std::collections::HashMap::new();
+    for name in &names {
+        f.wait_baseline(name).await;
+        generations.insert(name.clone(), f.deployment_now(name).await.metadata.generation);
+    }
+    // The baselines' writes are paid for; the budget is full again.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    f.patch_configmap("shared", json!({"data": {"v": "1"}})).await;
+    let started = Instant::now();
+    let events =
+        kube::Api::<k8s_openapi::api::events::v1::Event>::namespaced(f.client.clone(), f.name());
+    let (mut patched, mut evented) =
+        (std::collections::HashMap::new(), std::collections::HashMap::new());
+    while (patched.len() < names.len() || evented.len() < names.len())
+        && started.elapsed() < Duration::from_secs(60)
+    {
+        for name in &names {
+            if !patched.contains_key(name)
+                && f.deployment_now(name).await.metadata.generation != generations[name]
+            {
+                patched.insert(name.clone(), started.elapsed());
+            }
+        }
+        for event in events.list(&Default::default()).await.unwrap().items {
+            let about = event.regarding.and_then(|r| r.name).unwrap_or_default();
+            if event.reason.as_deref() == Some("Reloaded") && names.contains(&about) {
+                evented.entry(about).or_insert_with(|| started.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        (patched.len(), evented.len()),
+        (names.len(), names.len()),
+        "{patched:?} {evented:?}"
+    );
+    let last_patch = *patched.values().max().unwrap();
+    let events_before = evented.values().filter(|t| **t < last_patch).count();
+    assert!(
+        events_before <= 1,
+        "Events went between the rollouts: patched {patched:?}, Events {evented:?}"
+    );
+}

@@ -454,8 +454,12 @@ mod tests {
         let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
         let client = kube::Client::try_from(config).unwrap();
         let cli = crate::cli::Cli::parse_from(["reloader"].iter().chain(args));
-        let engine =
-            Engine::new(client, cli.reload.engine_config(), crate::kube::leader::sole_leader());
+        let engine = Engine::new(
+            client.clone(),
+            client,
+            cli.reload.engine_config(),
+            crate::kube::leader::sole_leader(),
+        );
         engine.feed.synced.store(true, std::sync::atomic::Ordering::SeqCst);
         let facts = crate::decide::plan::SourceFacts {
             state: crate::model::source::SourceState {
