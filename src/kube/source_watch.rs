@@ -164,11 +164,11 @@ impl Source {
         let proto = is_protobuf(&response);
         let body = read_body(response).await?;
         if proto {
-            let page = protobuf::decode_list::<K>(&body).map_err(invalid_data)?;
+            let page = protobuf::decode_list::<K>(body.as_ref()).map_err(invalid_data)?;
             Ok((page.meta, page.items))
         } else {
             let list: ObjectList<K> =
-                serde_json::from_slice(&body).map_err(kube::Error::SerdeError)?;
+                serde_json::from_slice(body.as_ref()).map_err(kube::Error::SerdeError)?;
             let meta = protobuf::ListMeta {
                 resource_version: list.metadata.resource_version.unwrap_or_default(),
                 continue_token: list.metadata.continue_.unwrap_or_default(),
@@ -208,7 +208,10 @@ impl Source {
         }
         let code = response.status().as_u16();
         let proto = is_protobuf(&response);
-        let body = read_body(response).await.unwrap_or_default();
+        let body = match read_body(response).await {
+            Ok(body) => body.as_ref().to_vec(),
+            Err(_) => Vec::new(),
+        };
         let status = if proto {
             protobuf::decode_status(&body).ok()
         } else {
@@ -265,8 +268,8 @@ fn is_protobuf<B>(response: &http::Response<B>) -> bool {
         .is_some_and(|v| v.starts_with("application/vnd.kubernetes.protobuf"))
 }
 
-async fn read_body(response: http::Response<kube::client::Body>) -> kube::Result<Vec<u8>> {
-    Ok(response.into_body().collect().await?.to_bytes().to_vec())
+async fn read_body(response: http::Response<kube::client::Body>) -> kube::Result<impl AsRef<[u8]>> {
+    Ok(response.into_body().collect().await?.to_bytes())
 }
 
 fn invalid_data(e: impl std::error::Error + Send + Sync + 'static) -> kube::Error {

@@ -3,8 +3,11 @@
 //! core `events` when that is refused (what stakater/Reloader's RBAC grants), or writes none when
 //! both are; the rights review at start chooses, a refusal while running moves down.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use tokio::sync::Semaphore;
 
@@ -31,6 +34,12 @@ pub enum EventsApi {
 /// Events written in the background (see [`EventWriter::about_workload_after`]) that may wait
 /// at once: about 1 KiB each while they wait.
 pub const MAX_BACKLOG: usize = 2048;
+
+/// The longest a background Event waits for the operator's work to pause.
+pub const MAX_EVENT_DELAY: Duration = Duration::from_secs(10);
+
+/// How often the first waiting Event looks whether the work has paused.
+const QUIET_POLL: Duration = Duration::from_millis(50);
 
 /// An Event's object reference, and its note at most [`MAX_EVENT_NOTE`] bytes.
 fn reference_and_note(regarding: Regarding<'_>, note: String) -> (ObjectReference, String) {
@@ -64,6 +73,12 @@ pub struct EventWriter {
     instance: String,
     /// Room for Events written in the background.
     backlog: Arc<Semaphore>,
+    /// Whether the operator's work (rollouts) is under way: background Events wait for a pause.
+    busy: OnceLock<Box<dyn Fn() -> bool + Send + Sync>>,
+    /// Background Events pass one at a time, so that only the first polls `busy`.
+    turnstile: tokio::sync::Mutex<()>,
+    /// Shutting down: background Events go at once.
+    flushing: AtomicBool,
 }
 
 impl EventWriter {
@@ -77,6 +92,9 @@ impl EventWriter {
             client,
             api: AtomicU8::new(EventsApi::EventsV1 as u8),
             backlog: Arc::new(Semaphore::new(MAX_BACKLOG)),
+            busy: OnceLock::new(),
+            turnstile: tokio::sync::Mutex::new(()),
+            flushing: AtomicBool::new(false),
         }
     }
 
@@ -134,10 +152,17 @@ impl EventWriter {
         self.publish(reference, type_, reason, note).await;
     }
 
-    /// An Event about a workload, written in the background: the caller goes on to its next
-    /// write at once (a fan-out's rollouts are not spaced by their Events). At most
+    /// Background Events wait while `busy` says the operator's work is under way (at most
+    /// [`MAX_EVENT_DELAY`] each): a fan-out's rollouts do not share the API server with their
+    /// Events. Set once, by the engine.
+    pub fn hold_while(&self, busy: impl Fn() -> bool + Send + Sync + 'static) {
+        let _ = self.busy.set(Box::new(busy));
+    }
+
+    /// An Event about a workload, written in the background once the operator's work pauses
+    /// (see [`Self::hold_while`]): the caller goes on to its next write at once. At most
     /// [`MAX_BACKLOG`] wait to be written; past that the caller waits for room, so no Event is
-    /// dropped for being late. [`Self::flush`] waits for the backlog at shutdown.
+    /// dropped for being late. [`Self::flush`] writes the backlog at shutdown.
     pub async fn about_workload_after(
         self: &Arc<Self>,
         info: &WorkloadInfo,
@@ -157,15 +182,27 @@ impl EventWriter {
         let Ok(room) = self.backlog.clone().acquire_owned().await else {
             return; // never closed
         };
-        let writer = self.clone();
+        let (writer, queued) = (self.clone(), Instant::now());
         tokio::spawn(async move {
+            writer.after_the_work(queued).await;
             writer.publish(reference, type_, reason, note).await;
             drop(room);
         });
     }
 
-    /// Waits up to `within` for the Events written in the background; false if some are left.
-    pub async fn flush(&self, within: std::time::Duration) -> bool {
+    /// Returns once the operator's work pauses, or [`MAX_EVENT_DELAY`] after `queued`.
+    async fn after_the_work(&self, queued: Instant) {
+        let _turn = self.turnstile.lock().await;
+        let busy =
+            || !self.flushing.load(Ordering::SeqCst) && self.busy.get().is_some_and(|busy| busy());
+        while busy() && queued.elapsed() < MAX_EVENT_DELAY {
+            tokio::time::sleep(QUIET_POLL).await;
+        }
+    }
+
+    /// Writes the background Events now, waiting up to `within`; false if some are left.
+    pub async fn flush(&self, within: Duration) -> bool {
+        self.flushing.store(true, Ordering::SeqCst);
         tokio::time::timeout(within, self.backlog.acquire_many(MAX_BACKLOG as u32)).await.is_ok()
     }
 

@@ -155,6 +155,11 @@ impl Engine {
         let queue =
             WorkQueue::new(config.debounce_max_wait).with_metrics(metrics.workqueue.clone());
         let queue = Arc::new(queue);
+        // Rollouts first: Events of finished rollouts wait until no rollout is due or under way.
+        events.hold_while({
+            let queue = queue.clone();
+            move || !queue.drained_by(tokio::time::Instant::now())
+        });
         let rollouts = Arc::new(Mutex::new(RolloutLimiter::new(
             config.max_rollouts_per_second,
             config.rollout_burst,
