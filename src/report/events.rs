@@ -330,4 +330,28 @@ mod tests {
         assert!(!is_forbidden(&terminating));
         assert!(is_namespace_terminating(&terminating));
     }
+
+    #[tokio::test]
+    async fn background_events_wait_while_the_work_is_busy() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let writer = Arc::new(EventWriter::new(kube::Client::try_from(config).unwrap()));
+        let busy = Arc::new(AtomicBool::new(true));
+        writer.hold_while({
+            let busy = busy.clone();
+            move || busy.load(Ordering::SeqCst)
+        });
+        let kind = crate::model::workload::WorkloadKind::Deployment;
+        let info = WorkloadInfo::bare(kind, "shop", "web");
+        writer.about_workload_after(&info, EventType::Normal, "Reloaded", "n".into()).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(writer.backlog.available_permits(), MAX_BACKLOG - 1, "held while busy");
+        busy.store(false, Ordering::SeqCst);
+        // Written (to an API server that is not there: a warning) once the work pauses.
+        let written = tokio::time::timeout(Duration::from_secs(5), async {
+            while writer.backlog.available_permits() < MAX_BACKLOG {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        assert!(written.await.is_ok());
+    }
 }

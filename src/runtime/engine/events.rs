@@ -34,7 +34,7 @@ impl Reconciler {
             key.kind,
             key.namespace
         );
-        self.events.about_workload(info, EventType::Normal, "Reloaded", note).await;
+        self.events.about_workload_after(info, EventType::Normal, "Reloaded", note).await;
         if let Some(alerter) = self.alerter.get() {
             // Queued, never awaited: a slow receiver must not hold up the next reload.
             for change in &plan.changes {
