@@ -81,7 +81,9 @@ use crate::model::workload::{IGNORE_WINDOWS_ANNOTATION, WINDOWS_ANNOTATION};
 /// The parsed selection annotations of a workload, per source kind.
 #[derive(Debug, Clone, Default)]
 pub struct Selection {
-    per_kind: BTreeMap<SourceKind, KindSelection>,
+    /// By [`SourceKind`] (see [`Selection::of`]). An array, not a map: a `BTreeMap` allocates a
+    /// whole node (~1.4 KiB here) for its three entries, the largest item per workload.
+    per_kind: [KindSelection; 3],
     /// Named-reload items that are not valid regular expressions (for a log line).
     pub invalid_patterns: Vec<String>,
     /// `auto` annotations whose value is no boolean, as `key=value` (read as false, as the
@@ -134,16 +136,13 @@ impl Selection {
                         .collect()
                 })
                 .unwrap_or_default();
-            selection.per_kind.insert(
-                kind,
-                KindSelection {
-                    auto: get(&keys.auto),
-                    typed_auto: get(keys.typed_auto(kind)),
-                    search: get(&keys.search) == "true",
-                    named,
-                    exclude,
-                },
-            );
+            selection.per_kind[slot(kind)] = KindSelection {
+                auto: get(&keys.auto),
+                typed_auto: get(keys.typed_auto(kind)),
+                search: get(&keys.search) == "true",
+                named,
+                exclude,
+            };
         }
         if let Some(value) = metadata.get(WINDOWS_ANNOTATION) {
             let parsed = crate::decide::window::parse_annotation(value);
@@ -204,18 +203,22 @@ impl Selection {
 
     /// Whether any annotation could select some source of `kind` (cheap pre-filter).
     pub fn has_named(&self, kind: SourceKind) -> bool {
-        self.per_kind.get(&kind).is_some_and(|k| !k.named.is_empty())
+        !self.of(kind).named.is_empty()
+    }
+
+    fn of(&self, kind: SourceKind) -> &KindSelection {
+        &self.per_kind[slot(kind)]
     }
 
     /// True when named patterns exist for some kind: the workload must be checked against
     /// every source of its namespace, not only the ones it references.
     pub fn has_any_named(&self) -> bool {
-        self.per_kind.values().any(|k| !k.named.is_empty())
+        self.per_kind.iter().any(|k| !k.named.is_empty())
     }
 
     /// Whether a named-reload item of `kind` matches `name` (exclusions aside).
     pub fn named_matches(&self, kind: SourceKind, name: &str) -> bool {
-        self.per_kind.get(&kind).is_some_and(|k| k.named.is_match(name))
+        self.of(kind).named.is_match(name)
     }
 
     /// Decides whether the source `name` of `kind` selects this workload.
@@ -230,9 +233,7 @@ impl Selection {
         if source.ignored {
             return Err(NotSelected::SourceIgnored);
         }
-        let Some(sel) = self.per_kind.get(&kind) else {
-            return Err(NotSelected::NotAnnotated);
-        };
+        let sel = self.of(kind);
         if sel.exclude.contains(name) {
             return Err(NotSelected::Excluded);
         }
@@ -250,6 +251,16 @@ impl Selection {
             return Err(NotSelected::NotReferenced);
         }
         Ok(if search_selected { Via::Search } else { Via::Auto })
+    }
+}
+
+/// Where a kind's selection is in [`Selection`]'s array (a match, so a new kind must be given
+/// a place here).
+fn slot(kind: SourceKind) -> usize {
+    match kind {
+        SourceKind::ConfigMap => 0,
+        SourceKind::Secret => 1,
+        SourceKind::SecretProviderClass => 2,
     }
 }
 
