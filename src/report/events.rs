@@ -55,6 +55,19 @@ fn reference_and_note(regarding: Regarding<'_>, note: String) -> (ObjectReferenc
     (reference, truncate(&note, MAX_EVENT_NOTE))
 }
 
+/// [`reference_and_note`] for a workload.
+fn workload_reference_and_note(info: &WorkloadInfo, note: String) -> (ObjectReference, String) {
+    let api = info.key.kind.api_resource();
+    let regarding = Regarding {
+        api_version: &api.api_version,
+        kind: &api.kind,
+        namespace: &info.key.namespace,
+        name: &info.key.name,
+        uid: info.uid.clone(),
+    };
+    reference_and_note(regarding, note)
+}
+
 /// What an Event is about.
 pub struct Regarding<'a> {
     pub api_version: &'a str,
@@ -111,15 +124,8 @@ impl EventWriter {
         reason: &str,
         note: String,
     ) {
-        let api = info.key.kind.api_resource();
-        let regarding = Regarding {
-            api_version: &api.api_version,
-            kind: &api.kind,
-            namespace: &info.key.namespace,
-            name: &info.key.name,
-            uid: info.uid.clone(),
-        };
-        self.about(regarding, type_, reason, note).await;
+        let (reference, note) = workload_reference_and_note(info, note);
+        self.publish(reference, type_, reason, note).await;
     }
 
     /// An Event about a ReloadPolicy.
@@ -170,15 +176,7 @@ impl EventWriter {
         reason: &'static str,
         note: String,
     ) {
-        let api = info.key.kind.api_resource();
-        let regarding = Regarding {
-            api_version: &api.api_version,
-            kind: &api.kind,
-            namespace: &info.key.namespace,
-            name: &info.key.name,
-            uid: info.uid.clone(),
-        };
-        let (reference, note) = reference_and_note(regarding, note);
+        let (reference, note) = workload_reference_and_note(info, note);
         let Ok(room) = self.backlog.clone().acquire_owned().await else {
             return; // never closed
         };
