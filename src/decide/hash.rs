@@ -23,25 +23,47 @@ pub const EMPTY_HASH: &str = "da39a3ee5e6b4b0d3255bfef95601890afd80709";
 /// The text whose hash the annotations strategy records when a source is deleted.
 pub const DELETE_MARKER: &str = "__RELOADER_EMPTY_DELETE_MARKER__";
 
+/// One `key=value` entry, kept as its two parts so that a value is hashed where it lies (a
+/// Secret's data is not copied to be hashed).
+struct Entry<'a> {
+    key: &'a str,
+    value: std::borrow::Cow<'a, [u8]>,
+}
+
+impl<'a> Entry<'a> {
+    fn new(key: &'a str, value: impl Into<std::borrow::Cow<'a, [u8]>>) -> Self {
+        Entry { key, value: value.into() }
+    }
+
+    /// The entry's text, `key=value`, as the order of entries is the bytewise order of it.
+    fn text(&self) -> impl Iterator<Item = u8> + '_ {
+        self.key.bytes().chain([b'=']).chain(self.value.iter().copied())
+    }
+
+    fn hash_into(&self, hasher: &mut Sha1) {
+        hasher.update(self.key.as_bytes());
+        hasher.update(b"=");
+        hasher.update(&self.value);
+    }
+
+    fn sha1(&self) -> String {
+        let mut hasher = Sha1::new();
+        self.hash_into(&mut hasher);
+        hex(&hasher.finalize())
+    }
+}
+
 /// SHA-1 of `entries` sorted bytewise and joined with `;`.
-fn hash_entries(mut entries: Vec<Vec<u8>>) -> String {
-    entries.sort_unstable();
+fn hash_entries(entries: &mut [Entry<'_>]) -> String {
+    entries.sort_unstable_by(|a, b| a.text().cmp(b.text()));
     let mut hasher = Sha1::new();
     for (i, entry) in entries.iter().enumerate() {
         if i > 0 {
             hasher.update(b";");
         }
-        hasher.update(entry);
+        entry.hash_into(&mut hasher);
     }
     hex(&hasher.finalize())
-}
-
-fn entry(key: &str, value: &[u8]) -> Vec<u8> {
-    let mut e = Vec::with_capacity(key.len() + 1 + value.len());
-    e.extend_from_slice(key.as_bytes());
-    e.push(b'=');
-    e.extend_from_slice(value);
-    e
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -54,27 +76,87 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
+/// A source's content hash and, when asked for, the hash of each key.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SourceHashes {
+    pub content: String,
+    /// Empty unless asked for.
+    pub keys: BTreeMap<String, String>,
+}
+
+/// The content hash of `entries` and, with `per_key`, each entry's own hash. A single entry's
+/// hash is the content hash, so the usual one-key source is hashed once.
+fn source_hashes(mut entries: Vec<Entry<'_>>, per_key: bool) -> SourceHashes {
+    // Before sorting: a later entry for the same key wins, as in a map built in this order.
+    let keys = match entries.as_slice() {
+        _ if !per_key => BTreeMap::new(),
+        [_] => BTreeMap::new(),
+        many => many.iter().map(|e| (e.key.to_owned(), e.sha1())).collect(),
+    };
+    let content = hash_entries(&mut entries);
+    let keys = match entries.as_slice() {
+        [only] if per_key => BTreeMap::from([(only.key.to_owned(), content.clone())]),
+        _ => keys,
+    };
+    SourceHashes { content, keys }
+}
+
 /// ConfigMap: `key=value` for `data`, `key=base64(value)` (standard, padded) for `binaryData`.
-pub fn configmap_hash(
-    data: Option<&BTreeMap<String, String>>,
-    binary_data: Option<&BTreeMap<String, ByteString>>,
-) -> String {
-    let mut entries = Vec::new();
-    for (k, v) in data.into_iter().flatten() {
-        entries.push(entry(k, v.as_bytes()));
+/// Entries are borrowed where they were decoded, values as bytes (a Go string's bytes).
+pub fn configmap_entry_hashes<'a>(
+    data: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    binary_data: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    per_key: bool,
+) -> SourceHashes {
+    let mut entries: Vec<Entry<'a>> = data.into_iter().map(|(k, v)| Entry::new(k, v)).collect();
+    for (k, v) in binary_data {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(v);
+        entries.push(Entry::new(k, encoded.into_bytes()));
     }
-    for (k, v) in binary_data.into_iter().flatten() {
-        let encoded = base64::engine::general_purpose::STANDARD.encode(&v.0);
-        entries.push(entry(k, encoded.as_bytes()));
-    }
-    hash_entries(entries)
+    source_hashes(entries, per_key)
 }
 
 /// Secret: `key=<decoded bytes>` for each `data` entry. `stringData` is write-only (the API server
 /// folds it into `data`), so it is never seen here.
+pub fn secret_entry_hashes<'a>(
+    data: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    per_key: bool,
+) -> SourceHashes {
+    source_hashes(data.into_iter().map(|(k, v)| Entry::new(k, v)).collect(), per_key)
+}
+
+/// [`configmap_entry_hashes`] of a decoded ConfigMap's maps.
+pub fn configmap_hashes(
+    data: Option<&BTreeMap<String, String>>,
+    binary_data: Option<&BTreeMap<String, ByteString>>,
+    per_key: bool,
+) -> SourceHashes {
+    configmap_entry_hashes(
+        data.into_iter().flatten().map(|(k, v)| (k.as_str(), v.as_bytes())),
+        binary_data.into_iter().flatten().map(|(k, v)| (k.as_str(), v.0.as_slice())),
+        per_key,
+    )
+}
+
+/// [`secret_entry_hashes`] of a decoded Secret's data.
+pub fn secret_hashes(data: Option<&BTreeMap<String, ByteString>>, per_key: bool) -> SourceHashes {
+    secret_entry_hashes(
+        data.into_iter().flatten().map(|(k, v)| (k.as_str(), v.0.as_slice())),
+        per_key,
+    )
+}
+
+/// A ConfigMap's content hash (see [`configmap_hashes`]).
+pub fn configmap_hash(
+    data: Option<&BTreeMap<String, String>>,
+    binary_data: Option<&BTreeMap<String, ByteString>>,
+) -> String {
+    configmap_hashes(data, binary_data, false).content
+}
+
+/// A Secret's content hash (see [`secret_hashes`]).
 pub fn secret_hash(data: Option<&BTreeMap<String, ByteString>>) -> String {
-    let entries = data.into_iter().flatten().map(|(k, v)| entry(k, &v.0)).collect();
-    hash_entries(entries)
+    secret_hashes(data, false).content
 }
 
 /// SecretProviderClassPodStatus: `id=version` for each mounted object, plus
@@ -83,10 +165,10 @@ pub fn secret_provider_class_hash<'a>(
     class_name: &str,
     objects: impl IntoIterator<Item = (&'a str, &'a str)>,
 ) -> String {
-    let mut entries: Vec<Vec<u8>> =
-        objects.into_iter().map(|(id, version)| entry(id, version.as_bytes())).collect();
-    entries.push(entry("SecretProviderClassName", class_name.as_bytes()));
-    hash_entries(entries)
+    let mut entries: Vec<Entry<'_>> =
+        objects.into_iter().map(|(id, version)| Entry::new(id, version.as_bytes())).collect();
+    entries.push(Entry::new("SecretProviderClassName", class_name.as_bytes()));
+    hash_entries(&mut entries)
 }
 
 /// Per-key hashes of a ConfigMap: SHA-1 of each entry as it enters [`configmap_hash`].
@@ -94,35 +176,22 @@ pub fn configmap_key_hashes(
     data: Option<&BTreeMap<String, String>>,
     binary_data: Option<&BTreeMap<String, ByteString>>,
 ) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for (k, v) in data.into_iter().flatten() {
-        out.insert(k.clone(), hash_entries(vec![entry(k, v.as_bytes())]));
-    }
-    for (k, v) in binary_data.into_iter().flatten() {
-        let encoded = base64::engine::general_purpose::STANDARD.encode(&v.0);
-        out.insert(k.clone(), hash_entries(vec![entry(k, encoded.as_bytes())]));
-    }
-    out
+    configmap_hashes(data, binary_data, true).keys
 }
 
 /// Per-key hashes of a Secret.
 pub fn secret_key_hashes(data: Option<&BTreeMap<String, ByteString>>) -> BTreeMap<String, String> {
-    data.into_iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), hash_entries(vec![entry(k, &v.0)])))
-        .collect()
+    secret_hashes(data, true).keys
 }
 
 /// The hash of only `keys` of a source, from its per-key hashes: SHA-1 of `key=<key hash>` for
 /// each selected key present, sorted and joined with `;` (keys absent from the data drop out).
 pub fn hash_of_keys(key_hashes: &BTreeMap<String, String>, keys: &[String]) -> String {
-    let entries = keys
-        .iter()
-        .filter_map(|k| key_hashes.get(k).map(|h| entry(k, h.as_bytes())))
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    hash_entries(entries)
+    let selected: std::collections::BTreeSet<&String> =
+        keys.iter().filter(|k| key_hashes.contains_key(*k)).collect();
+    let mut entries: Vec<Entry<'_>> =
+        selected.into_iter().map(|k| Entry::new(k, key_hashes[k].as_bytes())).collect();
+    hash_entries(&mut entries)
 }
 
 /// The one key-precise rule of both modes: when a workload consumes only some keys of a source
@@ -145,12 +214,12 @@ pub fn key_precise_sha1(
 
 /// The hash the annotations strategy writes when a source is deleted.
 pub fn delete_marker_hash() -> String {
-    hash_entries(vec![DELETE_MARKER.as_bytes().to_vec()])
+    sha1_hex(DELETE_MARKER)
 }
 
 /// SHA-1 of arbitrary text, for combining several hashes into one value.
 pub fn sha1_hex(text: &str) -> String {
-    hash_entries(vec![text.as_bytes().to_vec()])
+    hex(&Sha1::digest(text.as_bytes()))
 }
 
 /// Bytes of a generated hash key.
@@ -319,6 +388,27 @@ mod tests {
         assert_eq!(a["flags"], "45d8cfd70c0bf8ec3986fa1e3e1a57effabb56ce");
         assert_eq!(hash_of_keys(&a, &keys), "1f469c5ee206403869a902f453bea0f5208415cf");
         assert_eq!(hash_of_keys(&a, &["missing".to_string()]), EMPTY_HASH);
+    }
+
+    #[test]
+    fn one_pass_gives_the_content_hash_and_each_keys_hash() {
+        let two = strings(&[("b", "2"), ("a", "1")]);
+        let both = configmap_hashes(Some(&two), None, true);
+        assert_eq!(both.content, configmap_hashes(Some(&two), None, false).content);
+        // printf 'a=1' | sha1sum; printf 'b=2' | sha1sum
+        assert_eq!(both.keys["a"], "86eda770a6060824b090dd4df091e3bd4121279c");
+        assert_eq!(both.keys["b"], "90f50c69eb50e493cd1ab95b7d6fbd0b3a53f01e");
+        assert!(configmap_hashes(Some(&two), None, false).keys.is_empty());
+        // One key: its hash is the content hash.
+        let one = secret_hashes(Some(&bytes(&[("data", b"x")])), true);
+        assert_eq!(one.keys, BTreeMap::from([("data".to_string(), one.content.clone())]));
+        assert_eq!(
+            secret_hashes(None, true),
+            SourceHashes { content: EMPTY_HASH.into(), keys: BTreeMap::new() }
+        );
+        // binaryData keys hash their base64 text, as in the content hash.
+        let bin = BTreeMap::from([("k".to_string(), ByteString(vec![0xff]))]);
+        assert_eq!(configmap_hashes(None, Some(&bin), true).keys["k"], sha1_hex("k=/w=="));
     }
 
     #[test]

@@ -27,15 +27,17 @@ pub struct WorkloadEntry {
 pub struct Store {
     /// namespace → source → facts (kept compact, see [`StoredSource`]).
     sources: HashMap<String, HashMap<SourceRef, StoredSource>>,
-    workloads: HashMap<WorkloadKey, Arc<WorkloadEntry>>,
+    /// Each workload's key is allocated once and shared by the indexes below: a workload
+    /// references ~8 sources, and a key copied into each would cost two strings per reference.
+    workloads: HashMap<Arc<WorkloadKey>, Arc<WorkloadEntry>>,
     /// namespace → source → workloads that reference it. A short vector, not a set: most
     /// sources have one or two referrers, and an empty-ish hash set costs ~250 bytes each.
-    by_source: HashMap<String, HashMap<SourceRef, Vec<WorkloadKey>>>,
+    by_source: HashMap<String, HashMap<SourceRef, Vec<Arc<WorkloadKey>>>>,
     /// namespace → workloads with named-reload patterns (checked against every source there).
-    named: HashMap<String, HashSet<WorkloadKey>>,
+    named: HashMap<String, HashSet<Arc<WorkloadKey>>>,
     /// namespace → Deployment → the workloads (Argo Rollouts) that run its template through
     /// `workloadRef`, so that a Deployment's change finds them without a walk over every workload.
-    by_workload_ref: HashMap<String, HashMap<String, Vec<WorkloadKey>>>,
+    by_workload_ref: HashMap<String, HashMap<String, Vec<Arc<WorkloadKey>>>>,
     /// When each source that went away did so (monotonic), for debouncing rollouts; a stored
     /// source keeps its own time of change.
     removed_at: HashMap<(String, SourceRef), Instant>,
@@ -48,7 +50,7 @@ pub struct Store {
 /// the way out, identical to what went in.
 #[derive(Debug)]
 struct StoredSource {
-    hash: Box<str>,
+    hash: StoredHash,
     matches_search: bool,
     ignored: bool,
     created_after_first_list: bool,
@@ -59,6 +61,51 @@ struct StoredSource {
     key_hashes: StoredKeyHashes,
     /// When the source last changed or appeared (monotonic).
     last_change: Instant,
+}
+
+/// A source's hash: the 20 bytes of a SHA-1 when it is one in lowercase hex (every hash the
+/// operator computes), else the text; 24 bytes in place of a pointer to a 40-byte string.
+#[derive(Debug, PartialEq, Eq)]
+enum StoredHash {
+    Sha1([u8; 20]),
+    Text(Box<str>),
+}
+
+impl StoredHash {
+    fn new(hash: &str) -> Self {
+        let digit = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        let mut bytes = [0u8; 20];
+        let parsed = hash.len() == 40
+            && hash.as_bytes().chunks_exact(2).zip(bytes.iter_mut()).all(|(pair, out)| {
+                match (digit(pair[0]), digit(pair[1])) {
+                    (Some(hi), Some(lo)) => {
+                        *out = hi << 4 | lo;
+                        true
+                    }
+                    _ => false,
+                }
+            });
+        if parsed { StoredHash::Sha1(bytes) } else { StoredHash::Text(hash.into()) }
+    }
+
+    fn to_text(&self) -> String {
+        match self {
+            StoredHash::Sha1(bytes) => {
+                const DIGITS: &[u8; 16] = b"0123456789abcdef";
+                let mut text = String::with_capacity(40);
+                for b in bytes {
+                    text.push(DIGITS[usize::from(b >> 4)].into());
+                    text.push(DIGITS[usize::from(b & 0xf)].into());
+                }
+                text
+            }
+            StoredHash::Text(text) => text.to_string(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -84,7 +131,7 @@ impl StoredKeyHashes {
 
     fn to_map(&self, hash: &str) -> BTreeMap<String, String> {
         match self {
-            StoredKeyHashes::Single(key) => BTreeMap::from([(key.to_string(), hash.to_string())]),
+            StoredKeyHashes::Single(key) => BTreeMap::from([(key.to_string(), hash.to_owned())]),
             StoredKeyHashes::Map(m) => m.clone(),
             StoredKeyHashes::Untracked => BTreeMap::new(),
         }
@@ -96,7 +143,7 @@ impl StoredSource {
         let key_hashes =
             StoredKeyHashes::new(facts.key_hashes, &facts.state.hash, facts.keys_untracked);
         StoredSource {
-            hash: facts.state.hash.into_boxed_str(),
+            hash: StoredHash::new(&facts.state.hash),
             matches_search: facts.state.matches_search,
             ignored: facts.state.ignored,
             created_after_first_list: facts.created_after_first_list,
@@ -109,23 +156,20 @@ impl StoredSource {
     }
 
     fn same_state(&self, state: &SourceState) -> bool {
-        *self.hash == *state.hash
+        self.hash == StoredHash::new(&state.hash)
             && self.matches_search == state.matches_search
             && self.ignored == state.ignored
     }
 
     fn facts(&self) -> SourceFacts {
+        let hash = self.hash.to_text();
         SourceFacts {
-            state: SourceState {
-                hash: self.hash.to_string(),
-                matches_search: self.matches_search,
-                ignored: self.ignored,
-            },
+            key_hashes: self.key_hashes.to_map(&hash),
+            state: SourceState { hash, matches_search: self.matches_search, ignored: self.ignored },
             created_after_first_list: self.created_after_first_list,
             created: self.created,
             changed_at: self.changed_at,
             labels: self.labels.clone(),
-            key_hashes: self.key_hashes.to_map(&self.hash),
             keys_untracked: matches!(self.key_hashes, StoredKeyHashes::Untracked),
         }
     }
@@ -235,27 +279,29 @@ impl Store {
 
     /// Workloads a change of `source` in `namespace` may concern.
     pub fn affected_by(&self, namespace: &str, source: &SourceRef) -> Vec<WorkloadKey> {
-        let mut out: HashSet<WorkloadKey> = self
+        let mut out: HashSet<&Arc<WorkloadKey>> = self
             .by_source
             .get(namespace)
             .and_then(|m| m.get(source))
             .into_iter()
             .flatten()
-            .cloned()
             .collect();
         if let Some(named) = self.named.get(namespace) {
             for key in named {
                 if self.workloads.get(key).is_some_and(|w| w.selection.has_named(source.kind)) {
-                    out.insert(key.clone());
+                    out.insert(key);
                 }
             }
         }
-        out.into_iter().collect()
+        out.into_iter().map(|key| WorkloadKey::clone(key)).collect()
     }
 
     /// Inserts or replaces a workload; returns false when nothing that matters changed.
     pub fn upsert_workload(&mut self, entry: WorkloadEntry) -> bool {
-        let key = entry.info.key.clone();
+        let key = match self.workloads.get_key_value(&entry.info.key) {
+            Some((shared, _)) => shared.clone(),
+            None => Arc::new(entry.info.key.clone()),
+        };
         if let Some(old) = self.workloads.get(&key) {
             let mut old_info = old.info.clone();
             old_info.resource_version = entry.info.resource_version.clone();
@@ -272,7 +318,7 @@ impl Store {
         let index = self.by_source.entry(ns.clone()).or_default();
         for source in entry.info.references.keys() {
             let referrers = index.entry(source.clone()).or_default();
-            if !referrers.contains(&key) {
+            if !referrers.iter().any(|k| Arc::ptr_eq(k, &key)) {
                 referrers.push(key.clone());
                 referrers.shrink_to_fit();
             }
@@ -310,7 +356,7 @@ impl Store {
         if let Some(index) = self.by_source.get_mut(&key.namespace) {
             for source in old.info.references.keys() {
                 if let Some(referrers) = index.get_mut(source) {
-                    referrers.retain(|k| k != key);
+                    referrers.retain(|k| **k != *key);
                     if referrers.is_empty() {
                         index.remove(source);
                     }
@@ -327,7 +373,7 @@ impl Store {
             (&old.info.workload_ref, self.by_workload_ref.get_mut(&key.namespace))
         {
             if let Some(keys) = runners.get_mut(deployment) {
-                keys.retain(|k| k != key);
+                keys.retain(|k| **k != *key);
                 if keys.is_empty() {
                     runners.remove(deployment);
                 }
@@ -352,7 +398,7 @@ impl Store {
     }
 
     pub fn workload_keys(&self) -> Vec<WorkloadKey> {
-        self.workloads.keys().cloned().collect()
+        self.workloads.keys().map(|key| WorkloadKey::clone(key)).collect()
     }
 
     pub fn workload_count(&self) -> usize {
@@ -485,6 +531,19 @@ mod tests {
     }
 
     #[test]
+    fn hashes_are_kept_as_bytes_when_they_are_sha1_hex() {
+        let sha1 = crate::decide::hash::sha1_hex("x");
+        assert!(matches!(StoredHash::new(&sha1), StoredHash::Sha1(_)));
+        for text in
+            [sha1.as_str(), "", "h1", &sha1.to_uppercase(), &sha1[..39], &format!("{sha1}0")]
+        {
+            assert_eq!(StoredHash::new(text).to_text(), text);
+        }
+        assert!(matches!(StoredHash::new(&sha1.to_uppercase()), StoredHash::Text(_)));
+        assert_ne!(StoredHash::new(&sha1), StoredHash::new(&crate::decide::hash::sha1_hex("y")));
+    }
+
+    #[test]
     fn sources_report_created_changed_unchanged() {
         let mut s = Store::default();
         assert_eq!(s.upsert_source("ns", cm("a"), facts("1")), SourceUpdate::Created);
@@ -508,6 +567,13 @@ mod tests {
             ("single-other-hash", keyed("h1", &[("data", "h2")])),
             ("two", keyed("h1", &[("a", "h2"), ("b", "h3")])),
             ("none", keyed("h1", &[])),
+            (
+                "sha1",
+                keyed(
+                    crate::decide::hash::EMPTY_HASH,
+                    &[("data", crate::decide::hash::EMPTY_HASH)],
+                ),
+            ),
         ];
         for (name, f) in &cases {
             s.upsert_source("ns", cm(name), f.clone());

@@ -35,7 +35,7 @@ impl std::fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-type Result<T> = std::result::Result<T, DecodeError>;
+pub type Result<T> = std::result::Result<T, DecodeError>;
 
 /// One field's value on the wire.
 #[derive(Debug, Clone, Copy)]
@@ -135,12 +135,12 @@ fn each_field<'a>(
     Ok(())
 }
 
-/// A map entry (key = 1, value = 2) as raw bytes.
-fn map_entry(buf: &[u8]) -> Result<(String, &[u8])> {
-    let (mut key, mut value) = (String::new(), &[][..]);
+/// A map entry (key = 1, value = 2), borrowed from the buffer.
+fn map_entry(buf: &[u8]) -> Result<(&str, &[u8])> {
+    let (mut key, mut value) = ("", &[][..]);
     each_field(buf, |n, v| {
         match n {
-            1 => key = v.string()?,
+            1 => key = std::str::from_utf8(v.bytes()?).map_err(|_| DecodeError("invalid UTF-8"))?,
             2 => value = v.bytes()?,
             _ => {}
         }
@@ -152,14 +152,63 @@ fn map_entry(buf: &[u8]) -> Result<(String, &[u8])> {
 fn string_map_entry(buf: &[u8], map: &mut Option<BTreeMap<String, String>>) -> Result<()> {
     let (key, value) = map_entry(buf)?;
     let value = String::from_utf8_lossy(value).into_owned();
-    map.get_or_insert_with(BTreeMap::new).insert(key, value);
+    map.get_or_insert_with(BTreeMap::new).insert(key.to_owned(), value);
     Ok(())
 }
 
-fn bytes_map_entry(buf: &[u8], map: &mut Option<BTreeMap<String, ByteString>>) -> Result<()> {
-    let (key, value) = map_entry(buf)?;
-    map.get_or_insert_with(BTreeMap::new).insert(key, ByteString(value.to_vec()));
-    Ok(())
+/// A Secret's or ConfigMap's metadata and data entries, the entries borrowed from the message
+/// (so that they can be hashed where they lie) in key order, one per key.
+#[derive(Debug, Default)]
+pub struct SourceMessage<'a> {
+    pub metadata: ObjectMeta,
+    /// `data` (a Secret's bytes, a ConfigMap's text).
+    pub data: Vec<(&'a str, &'a [u8])>,
+    /// A ConfigMap's `binaryData`.
+    pub binary_data: Vec<(&'a str, &'a [u8])>,
+}
+
+impl<'a> SourceMessage<'a> {
+    /// Decodes a `Secret` (data = 2) or a `ConfigMap` (data = 2, binaryData = 3).
+    fn decode(buf: &'a [u8], binary_field: Option<u64>) -> Result<Self> {
+        let mut message = SourceMessage::default();
+        each_field(buf, |n, v| {
+            match n {
+                1 => message.metadata = object_meta(v.bytes()?)?,
+                2 => message.data.push(map_entry(v.bytes()?)?),
+                n if Some(n) == binary_field => message.binary_data.push(map_entry(v.bytes()?)?),
+                _ => {}
+            }
+            Ok(())
+        })?;
+        by_key_last_wins(&mut message.data);
+        by_key_last_wins(&mut message.binary_data);
+        Ok(message)
+    }
+
+    pub fn secret(buf: &'a [u8]) -> Result<Self> {
+        Self::decode(buf, None)
+    }
+
+    pub fn config_map(buf: &'a [u8]) -> Result<Self> {
+        Self::decode(buf, Some(3))
+    }
+}
+
+/// Sorts map entries by key and keeps the last of a repeated key, as a protobuf map does.
+fn by_key_last_wins(entries: &mut Vec<(&str, &[u8])>) {
+    entries.sort_by(|a, b| a.0.cmp(b.0));
+    entries.dedup_by(|later, earlier| {
+        let repeated = later.0 == earlier.0;
+        if repeated {
+            *earlier = *later;
+        }
+        repeated
+    });
+}
+
+fn owned_bytes(entries: Vec<(&str, &[u8])>) -> Option<BTreeMap<String, ByteString>> {
+    (!entries.is_empty())
+        .then(|| entries.into_iter().map(|(k, v)| (k.to_owned(), ByteString(v.to_vec()))).collect())
 }
 
 /// `metav1.Time` (seconds = 1, nanos = 2).
@@ -225,35 +274,28 @@ pub trait ProtoObject: Sized {
 
 impl ProtoObject for Secret {
     fn decode_message(buf: &[u8]) -> Result<Self> {
-        let mut secret = Secret::default();
-        each_field(buf, |n, v| {
-            match n {
-                1 => secret.metadata = object_meta(v.bytes()?)?,
-                2 => bytes_map_entry(v.bytes()?, &mut secret.data)?,
-                3 => secret.type_ = Some(v.string()?),
-                5 => secret.immutable = Some(v.varint()? != 0),
-                _ => {}
-            }
-            Ok(())
-        })?;
-        Ok(secret)
+        let message = SourceMessage::secret(buf)?;
+        Ok(Secret {
+            metadata: message.metadata,
+            data: owned_bytes(message.data),
+            ..Secret::default()
+        })
     }
 }
 
 impl ProtoObject for ConfigMap {
     fn decode_message(buf: &[u8]) -> Result<Self> {
-        let mut config_map = ConfigMap::default();
-        each_field(buf, |n, v| {
-            match n {
-                1 => config_map.metadata = object_meta(v.bytes()?)?,
-                2 => string_map_entry(v.bytes()?, &mut config_map.data)?,
-                3 => bytes_map_entry(v.bytes()?, &mut config_map.binary_data)?,
-                4 => config_map.immutable = Some(v.varint()? != 0),
-                _ => {}
-            }
-            Ok(())
-        })?;
-        Ok(config_map)
+        let message = SourceMessage::config_map(buf)?;
+        let data = (!message.data.is_empty()).then(|| {
+            let text = |v: &[u8]| String::from_utf8_lossy(v).into_owned();
+            message.data.iter().map(|(k, v)| (k.to_string(), text(v))).collect()
+        });
+        Ok(ConfigMap {
+            metadata: message.metadata,
+            data,
+            binary_data: owned_bytes(message.binary_data),
+            ..ConfigMap::default()
+        })
     }
 }
 
@@ -462,7 +504,6 @@ mod tests {
         let data = s.data.as_ref().unwrap();
         assert_eq!(data["password"].0, b"\x00\xffraw");
         assert_eq!(data["user"].0, b"app");
-        assert_eq!(s.type_.as_deref(), Some("Opaque"));
     }
 
     #[test]

@@ -14,6 +14,7 @@
 use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::Stream;
@@ -54,6 +55,9 @@ pub struct Config {
     pub namespace: Option<String>,
     pub label_selector: Option<String>,
     pub page_size: u32,
+    /// Take the initial state as a streaming list (a watch with `sendInitialEvents`), falling
+    /// back to pages when the server refuses it; else always pages.
+    pub streaming_list: bool,
 }
 
 /// Lists, then watches, objects of kind `K` for ever, yielding kube-runtime's watcher events.
@@ -62,7 +66,12 @@ pub fn watch<K: WatchedSource>(
     client: Client,
     config: Config,
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send {
-    let source = Source { client, url: K::url_path(&(), config.namespace.as_deref()), config };
+    let source = Source {
+        client,
+        url: K::url_path(&(), config.namespace.as_deref()),
+        streaming: AtomicBool::new(config.streaming_list),
+        config,
+    };
     futures::stream::unfold((source, State::Empty), |(source, state)| async move {
         let mut state = state;
         loop {
@@ -77,15 +86,30 @@ pub fn watch<K: WatchedSource>(
 
 enum State<K> {
     Empty,
-    Listing { continue_token: Option<String>, items: VecDeque<K>, resource_version: Option<String> },
-    Listed { resource_version: String },
-    Watching { resource_version: String, events: Events },
+    /// Objects of a streaming list arrive until its `initial-events-end` bookmark.
+    Streaming {
+        events: Events,
+    },
+    Listing {
+        continue_token: Option<String>,
+        items: VecDeque<K>,
+        resource_version: Option<String>,
+    },
+    Listed {
+        resource_version: String,
+    },
+    Watching {
+        resource_version: String,
+        events: Events,
+    },
 }
 
 struct Source {
     client: Client,
     url: String,
     config: Config,
+    /// Cleared for good when the server refuses a streaming list.
+    streaming: AtomicBool,
 }
 
 type Step<K> = (Option<Result<Event<K>, watcher::Error>>, State<K>);
@@ -93,14 +117,54 @@ type Step<K> = (Option<Result<Event<K>, watcher::Error>>, State<K>);
 impl Source {
     async fn step<K: WatchedSource>(&self, state: State<K>) -> Step<K> {
         match state {
-            State::Empty => (
-                Some(Ok(Event::Init)),
-                State::Listing {
+            State::Empty => {
+                let listing = State::Listing {
                     continue_token: None,
                     items: VecDeque::new(),
                     resource_version: None,
-                },
-            ),
+                };
+                if !self.streaming.load(Ordering::Relaxed) {
+                    return (Some(Ok(Event::Init)), listing);
+                }
+                match self.start_watch(None).await {
+                    Ok(events) => (Some(Ok(Event::Init)), State::Streaming { events }),
+                    // Refused (a server without streaming lists, or with them turned off): pages.
+                    Err(kube::Error::Api(status)) if matches!(status.code, 400 | 403 | 422) => {
+                        tracing::info!(
+                            url = %self.url,
+                            reason = %status.message,
+                            "streaming list refused; listing in pages"
+                        );
+                        self.streaming.store(false, Ordering::Relaxed);
+                        (Some(Ok(Event::Init)), listing)
+                    }
+                    Err(e) => (Some(Err(watcher::Error::InitialListFailed(e))), State::Empty),
+                }
+            }
+            State::Streaming { mut events } => {
+                let idle = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS)) + IDLE_MARGIN;
+                match tokio::time::timeout(idle, events.next::<K>()).await.unwrap_or(None) {
+                    Some(Ok(Change::Added(obj) | Change::Modified(obj))) => {
+                        (Some(Ok(Event::InitApply(obj))), State::Streaming { events })
+                    }
+                    Some(Ok(Change::Bookmark { resource_version, initial_events_end: true }))
+                        if !resource_version.is_empty() =>
+                    {
+                        (Some(Ok(Event::InitDone)), State::Watching { resource_version, events })
+                    }
+                    Some(Ok(Change::Bookmark { .. })) => (None, State::Streaming { events }),
+                    // Nothing is deleted from an initial state: the stream is out of step.
+                    Some(Ok(Change::Deleted(_))) => {
+                        (Some(Err(watcher::Error::NoResourceVersion)), State::Empty)
+                    }
+                    Some(Ok(Change::Error(status))) => {
+                        (Some(Err(watcher::Error::WatchError(status))), State::Empty)
+                    }
+                    Some(Err(e)) => (Some(Err(watcher::Error::WatchFailed(e))), State::Empty),
+                    // Ended before its end: start again.
+                    None => (Some(Err(watcher::Error::NoResourceVersion)), State::Empty),
+                }
+            }
             State::Listing { continue_token, mut items, resource_version } => {
                 if let Some(item) = items.pop_front() {
                     let state = State::Listing { continue_token, items, resource_version };
@@ -124,13 +188,15 @@ impl Source {
                     Err(e) => (Some(Err(watcher::Error::InitialListFailed(e))), State::Empty),
                 }
             }
-            State::Listed { resource_version } => match self.start_watch(&resource_version).await {
-                Ok(events) => (None, State::Watching { resource_version, events }),
-                Err(e) => (
-                    Some(Err(watcher::Error::WatchStartFailed(e))),
-                    State::Listed { resource_version },
-                ),
-            },
+            State::Listed { resource_version } => {
+                match self.start_watch(Some(&resource_version)).await {
+                    Ok(events) => (None, State::Watching { resource_version, events }),
+                    Err(e) => (
+                        Some(Err(watcher::Error::WatchStartFailed(e))),
+                        State::Listed { resource_version },
+                    ),
+                }
+            }
             State::Watching { resource_version, mut events } => {
                 let idle = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS)) + IDLE_MARGIN;
                 let next = tokio::time::timeout(idle, events.next::<K>()).await.unwrap_or(None);
@@ -177,15 +243,18 @@ impl Source {
         }
     }
 
-    async fn start_watch(&self, resource_version: &str) -> kube::Result<Events> {
+    /// A watch from `resource_version`, or (`None`) a streaming list: the current state as
+    /// added objects, an `initial-events-end` bookmark, then changes.
+    async fn start_watch(&self, resource_version: Option<&str>) -> kube::Result<Events> {
         let params = WatchParams {
             label_selector: self.config.label_selector.clone(),
             timeout: Some(WATCH_TIMEOUT_SECS),
             bookmarks: true,
+            send_initial_events: resource_version.is_none(),
             ..WatchParams::default()
         };
         let mut request = Request::new(&self.url)
-            .watch(&params, resource_version)
+            .watch(&params, resource_version.unwrap_or(""))
             .map_err(kube::Error::BuildRequest)?;
         // As kube's own watch requests: a gzipped watch stream is not decoded past its first member.
         request

@@ -44,10 +44,8 @@ use reconcile::Reconciler;
 use write::*;
 
 pub use admission::{AdmissionError, admission_patch, admitted_kind, admitted_kind_of};
-pub use watches::SourceObject;
 
 use crate::decide::churn::{RolloutLimiter, ThrottleReason};
-use crate::decide::hash;
 use crate::decide::jobs::is_controlled;
 use crate::decide::pause;
 use crate::decide::plan::{Cause, Plan, PlanOptions, SourceFacts, Strategy, plan};
@@ -56,6 +54,7 @@ use crate::index::relist;
 use crate::index::remembered::{Remembered, WorkloadMemory};
 use crate::index::store::{Candidates, SourceUpdate, Store, WorkloadEntry};
 use crate::kube::access::Follow;
+use crate::kube::hashed::{Hashed, HashedKind};
 use crate::model::annotations::AnnotationKeys;
 use crate::model::limits::{LimitViolation, MAX_KEY_HASHES, MAX_SOURCE_LABELS};
 use crate::model::source::{SourceKind, SourceRef, SourceState};

@@ -9,9 +9,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::Request;
 use kube::runtime::watcher::Event;
+use reloader::kube::hashed::{Hashed, HashedKind};
 use reloader::kube::protobuf;
 use reloader::kube::source_watch;
-use reloader::runtime::engine::SourceObject;
 use serde_json::json;
 use support::fixture::{Fixture, TIMEOUT};
 use support::within;
@@ -38,8 +38,8 @@ async fn tricky_sources(f: &Fixture) {
 }
 
 /// The fields the operator reads, for comparing two decodes of one object.
-fn read_fields<K: kube::ResourceExt + SourceObject>(obj: &K) -> String {
-    let m = obj.meta();
+fn read_fields<K: HashedKind>(obj: &Hashed<K>) -> String {
+    let m = &obj.metadata;
     format!(
         "{:?} {:?} {:?} {:?} {:?} {:?} {:?} {} {:?}",
         m.name,
@@ -49,9 +49,14 @@ fn read_fields<K: kube::ResourceExt + SourceObject>(obj: &K) -> String {
         m.labels,
         m.annotations,
         m.creation_timestamp,
-        obj.content_hash(),
-        obj.key_hashes()
+        obj.key_count,
+        obj.hashes
     )
+}
+
+/// What the operator takes in of objects decoded whole.
+fn hashed<K: HashedKind>(items: Vec<K>) -> Vec<Hashed<K>> {
+    items.into_iter().map(K::into_hashed).collect()
 }
 
 async fn protobuf_list<K: protobuf::ProtoObject + kube::Resource<DynamicType = ()>>(
@@ -79,10 +84,13 @@ async fn sources_read_as_protobuf_equal_their_json() {
         .await
         .unwrap()
         .items;
-    let proto_secrets = protobuf_list::<Secret>(&f).await;
+    let proto_secrets = protobuf_list::<Hashed<Secret>>(&f).await;
     assert_eq!(proto_secrets.len(), 3);
-    let fields = |items: &[Secret]| items.iter().map(read_fields).collect::<Vec<_>>();
+    let fields = |items: &[Hashed<Secret>]| items.iter().map(read_fields).collect::<Vec<_>>();
+    let json_secrets = hashed(json_secrets);
     assert_eq!(fields(&proto_secrets), fields(&json_secrets));
+    // Decoded whole (data kept), the same.
+    assert_eq!(fields(&hashed(protobuf_list::<Secret>(&f).await)), fields(&json_secrets));
     // kube-root-ca.crt comes and goes with the controller-manager: not ours.
     let ours = |items: Vec<ConfigMap>| -> Vec<ConfigMap> {
         items
@@ -97,26 +105,52 @@ async fn sources_read_as_protobuf_equal_their_json() {
             .unwrap()
             .items,
     );
-    let proto_cms = ours(protobuf_list::<ConfigMap>(&f).await);
-    assert_eq!(proto_cms.len(), 2);
-    let fields = |items: &[ConfigMap]| items.iter().map(read_fields).collect::<Vec<_>>();
+    let whole_cms = ours(protobuf_list::<ConfigMap>(&f).await);
+    assert_eq!(whole_cms.len(), 2);
+    let fields = |items: &[Hashed<ConfigMap>]| items.iter().map(read_fields).collect::<Vec<_>>();
+    let json_cms = hashed(json_cms);
+    assert_eq!(fields(&hashed(whole_cms.clone())), fields(&json_cms));
+    let proto_cms: Vec<Hashed<ConfigMap>> = protobuf_list::<Hashed<ConfigMap>>(&f)
+        .await
+        .into_iter()
+        .filter(|c| c.metadata.name.as_deref() != Some("kube-root-ca.crt"))
+        .collect();
     assert_eq!(fields(&proto_cms), fields(&json_cms));
-    let mixed = proto_cms.iter().find(|c| c.metadata.name.as_deref() == Some("mixed")).unwrap();
+    let mixed = whole_cms.iter().find(|c| c.metadata.name.as_deref() == Some("mixed")).unwrap();
     assert_eq!(mixed.data.as_ref().unwrap()["text"], "grüße ✓");
     assert_eq!(mixed.binary_data.as_ref().unwrap()["blob"].0, vec![0, 1, 2]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_protobuf_watch_lists_in_pages_then_follows_changes_and_deletes() {
-    let f = Fixture::new("proto-watch").await;
+    lists_then_follows_changes_and_deletes("proto-watch", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_protobuf_watch_streams_its_list_then_follows_changes_and_deletes() {
+    lists_then_follows_changes_and_deletes("proto-stream", true).await;
+}
+
+async fn lists_then_follows_changes_and_deletes(name: &str, streaming_list: bool) {
+    let f = Fixture::new(name).await;
     tricky_sources(&f).await;
     let config = source_watch::Config {
         namespace: Some(f.name().to_string()),
         label_selector: None,
-        // Smaller than the namespace's Secrets: the list takes pages with continue tokens.
+        // Smaller than the namespace's Secrets: a paged list takes continue tokens.
         page_size: 2,
+        streaming_list,
     };
-    let mut events = Box::pin(source_watch::watch::<Secret>(f.client.clone(), config));
+    // The requests it makes, seen on the way out.
+    let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let (inner, seen) = (f.client.clone(), requests.clone());
+    let recording = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+        seen.lock().unwrap().push(request.uri().to_string());
+        let inner = inner.clone();
+        async move { inner.send(request).await }
+    });
+    let client = kube::Client::new(recording, f.name());
+    let mut events = Box::pin(source_watch::watch::<Hashed<Secret>>(client, config));
     let mut listed = Vec::new();
     within("the initial list", TIMEOUT, async {
         loop {
@@ -134,8 +168,16 @@ async fn the_protobuf_watch_lists_in_pages_then_follows_changes_and_deletes() {
         .await
         .unwrap()
         .items;
-    let fields = |items: &[Secret]| items.iter().map(read_fields).collect::<Vec<_>>();
-    assert_eq!(fields(&listed), fields(&json_secrets));
+    let fields = |items: &[Hashed<Secret>]| items.iter().map(read_fields).collect::<Vec<_>>();
+    assert_eq!(fields(&listed), fields(&hashed(json_secrets)));
+    let asked = |part: &str| requests.lock().unwrap().iter().filter(|u| u.contains(part)).count();
+    if streaming_list {
+        assert_eq!(asked("sendInitialEvents=true"), 1, "{:?}", requests.lock().unwrap());
+        assert_eq!(asked("limit="), 0, "no page is listed: {:?}", requests.lock().unwrap());
+    } else {
+        assert_eq!(asked("sendInitialEvents"), 0, "{:?}", requests.lock().unwrap());
+        assert_eq!(asked("limit=2"), 2, "3 Secrets in pages of 2: {:?}", requests.lock().unwrap());
+    }
 
     let secrets = Api::<Secret>::namespaced(f.client.clone(), f.name());
     let patch = json!({"data": {"raw": "/wA=", "added": "eA=="}});
@@ -149,8 +191,7 @@ async fn the_protobuf_watch_lists_in_pages_then_follows_changes_and_deletes() {
         }
     })
     .await;
-    assert_eq!(read_fields(&applied), read_fields(&changed));
-    assert_eq!(applied.data.as_ref().unwrap()["raw"].0, vec![0xff, 0]);
+    assert_eq!(read_fields(&applied), read_fields(&changed.into_hashed()));
 
     secrets.delete("plain", &DeleteParams::default()).await.unwrap();
     let deleted = within("the delete", TIMEOUT, async {

@@ -3,7 +3,6 @@
 //! per-workload memory (`index/remembered.rs`) and the served namespaces, and to queue the
 //! workloads a change concerns (and the policies it touches). Nothing here calls the API.
 
-use super::watches::SourceObject;
 use super::*;
 use crate::runtime::engine::follow::{ScanKey, ScanState};
 use crate::runtime::engine::policies::Policies;
@@ -98,13 +97,13 @@ impl Feed {
         self.synced.load(Ordering::SeqCst)
     }
 
-    pub(super) fn apply_source<K: SourceObject + Resource>(
+    pub(super) fn apply_source<K>(
         &self,
         kind: SourceKind,
-        obj: &K,
+        obj: &Hashed<K>,
         after_first_list: bool,
     ) {
-        let meta = obj.meta();
+        let meta = &obj.metadata;
         let ns = meta.namespace.clone().unwrap_or_default();
         if self.namespaces.read().ignored(&ns) {
             // Never stored, so the store cannot tell new from known: the list is adds.
@@ -114,16 +113,16 @@ impl Feed {
         }
         let annotations = meta.annotations.as_ref();
         let flag = |key: &str| annotations.and_then(|a| a.get(key)).is_some_and(|v| v == "true");
+        // What is kept per source is bounded whatever the object holds (see `crate::model::limits`).
+        let mut violations = Vec::new();
+        let keys = obj.key_count;
+        let keys_untracked = obj.keys_untracked();
+        // The data was hashed as it was decoded (`crate::kube::hashed`); only hashes are here.
         let state = SourceState {
-            // The object's data is hashed and dropped here; only the hash is kept.
-            hash: obj.content_hash(),
+            hash: obj.hashes.content.clone(),
             matches_search: flag(&self.keys.search_match),
             ignored: flag(&self.keys.ignore),
         };
-        // What is kept per source is bounded whatever the object holds (see `crate::model::limits`).
-        let mut violations = Vec::new();
-        let keys = obj.key_count();
-        let keys_untracked = keys > MAX_KEY_HASHES;
         if keys_untracked {
             violations.push(LimitViolation::new(
                 "key_hashes",
@@ -151,7 +150,7 @@ impl Feed {
             created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0),
             changed_at: after_first_list.then(|| k8s_openapi::jiff::Timestamp::now().as_second()),
             labels,
-            key_hashes: if keys_untracked { BTreeMap::new() } else { obj.key_hashes() },
+            key_hashes: obj.hashes.keys.clone(),
             keys_untracked,
         };
         let source = SourceRef::new(kind, meta.name.clone().unwrap_or_default());
