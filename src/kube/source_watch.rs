@@ -4,9 +4,18 @@
 //! JSON is what makes a large cluster's first sync slow: the API server encodes 50,000 Secrets
 //! of 8 KiB in 9.3 s as JSON and 2.2 s as protobuf on the bench machine, and the operator then
 //! decodes base64 instead of copying bytes. This is the same state machine as kube-runtime's
-//! (list in pages at the most recent version, then watch from the list's resourceVersion with
-//! bookmarks; a watch that ends is resumed, a `410 Gone` relists) and yields the same
-//! [`watcher::Event`]s, so everything downstream (backoff, `runtime::watch::drive`) is shared.
+//! and yields the same [`watcher::Event`]s, so everything downstream (backoff,
+//! `runtime::watch::drive`) is shared:
+//!
+//! - The initial state comes as a streaming list (a watch with `sendInitialEvents`: the
+//!   objects one by one, then a bookmark marked `k8s.io/initial-events-end`, then changes on
+//!   the same connection). The API server sends them from its watch cache: 50,000 Secrets cost
+//!   it 1.4 s of CPU this way, 2.8 s in pages of 1,000 and 6.8 s in pages of 100 (each page
+//!   is a new walk of the cache), and no page is ever held here.
+//! - A server that does not offer it (older releases, or the WatchList feature gate off)
+//!   refuses it with a 4xx; the watcher then lists in pages at the most recent version for good and
+//!   watches from the list's resourceVersion.
+//! - A watch is resumed where it ended, with bookmarks; `410 Gone` starts over.
 //!
 //! It asks for protobuf and accepts JSON: a server or proxy that does not offer protobuf
 //! answers JSON, and the response's Content-Type says which one to read.
@@ -448,7 +457,58 @@ impl Frames {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::StreamExt;
     use k8s_openapi::api::core::v1::Secret;
+
+    /// A server that refuses streaming lists (as one without the WatchList feature does) and
+    /// answers a paged list as JSON.
+    fn refusing_streaming_lists(asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>) -> Client {
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let uri = request.uri().to_string();
+            asked.lock().unwrap().push(uri.clone());
+            let (code, body) = if uri.contains("sendInitialEvents") {
+                (
+                    422,
+                    r#"{"kind":"Status","apiVersion":"v1","status":"Failure","code":422,"reason":"Invalid","message":"sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"}"#,
+                )
+            } else if !uri.contains("watch=true") {
+                (
+                    200,
+                    r#"{"kind":"SecretList","apiVersion":"v1","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"db","namespace":"ns","resourceVersion":"4"},"data":{"k":"dg=="}}]}"#,
+                )
+            } else {
+                (200, "")
+            };
+            let response = http::Response::builder()
+                .status(code)
+                .header(CONTENT_TYPE, "application/json")
+                .body(kube::client::Body::from(body.as_bytes().to_vec()))
+                .unwrap();
+            async move { Ok::<_, std::convert::Infallible>(response) }
+        });
+        Client::new(service, "ns")
+    }
+
+    #[tokio::test]
+    async fn a_refused_streaming_list_falls_back_to_pages() {
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let config = Config { page_size: 10, streaming_list: true, ..Config::default() };
+        let events = watch::<Secret>(refusing_streaming_lists(asked.clone()), config);
+        let got: Vec<_> = events.take(3).collect().await;
+        let names: Vec<String> = got
+            .into_iter()
+            .map(|e| match e.unwrap() {
+                Event::Init => "init".to_string(),
+                Event::InitApply(s) => s.name_any(),
+                Event::InitDone => "done".to_string(),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(names, ["init", "db", "done"]);
+        let asked = asked.lock().unwrap().clone();
+        assert!(asked[0].contains("sendInitialEvents=true"), "{asked:?}");
+        assert!(asked[1].contains("limit=10"), "{asked:?}");
+    }
 
     fn drain(frames: &mut Frames) -> Vec<Change<Secret>> {
         let mut out = Vec::new();
