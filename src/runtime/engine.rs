@@ -483,6 +483,11 @@ impl Engine {
         // turns `/live` to 503 (see `crate::runtime::containment`).
         let _alive = self.workers.enlist();
         while let Some(key) = self.feed.queue.next().await {
+            // A due key is taken without waiting and a reconcile with nothing to write does
+            // not wait either: without this, workers going through a full pass (startup,
+            // resync) would hold the runtime's threads, and /readyz, /live and the watches
+            // would wait for the pass to end.
+            tokio::task::coop::consume_budget().await;
             if !self.is_leader() {
                 // A standby only keeps its caches warm; taking over queues everything again.
                 self.feed.queue.done(&key);
