@@ -94,15 +94,7 @@ impl StoredHash {
 
     fn to_text(&self) -> String {
         match self {
-            StoredHash::Sha1(bytes) => {
-                const DIGITS: &[u8; 16] = b"0123456789abcdef";
-                let mut text = String::with_capacity(40);
-                for b in bytes {
-                    text.push(DIGITS[usize::from(b >> 4)].into());
-                    text.push(DIGITS[usize::from(b & 0xf)].into());
-                }
-                text
-            }
+            StoredHash::Sha1(bytes) => crate::decide::hash::hex(bytes),
             StoredHash::Text(text) => text.to_string(),
         }
     }
