@@ -147,19 +147,6 @@ pub fn secret_hashes(data: Option<&BTreeMap<String, ByteString>>, per_key: bool)
     )
 }
 
-/// A ConfigMap's content hash (see [`configmap_hashes`]).
-pub fn configmap_hash(
-    data: Option<&BTreeMap<String, String>>,
-    binary_data: Option<&BTreeMap<String, ByteString>>,
-) -> String {
-    configmap_hashes(data, binary_data, false).content
-}
-
-/// A Secret's content hash (see [`secret_hashes`]).
-pub fn secret_hash(data: Option<&BTreeMap<String, ByteString>>) -> String {
-    secret_hashes(data, false).content
-}
-
 /// SecretProviderClassPodStatus: `id=version` for each mounted object, plus
 /// `SecretProviderClassName=<name>`.
 pub fn secret_provider_class_hash<'a>(
@@ -170,19 +157,6 @@ pub fn secret_provider_class_hash<'a>(
         objects.into_iter().map(|(id, version)| Entry::new(id, version.as_bytes())).collect();
     entries.push(Entry::new("SecretProviderClassName", class_name.as_bytes()));
     hash_entries(&mut entries)
-}
-
-/// Per-key hashes of a ConfigMap: SHA-1 of each entry as it enters [`configmap_hash`].
-pub fn configmap_key_hashes(
-    data: Option<&BTreeMap<String, String>>,
-    binary_data: Option<&BTreeMap<String, ByteString>>,
-) -> BTreeMap<String, String> {
-    configmap_hashes(data, binary_data, true).keys
-}
-
-/// Per-key hashes of a Secret.
-pub fn secret_key_hashes(data: Option<&BTreeMap<String, ByteString>>) -> BTreeMap<String, String> {
-    secret_hashes(data, true).keys
 }
 
 /// The hash of only `keys` of a source, from its per-key hashes: SHA-1 of `key=<key hash>` for
@@ -313,6 +287,18 @@ mod tests {
     fn bytes(pairs: &[(&str, &[u8])]) -> BTreeMap<String, ByteString> {
         pairs.iter().map(|(k, v)| (k.to_string(), ByteString(v.to_vec()))).collect()
     }
+    fn configmap_hash(
+        data: Option<&BTreeMap<String, String>>,
+        binary_data: Option<&BTreeMap<String, ByteString>>,
+    ) -> String {
+        configmap_hashes(data, binary_data, false).content
+    }
+    fn secret_hash(data: Option<&BTreeMap<String, ByteString>>) -> String {
+        secret_hashes(data, false).content
+    }
+    fn configmap_key_hashes(data: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+        configmap_hashes(data, None, true).keys
+    }
 
     #[test]
     fn empty_objects_hash_to_the_empty_string() {
@@ -379,11 +365,11 @@ mod tests {
 
     #[test]
     fn keyed_hash_ignores_other_keys_and_golden_value() {
-        let a = configmap_key_hashes(Some(&strings(&[("flags", "on"), ("other", "1")])), None);
-        let b = configmap_key_hashes(Some(&strings(&[("flags", "on"), ("other", "2")])), None);
+        let a = configmap_key_hashes(Some(&strings(&[("flags", "on"), ("other", "1")])));
+        let b = configmap_key_hashes(Some(&strings(&[("flags", "on"), ("other", "2")])));
         let keys = ["flags".to_string()];
         assert_eq!(hash_of_keys(&a, &keys), hash_of_keys(&b, &keys));
-        let c = configmap_key_hashes(Some(&strings(&[("flags", "off"), ("other", "1")])), None);
+        let c = configmap_key_hashes(Some(&strings(&[("flags", "off"), ("other", "1")])));
         assert_ne!(hash_of_keys(&a, &keys), hash_of_keys(&c, &keys));
         // printf 'flags=on' | sha1sum  -> the key hash; then 'flags=<that>' | sha1sum
         assert_eq!(a["flags"], "45d8cfd70c0bf8ec3986fa1e3e1a57effabb56ce");

@@ -151,8 +151,7 @@ impl Source {
                 }
             }
             State::Streaming { mut events } => {
-                let idle = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS)) + IDLE_MARGIN;
-                match tokio::time::timeout(idle, events.next::<K>()).await.unwrap_or(None) {
+                match events.next_or_idle::<K>().await {
                     Some(Ok(Change::Added(obj) | Change::Modified(obj))) => {
                         (Some(Ok(Event::InitApply(obj))), State::Streaming { events })
                     }
@@ -207,8 +206,7 @@ impl Source {
                 }
             }
             State::Watching { resource_version, mut events } => {
-                let idle = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS)) + IDLE_MARGIN;
-                let next = tokio::time::timeout(idle, events.next::<K>()).await.unwrap_or(None);
+                let next = events.next_or_idle::<K>().await;
                 match next {
                     None => (None, State::Listed { resource_version }),
                     Some(Err(e)) => {
@@ -361,6 +359,13 @@ struct Events {
 }
 
 impl Events {
+    /// The next change, or `None` at the end of the stream or when it says nothing for longer
+    /// than its server-side timeout (a watch taken for dead).
+    async fn next_or_idle<K: WatchedSource>(&mut self) -> Option<kube::Result<Change<K>>> {
+        let idle = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS)) + IDLE_MARGIN;
+        tokio::time::timeout(idle, self.next::<K>()).await.unwrap_or(None)
+    }
+
     /// The next change, `None` when the server ended the watch.
     async fn next<K: WatchedSource>(&mut self) -> Option<kube::Result<Change<K>>> {
         loop {

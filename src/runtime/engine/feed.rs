@@ -97,13 +97,9 @@ impl Feed {
         self.synced.load(Ordering::SeqCst)
     }
 
-    pub(super) fn apply_source<K>(
-        &self,
-        kind: SourceKind,
-        obj: &Hashed<K>,
-        after_first_list: bool,
-    ) {
-        let meta = &obj.metadata;
+    pub(super) fn apply_source<K>(&self, kind: SourceKind, obj: Hashed<K>, after_first_list: bool) {
+        let keys_untracked = obj.keys_untracked();
+        let Hashed { metadata: meta, key_count: keys, hashes, .. } = obj;
         let ns = meta.namespace.clone().unwrap_or_default();
         if self.namespaces.read().ignored(&ns) {
             // Never stored, so the store cannot tell new from known: the list is adds.
@@ -115,11 +111,9 @@ impl Feed {
         let flag = |key: &str| annotations.and_then(|a| a.get(key)).is_some_and(|v| v == "true");
         // What is kept per source is bounded whatever the object holds (see `crate::model::limits`).
         let mut violations = Vec::new();
-        let keys = obj.key_count;
-        let keys_untracked = obj.keys_untracked();
         // The data was hashed as it was decoded (`crate::kube::hashed`); only hashes are here.
         let state = SourceState {
-            hash: obj.hashes.content.clone(),
+            hash: hashes.content,
             matches_search: flag(&self.keys.search_match),
             ignored: flag(&self.keys.ignore),
         };
@@ -150,7 +144,7 @@ impl Feed {
             created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0),
             changed_at: after_first_list.then(|| k8s_openapi::jiff::Timestamp::now().as_second()),
             labels,
-            key_hashes: obj.hashes.keys.clone(),
+            key_hashes: hashes.keys,
             keys_untracked,
         };
         let source = SourceRef::new(kind, meta.name.clone().unwrap_or_default());
@@ -160,7 +154,7 @@ impl Feed {
         if !violations.is_empty() && matches!(update, SourceUpdate::Created | SourceUpdate::Changed)
         {
             self.metrics.rejected(&violations);
-            self.source_reports.report(kind, meta, violations);
+            self.source_reports.report(kind, &meta, violations);
         }
     }
 

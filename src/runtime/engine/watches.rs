@@ -207,7 +207,7 @@ impl Engine {
             &self.metrics,
             || self.watcher_synced(),
             |event, after_first_list| match event {
-                WatchItem::Apply(obj) => engine.feed.apply_source(kind, &obj, after_first_list),
+                WatchItem::Apply(obj) => engine.feed.apply_source(kind, obj, after_first_list),
                 WatchItem::Delete(obj) => {
                     let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
                     engine.metrics.event_received("delete", &kind.to_string());
