@@ -76,7 +76,42 @@ fn is_plain_name(item: &str) -> bool {
     !item.contains(['\\', '.', '+', '*', '?', '(', ')', '|', '[', ']', '{', '}', '^', '$'])
 }
 
-use crate::model::workload::{IGNORE_WINDOWS_ANNOTATION, WINDOWS_ANNOTATION};
+use crate::model::workload::{
+    IGNORE_WINDOWS_ANNOTATION, POLICY_RECORD_ANNOTATION, RECORD_ANNOTATION,
+    RESTARTED_AT_ANNOTATION, WINDOWS_ANNOTATION,
+};
+
+/// What a [`Selection`] is parsed from: a workload's metadata and template annotations without
+/// the ones that differ from workload to workload and that the parse never reads (the
+/// operator's records, `restartedAt`). Workloads with equal inputs (most carry the same
+/// `auto: "true"`) share one parsed selection (see `Store::shared_selection`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SelectionInputs {
+    metadata: BTreeMap<String, String>,
+    template: BTreeMap<String, String>,
+}
+
+/// Annotations a summary keeps that are no input of a selection.
+const NOT_SELECTION_INPUTS: [&str; 3] =
+    [RECORD_ANNOTATION, POLICY_RECORD_ANNOTATION, RESTARTED_AT_ANNOTATION];
+
+impl SelectionInputs {
+    pub fn of(metadata: &BTreeMap<String, String>, template: &BTreeMap<String, String>) -> Self {
+        let inputs = |annotations: &BTreeMap<String, String>| {
+            annotations
+                .iter()
+                .filter(|(k, _)| !NOT_SELECTION_INPUTS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        SelectionInputs { metadata: inputs(metadata), template: inputs(template) }
+    }
+
+    /// The selection, parsed from these inputs only.
+    pub fn parse(&self, keys: &AnnotationKeys) -> Selection {
+        Selection::parse(keys, &self.metadata, &self.template)
+    }
+}
 
 /// The parsed selection annotations of a workload, per source kind.
 #[derive(Debug, Clone, Default)]
@@ -315,6 +350,35 @@ mod tests {
     }
     const CM: SourceKind = SourceKind::ConfigMap;
     const SECRET: SourceKind = SourceKind::Secret;
+
+    #[test]
+    fn the_operators_records_are_no_input_of_a_selection() {
+        let keys = AnnotationKeys::default();
+        let selecting = [
+            ("reloader.stakater.com/auto", "true"),
+            ("configmap.reloader.stakater.com/reload", "a,b-.*"),
+            (WINDOWS_ANNOTATION, "Mon-Fri 09:00-17:00 UTC"),
+        ];
+        let records = [
+            (RECORD_ANNOTATION, r#"{"configmap/a":"h1"}"#),
+            (POLICY_RECORD_ANNOTATION, r#"{"p":"h2"}"#),
+            (RESTARTED_AT_ANNOTATION, "2026-12-05T00:00:00Z"),
+        ];
+        let bare = map(&selecting);
+        let with_records = map(&[&selecting[..], &records[..]].concat());
+        let inputs = SelectionInputs::of(&bare, &map(&records));
+        assert_eq!(inputs, SelectionInputs::of(&with_records, &BTreeMap::new()));
+        // Parsing the inputs reads what parsing the whole annotations reads.
+        let whole = Selection::parse(&keys, &with_records, &map(&records));
+        assert_eq!(format!("{:?}", inputs.parse(&keys)), format!("{whole:?}"));
+        assert!(inputs.parse(&keys).named_matches(CM, "b-1"));
+        // Any selecting annotation is an input.
+        for (key, _) in selecting {
+            let mut changed = bare.clone();
+            changed.insert(key.to_string(), "other".into());
+            assert_ne!(SelectionInputs::of(&changed, &BTreeMap::new()), inputs, "{key}");
+        }
+    }
 
     /// One row per line of the precedence order, and the interactions between them.
     #[test]

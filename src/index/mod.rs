@@ -4,4 +4,5 @@
 pub mod namespaces;
 pub mod relist;
 pub mod remembered;
+pub mod sparse;
 pub mod store;

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use crate::decide::outcome::Following;
 use crate::decide::policy_status::{NextWindows, Outcome, Outcomes, Rollouts};
+use crate::index::sparse::shrink_when_sparse;
 use crate::model::limits::LimitViolation;
 use crate::model::policy::ReloadPolicyStatus;
 use crate::model::source::SourceRef;
@@ -87,6 +88,7 @@ impl<K: Clone + Eq + Hash, S: Default + PartialEq> Remembered<K, S> {
         let out = change(memory);
         if *memory == S::default() {
             self.entries.remove(key);
+            shrink_when_sparse(&mut self.entries);
         }
         out
     }
@@ -98,6 +100,7 @@ impl<K: Clone + Eq + Hash, S: Default + PartialEq> Remembered<K, S> {
     /// Forgets everything about `key`.
     pub fn forget(&mut self, key: &K) {
         self.entries.remove(key);
+        shrink_when_sparse(&mut self.entries);
     }
 
     /// Every key's memory, to change in place (memories back to the default are dropped).
@@ -106,6 +109,7 @@ impl<K: Clone + Eq + Hash, S: Default + PartialEq> Remembered<K, S> {
             change(key, memory);
             *memory != S::default()
         });
+        shrink_when_sparse(&mut self.entries);
     }
 
     /// How many keys have something remembered.
@@ -142,5 +146,17 @@ mod tests {
         memory.update(&"web", |m| m.throttled = true);
         memory.forget(&"web");
         assert!(memory.get(&"web").is_none());
+    }
+
+    #[test]
+    fn memory_remembered_for_a_burst_is_given_back_after_it() {
+        let mut memory: Remembered<u32, WorkloadMemory> = Remembered::default();
+        for key in 0..5_000 {
+            memory.update(&key, |m| m.startup_pass = true);
+        }
+        for key in 0..5_000 {
+            memory.update(&key, |m| m.startup_pass = false);
+        }
+        assert!(memory.is_empty() && memory.entries.capacity() < 100);
     }
 }

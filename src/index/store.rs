@@ -1,19 +1,25 @@
 //! The operator's memory: source hashes (never data) and workload summaries, indexed so that a
 //! changed source finds its workloads without asking the API server.
+//!
+//! Laid out for tens of thousands of sources (see docs/performance.md, "Heap profile"): a
+//! source and the workloads that reference it share one entry in a table per namespace and
+//! kind; a workload's key is allocated once and shared by every index that names it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::decide::plan::SourceFacts;
-use crate::decide::selection::Selection;
+use crate::decide::selection::{Selection, SelectionInputs};
+use crate::index::sparse::shrink_when_sparse;
+use crate::model::annotations::AnnotationKeys;
 use crate::model::limits::MAX_NAMED_MATCHES;
 use crate::model::source::{SourceKind, SourceRef, SourceState};
 use crate::model::workload::{WorkloadInfo, WorkloadKey};
 
 /// How long the time of a source's removal is kept for debouncing: longer than any settle
 /// window (a ReloadPolicy's `debounce` is at most an hour).
-const REMOVAL_MEMORY: std::time::Duration = std::time::Duration::from_secs(2 * 3600);
+const REMOVAL_MEMORY: Duration = Duration::from_secs(2 * 3600);
 
 /// A workload summary with its parsed selection (shared: it is parsed once per change of the
 /// annotations, not per watch event).
@@ -25,29 +31,117 @@ pub struct WorkloadEntry {
 
 #[derive(Default)]
 pub struct Store {
-    /// namespace → source → facts (kept compact, see [`StoredSource`]).
-    sources: HashMap<String, HashMap<SourceRef, StoredSource>>,
-    /// Each workload's key is allocated once and shared by the indexes below: a workload
-    /// references ~8 sources, and a key copied into each would cost two strings per reference.
+    namespaces: HashMap<Box<str>, NamespaceIndex>,
+    /// Each workload's key is allocated once and shared by the indexes of [`NamespaceIndex`]:
+    /// a workload references ~8 sources, and a key copied into each would cost two strings
+    /// per reference.
     workloads: HashMap<Arc<WorkloadKey>, Arc<WorkloadEntry>>,
-    /// namespace → source → workloads that reference it. A short vector, not a set: most
-    /// sources have one or two referrers, and an empty-ish hash set costs ~250 bytes each.
-    by_source: HashMap<String, HashMap<SourceRef, Vec<Arc<WorkloadKey>>>>,
-    /// namespace → workloads with named-reload patterns (checked against every source there).
-    named: HashMap<String, HashSet<Arc<WorkloadKey>>>,
-    /// namespace → Deployment → the workloads (Argo Rollouts) that run its template through
-    /// `workloadRef`, so that a Deployment's change finds them without a walk over every workload.
-    by_workload_ref: HashMap<String, HashMap<String, Vec<Arc<WorkloadKey>>>>,
+    /// How many sources are stored (for the watched-objects gauge).
+    source_count: usize,
+    /// Parsed selections by their inputs, one shared by every workload with the same selection
+    /// annotations. Selections no workload holds any more are pruned whenever the map has
+    /// doubled since the last pruning, so it stays within twice the selections in use.
+    selections: HashMap<SelectionInputs, Arc<Selection>>,
+    selections_after_pruning: usize,
     /// When each source that went away did so (monotonic), for debouncing rollouts; a stored
     /// source keeps its own time of change.
     removed_at: HashMap<(String, SourceRef), Instant>,
 }
 
+/// What the store knows in one namespace.
+#[derive(Default)]
+struct NamespaceIndex {
+    /// One table per source kind, by name. Per kind because a table doubles past 7/8 load:
+    /// one table for 10,000 Secrets and 5,000 ConfigMaps has 32,768 buckets, two have 24,576.
+    sources: [HashMap<Box<str>, SourceSlot>; 3],
+    /// Workloads with named-reload patterns (checked against every source here).
+    named: HashSet<Arc<WorkloadKey>>,
+    /// Deployment → the workloads (Argo Rollouts) that run its template through
+    /// `workloadRef`, so that a Deployment's change finds them without a walk over every workload.
+    by_workload_ref: HashMap<String, Vec<Arc<WorkloadKey>>>,
+}
+
+/// A source and the workloads that reference it; either may be absent (a workload may
+/// reference a source that does not exist yet). Dropped when both are.
+#[derive(Default)]
+struct SourceSlot {
+    stored: Option<StoredSource>,
+    /// A boxed slice, not a set: most sources have one or two referrers.
+    referrers: Box<[Arc<WorkloadKey>]>,
+}
+
+fn kind_index(kind: SourceKind) -> usize {
+    match kind {
+        SourceKind::ConfigMap => 0,
+        SourceKind::Secret => 1,
+        SourceKind::SecretProviderClass => 2,
+    }
+}
+
+const KINDS: [SourceKind; 3] =
+    [SourceKind::ConfigMap, SourceKind::Secret, SourceKind::SecretProviderClass];
+
+impl NamespaceIndex {
+    fn slot(&self, source: &SourceRef) -> Option<&SourceSlot> {
+        self.sources[kind_index(source.kind)].get(source.name.as_str())
+    }
+
+    fn stored(&self, source: &SourceRef) -> Option<&StoredSource> {
+        self.slot(source)?.stored.as_ref()
+    }
+
+    fn slot_mut(&mut self, source: &SourceRef) -> &mut SourceSlot {
+        self.sources[kind_index(source.kind)].entry(source.name.as_str().into()).or_default()
+    }
+
+    /// Drops `source`'s slot when it holds neither a source nor a referrer.
+    fn prune(&mut self, source: &SourceRef) {
+        let table = &mut self.sources[kind_index(source.kind)];
+        if table
+            .get(source.name.as_str())
+            .is_some_and(|s| s.stored.is_none() && s.referrers.is_empty())
+        {
+            table.remove(source.name.as_str());
+            shrink_when_sparse(table);
+        }
+    }
+
+    /// Every stored source with its kind.
+    fn stored_sources(&self) -> impl Iterator<Item = (SourceKind, &str, &StoredSource)> {
+        KINDS.into_iter().zip(&self.sources).flat_map(|(kind, table)| {
+            table
+                .iter()
+                .filter_map(move |(name, slot)| Some((kind, &**name, slot.stored.as_ref()?)))
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.sources.iter().all(HashMap::is_empty)
+            && self.named.is_empty()
+            && self.by_workload_ref.is_empty()
+    }
+}
+
+/// Times of change as nanoseconds since the process's first one: 8 bytes, not an `Instant`'s 16.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_offset() -> u64 {
+    let epoch = epoch();
+    u64::try_from(Instant::now().saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn instant_at(offset: u64) -> Instant {
+    epoch() + Duration::from_nanos(offset)
+}
+
 /// What the store keeps of a source: its [`SourceFacts`], laid out for tens of thousands of
-/// sources. A `BTreeMap` with one entry allocates a whole node (~550 bytes for `String` pairs),
-/// which made `key_hashes` the largest item per source; for the usual single-key source its one
-/// key hash *is* the content hash, so only the key name is kept. `SourceFacts` is rebuilt on
-/// the way out, identical to what went in.
+/// sources (88 bytes, nothing allocated for the usual source). A `BTreeMap` with one entry
+/// allocates a whole node (~550 bytes for `String` pairs), which made `key_hashes` the largest
+/// item per source; for the usual single-key source its one key hash *is* the content hash, so
+/// only the key name is kept. `SourceFacts` is rebuilt on the way out, identical to what went in.
 #[derive(Debug)]
 struct StoredSource {
     hash: StoredHash,
@@ -55,12 +149,28 @@ struct StoredSource {
     ignored: bool,
     created_after_first_list: bool,
     created: i64,
-    changed_at: Option<i64>,
-    /// Usually empty, which allocates nothing.
-    labels: BTreeMap<String, String>,
+    /// [`NEVER_CHANGED`] for `None`.
+    changed_at: i64,
+    /// Usually none (an empty slice allocates nothing).
+    labels: Pairs,
     key_hashes: StoredKeyHashes,
-    /// When the source last changed or appeared (monotonic).
-    last_change: Instant,
+    /// When the source last changed or appeared ([`now_offset`]).
+    last_change: u64,
+}
+
+/// `changed_at` of a source not seen changing (the operator writes seconds of its clock there,
+/// never this).
+const NEVER_CHANGED: i64 = i64::MIN;
+
+/// A map's entries in order: 16 bytes in place, and no B-tree node (~0.5 KiB) behind it.
+type Pairs = Box<[(String, String)]>;
+
+fn pairs(map: BTreeMap<String, String>) -> Pairs {
+    map.into_iter().collect()
+}
+
+fn same_pairs(pairs: &[(String, String)], map: &BTreeMap<String, String>) -> bool {
+    pairs.len() == map.len() && pairs.iter().zip(map).all(|((k, v), (mk, mv))| k == mk && v == mv)
 }
 
 /// A source's hash: the 20 bytes of a SHA-1 when it is one in lowercase hex (every hash the
@@ -104,7 +214,7 @@ impl StoredHash {
 enum StoredKeyHashes {
     /// One key, whose hash equals the source's hash (true of every single-entry source).
     Single(Box<str>),
-    Map(BTreeMap<String, String>),
+    Map(Pairs),
     /// More keys than [`crate::model::limits::MAX_KEY_HASHES`]: none kept.
     Untracked,
 }
@@ -118,20 +228,20 @@ impl StoredKeyHashes {
             let key = key_hashes.into_keys().next().unwrap_or_default();
             return StoredKeyHashes::Single(key.into_boxed_str());
         }
-        StoredKeyHashes::Map(key_hashes)
+        StoredKeyHashes::Map(pairs(key_hashes))
     }
 
     fn to_map(&self, hash: &str) -> BTreeMap<String, String> {
         match self {
             StoredKeyHashes::Single(key) => BTreeMap::from([(key.to_string(), hash.to_owned())]),
-            StoredKeyHashes::Map(m) => m.clone(),
+            StoredKeyHashes::Map(m) => m.iter().cloned().collect(),
             StoredKeyHashes::Untracked => BTreeMap::new(),
         }
     }
 }
 
 impl StoredSource {
-    fn new(facts: SourceFacts, now: Instant) -> Self {
+    fn new(facts: SourceFacts, now: u64) -> Self {
         let key_hashes =
             StoredKeyHashes::new(facts.key_hashes, &facts.state.hash, facts.keys_untracked);
         StoredSource {
@@ -140,8 +250,8 @@ impl StoredSource {
             ignored: facts.state.ignored,
             created_after_first_list: facts.created_after_first_list,
             created: facts.created,
-            changed_at: facts.changed_at,
-            labels: facts.labels,
+            changed_at: facts.changed_at.unwrap_or(NEVER_CHANGED),
+            labels: pairs(facts.labels),
             key_hashes,
             last_change: now,
         }
@@ -153,6 +263,10 @@ impl StoredSource {
             && self.ignored == state.ignored
     }
 
+    fn labels(&self) -> BTreeMap<String, String> {
+        self.labels.iter().cloned().collect()
+    }
+
     fn facts(&self) -> SourceFacts {
         let hash = self.hash.to_text();
         SourceFacts {
@@ -160,8 +274,8 @@ impl StoredSource {
             state: SourceState { hash, matches_search: self.matches_search, ignored: self.ignored },
             created_after_first_list: self.created_after_first_list,
             created: self.created,
-            changed_at: self.changed_at,
-            labels: self.labels.clone(),
+            changed_at: (self.changed_at != NEVER_CHANGED).then_some(self.changed_at),
+            labels: self.labels(),
             keys_untracked: matches!(self.key_hashes, StoredKeyHashes::Untracked),
         }
     }
@@ -178,20 +292,38 @@ pub enum SourceUpdate {
 }
 
 impl Store {
+    fn namespace(&self, namespace: &str) -> Option<&NamespaceIndex> {
+        self.namespaces.get(namespace)
+    }
+
+    fn namespace_mut(&mut self, namespace: &str) -> &mut NamespaceIndex {
+        if !self.namespaces.contains_key(namespace) {
+            self.namespaces.insert(namespace.into(), NamespaceIndex::default());
+        }
+        self.namespaces.get_mut(namespace).expect("inserted above")
+    }
+
+    /// Drops `namespace`'s index when nothing is left in it.
+    fn prune_namespace(&mut self, namespace: &str) {
+        if self.namespaces.get(namespace).is_some_and(NamespaceIndex::is_empty) {
+            self.namespaces.remove(namespace);
+        }
+    }
+
     pub fn upsert_source(
         &mut self,
         namespace: &str,
         source: SourceRef,
         facts: SourceFacts,
     ) -> SourceUpdate {
-        let now = Instant::now();
-        let ns = self.sources.entry(namespace.to_string()).or_default();
-        match ns.get_mut(&source) {
+        let now = now_offset();
+        let slot = self.namespace_mut(namespace).slot_mut(&source);
+        match &mut slot.stored {
             Some(existing) => {
                 if existing.same_state(&facts.state) {
-                    if existing.labels != facts.labels {
+                    if !same_pairs(&existing.labels, &facts.labels) {
                         // Labels never roll anything, but they can change what a policy selects.
-                        existing.labels = facts.labels;
+                        existing.labels = pairs(facts.labels);
                         existing.last_change = now;
                         return SourceUpdate::Relabelled;
                     }
@@ -199,20 +331,19 @@ impl Store {
                 } else {
                     // Keep when it was first seen; the state and the time of change move.
                     let changed = StoredSource::new(facts, now);
-                    existing.hash = changed.hash;
-                    existing.matches_search = changed.matches_search;
-                    existing.ignored = changed.ignored;
-                    existing.changed_at = changed.changed_at;
-                    existing.labels = changed.labels;
-                    existing.key_hashes = changed.key_hashes;
-                    existing.last_change = now;
+                    *existing = StoredSource {
+                        created_after_first_list: existing.created_after_first_list,
+                        created: existing.created,
+                        ..changed
+                    };
                     SourceUpdate::Changed
                 }
             }
             None => {
-                let key = (namespace.to_string(), source);
-                self.removed_at.remove(&key);
-                ns.insert(key.1, StoredSource::new(SourceFacts { changed_at: None, ..facts }, now));
+                slot.stored =
+                    Some(StoredSource::new(SourceFacts { changed_at: None, ..facts }, now));
+                self.source_count += 1;
+                self.removed_at.remove(&(namespace.to_string(), source));
                 SourceUpdate::Created
             }
         }
@@ -220,15 +351,21 @@ impl Store {
 
     /// When `source` last changed, appeared or went away while the operator ran.
     pub fn last_change(&self, namespace: &str, source: &SourceRef) -> Option<Instant> {
-        match self.sources.get(namespace).and_then(|m| m.get(source)) {
-            Some(stored) => Some(stored.last_change),
+        match self.namespace(namespace).and_then(|ns| ns.stored(source)) {
+            Some(stored) => Some(instant_at(stored.last_change)),
             None => self.removed_at.get(&(namespace.to_string(), source.clone())).copied(),
         }
     }
 
     pub fn remove_source(&mut self, namespace: &str, source: &SourceRef) -> bool {
-        let removed = self.sources.get_mut(namespace).is_some_and(|ns| ns.remove(source).is_some());
+        let Some(ns) = self.namespaces.get_mut(namespace) else { return false };
+        let removed = ns.sources[kind_index(source.kind)]
+            .get_mut(source.name.as_str())
+            .is_some_and(|slot| slot.stored.take().is_some());
         if removed {
+            ns.prune(source);
+            self.prune_namespace(namespace);
+            self.source_count -= 1;
             let now = Instant::now();
             self.removed_at.insert((namespace.to_string(), source.clone()), now);
             // Amortised pruning: a removal older than any settle window matters no more.
@@ -241,23 +378,29 @@ impl Store {
 
     /// Every stored source of `kind` (for diffing after a relist).
     pub fn source_keys(&self, kind: SourceKind) -> Vec<(String, SourceRef)> {
-        self.sources
+        self.namespaces
             .iter()
-            .flat_map(|(ns, m)| {
-                m.keys().filter(|s| s.kind == kind).map(|s| (ns.clone(), s.clone()))
+            .flat_map(|(ns, index)| {
+                index.sources[kind_index(kind)]
+                    .iter()
+                    .filter(|(_, slot)| slot.stored.is_some())
+                    .map(move |(name, _)| (ns.to_string(), SourceRef::new(kind, &**name)))
             })
             .collect()
     }
 
     pub fn source_count(&self) -> usize {
-        self.sources.values().map(HashMap::len).sum()
+        self.source_count
     }
 
     /// Every source of a namespace with its facts (for resolving ReloadPolicy sources).
     pub fn sources_in(&self, namespace: &str) -> Vec<(SourceRef, SourceFacts)> {
-        self.sources
-            .get(namespace)
-            .map(|m| m.iter().map(|(s, f)| (s.clone(), f.facts())).collect())
+        self.namespace(namespace)
+            .map(|ns| {
+                ns.stored_sources()
+                    .map(|(kind, name, stored)| (SourceRef::new(kind, name), stored.facts()))
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -266,23 +409,17 @@ impl Store {
         namespace: &str,
         source: &SourceRef,
     ) -> Option<BTreeMap<String, String>> {
-        self.sources.get(namespace).and_then(|m| m.get(source)).map(|f| f.labels.clone())
+        self.namespace(namespace).and_then(|ns| ns.stored(source)).map(StoredSource::labels)
     }
 
     /// Workloads a change of `source` in `namespace` may concern.
     pub fn affected_by(&self, namespace: &str, source: &SourceRef) -> Vec<WorkloadKey> {
-        let mut out: HashSet<&Arc<WorkloadKey>> = self
-            .by_source
-            .get(namespace)
-            .and_then(|m| m.get(source))
-            .into_iter()
-            .flatten()
-            .collect();
-        if let Some(named) = self.named.get(namespace) {
-            for key in named {
-                if self.workloads.get(key).is_some_and(|w| w.selection.has_named(source.kind)) {
-                    out.insert(key);
-                }
+        let Some(ns) = self.namespace(namespace) else { return Vec::new() };
+        let mut out: HashSet<&Arc<WorkloadKey>> =
+            ns.slot(source).into_iter().flat_map(|slot| slot.referrers.iter()).collect();
+        for key in &ns.named {
+            if self.workloads.get(key).is_some_and(|w| w.selection.has_named(source.kind)) {
+                out.insert(key);
             }
         }
         out.into_iter().map(|key| WorkloadKey::clone(key)).collect()
@@ -306,21 +443,20 @@ impl Store {
             }
         }
         self.unindex(&key);
-        let ns = key.namespace.clone();
-        let index = self.by_source.entry(ns.clone()).or_default();
+        let ns = self.namespace_mut(&key.namespace);
         for source in entry.info.references.keys() {
-            let referrers = index.entry(source.clone()).or_default();
-            if !referrers.iter().any(|k| Arc::ptr_eq(k, &key)) {
+            let slot = ns.slot_mut(source);
+            if !slot.referrers.iter().any(|k| Arc::ptr_eq(k, &key)) {
+                let mut referrers = std::mem::take(&mut slot.referrers).into_vec();
                 referrers.push(key.clone());
-                referrers.shrink_to_fit();
+                slot.referrers = referrers.into_boxed_slice();
             }
         }
         if let Some(deployment) = &entry.info.workload_ref {
-            let runners = self.by_workload_ref.entry(ns.clone()).or_default();
-            runners.entry(deployment.clone()).or_default().push(key.clone());
+            ns.by_workload_ref.entry(deployment.clone()).or_default().push(key.clone());
         }
         if entry.selection.has_any_named() {
-            self.named.entry(ns).or_default().insert(key.clone());
+            ns.named.insert(key.clone());
         }
         self.workloads.insert(key, Arc::new(entry));
         true
@@ -332,7 +468,9 @@ impl Store {
         namespace: &str,
         deployment: &str,
     ) -> Vec<Arc<WorkloadEntry>> {
-        let Some(keys) = self.by_workload_ref.get(namespace).and_then(|m| m.get(deployment)) else {
+        let Some(keys) =
+            self.namespace(namespace).and_then(|ns| ns.by_workload_ref.get(deployment))
+        else {
             return Vec::new();
         };
         keys.iter().filter_map(|k| self.workloads.get(k).cloned()).collect()
@@ -340,40 +478,34 @@ impl Store {
 
     pub fn remove_workload(&mut self, key: &WorkloadKey) -> bool {
         self.unindex(key);
-        self.workloads.remove(key).is_some()
+        let removed = self.workloads.remove(key).is_some();
+        shrink_when_sparse(&mut self.workloads);
+        removed
     }
 
     fn unindex(&mut self, key: &WorkloadKey) {
         let Some(old) = self.workloads.get(key) else { return };
-        if let Some(index) = self.by_source.get_mut(&key.namespace) {
-            for source in old.info.references.keys() {
-                if let Some(referrers) = index.get_mut(source) {
-                    referrers.retain(|k| **k != *key);
-                    if referrers.is_empty() {
-                        index.remove(source);
-                    }
-                }
+        let Some(ns) = self.namespaces.get_mut(key.namespace.as_str()) else { return };
+        for source in old.info.references.keys() {
+            if let Some(slot) = ns.sources[kind_index(source.kind)].get_mut(source.name.as_str())
+                && slot.referrers.iter().any(|k| **k == *key)
+            {
+                let mut referrers = std::mem::take(&mut slot.referrers).into_vec();
+                referrers.retain(|k| **k != *key);
+                slot.referrers = referrers.into_boxed_slice();
             }
-            if index.is_empty() {
-                self.by_source.remove(&key.namespace);
-            }
+            ns.prune(source);
         }
-        if let Some(set) = self.named.get_mut(&key.namespace) {
-            set.remove(key);
-        }
-        if let (Some(deployment), Some(runners)) =
-            (&old.info.workload_ref, self.by_workload_ref.get_mut(&key.namespace))
+        ns.named.remove(key);
+        if let Some(deployment) = &old.info.workload_ref
+            && let Some(keys) = ns.by_workload_ref.get_mut(deployment)
         {
-            if let Some(keys) = runners.get_mut(deployment) {
-                keys.retain(|k| **k != *key);
-                if keys.is_empty() {
-                    runners.remove(deployment);
-                }
-            }
-            if runners.is_empty() {
-                self.by_workload_ref.remove(&key.namespace);
+            keys.retain(|k| **k != *key);
+            if keys.is_empty() {
+                ns.by_workload_ref.remove(deployment);
             }
         }
+        self.prune_namespace(&key.namespace);
     }
 
     /// The stored selection of `info`'s workload when its annotations are the same as
@@ -383,6 +515,27 @@ impl Store {
         (old.info.metadata_annotations == info.metadata_annotations
             && old.info.template_annotations == info.template_annotations)
             .then(|| old.selection.clone())
+    }
+
+    /// The selection of `info`'s annotations: the one already parsed for equal inputs, else
+    /// parsed now and kept for the next workload with the same.
+    pub fn shared_selection(
+        &mut self,
+        keys: &AnnotationKeys,
+        info: &WorkloadInfo,
+    ) -> Arc<Selection> {
+        let inputs = SelectionInputs::of(&info.metadata_annotations, &info.template_annotations);
+        if let Some(selection) = self.selections.get(&inputs) {
+            return selection.clone();
+        }
+        if self.selections.len() >= 2 * self.selections_after_pruning.max(32) {
+            self.selections.retain(|_, selection| Arc::strong_count(selection) > 1);
+            shrink_when_sparse(&mut self.selections);
+            self.selections_after_pruning = self.selections.len();
+        }
+        let selection = Arc::new(inputs.parse(keys));
+        self.selections.insert(inputs, selection.clone());
+        selection
     }
 
     pub fn workload(&self, key: &WorkloadKey) -> Option<Arc<WorkloadEntry>> {
@@ -401,20 +554,20 @@ impl Store {
     /// named patterns match (at most [`MAX_NAMED_MATCHES`], by name), and the ones in its
     /// record; `None` for those that do not exist.
     pub fn candidates(&self, entry: &WorkloadEntry) -> Candidates {
-        let ns = self.sources.get(&entry.info.key.namespace);
-        let facts = |s: &SourceRef| ns.and_then(|m| m.get(s)).map(StoredSource::facts);
+        let ns = self.namespace(&entry.info.key.namespace);
+        let facts = |s: &SourceRef| ns.and_then(|ns| ns.stored(s)).map(StoredSource::facts);
         let mut out = Candidates::default();
         for source in entry.info.references.keys().cloned().chain(entry.info.record().into_keys()) {
             let f = facts(&source);
             out.sources.insert(source, f);
         }
         if entry.selection.has_any_named() {
-            let mut matched: Vec<&SourceRef> = ns
+            let mut matched: Vec<SourceRef> = ns
                 .into_iter()
-                .flatten()
-                .map(|(source, _)| source)
-                .filter(|s| !out.sources.contains_key(*s))
-                .filter(|s| entry.selection.named_matches(s.kind, &s.name))
+                .flat_map(NamespaceIndex::stored_sources)
+                .filter(|(kind, name, _)| entry.selection.named_matches(*kind, name))
+                .map(|(kind, name, _)| SourceRef::new(kind, name))
+                .filter(|s| !out.sources.contains_key(s))
                 .collect();
             if matched.len() > MAX_NAMED_MATCHES {
                 matched.sort();
@@ -422,7 +575,8 @@ impl Store {
                 matched.truncate(MAX_NAMED_MATCHES);
             }
             for source in matched {
-                out.sources.insert(source.clone(), facts(source));
+                let f = facts(&source);
+                out.sources.insert(source, f);
             }
         }
         out
@@ -519,7 +673,10 @@ mod tests {
         let blue = store.workload(&rollout("blue", "web").info.key).unwrap().info.key.clone();
         store.remove_workload(&blue);
         assert!(store.running_template_of("ns", "web").is_empty());
-        assert!(!store.by_workload_ref["ns"].contains_key("web"), "empty entries are dropped");
+        assert!(
+            !store.namespaces["ns"].by_workload_ref.contains_key("web"),
+            "empty entries are dropped"
+        );
     }
 
     #[test]
@@ -614,6 +771,55 @@ mod tests {
         assert_eq!(s.affected_by("ns", &cm("b")).len(), 1);
         assert!(s.remove_workload(&entry("w", &[], &[]).info.key));
         assert!(s.affected_by("ns", &cm("b")).is_empty());
+    }
+
+    #[test]
+    fn a_namespace_is_forgotten_with_its_last_source_and_referrer() {
+        let mut s = Store::default();
+        s.upsert_source("ns", cm("a"), facts("1"));
+        s.upsert_workload(entry("w", &["a", "missing"], &[]));
+        assert_eq!(s.source_count(), 1);
+        assert_eq!(s.namespaces["ns"].sources[kind_index(SourceKind::ConfigMap)].len(), 2);
+        // The referrer goes: the missing source's slot with it, the stored one stays.
+        assert!(s.remove_workload(&entry("w", &[], &[]).info.key));
+        assert!(s.affected_by("ns", &cm("a")).is_empty());
+        assert_eq!(s.namespaces["ns"].sources[kind_index(SourceKind::ConfigMap)].len(), 1);
+        assert_eq!(s.sources_in("ns").len(), 1);
+        // A source's removal keeps the slot of a source still referenced.
+        s.upsert_workload(entry("w", &["a"], &[]));
+        assert!(s.remove_source("ns", &cm("a")));
+        assert_eq!(s.source_count(), 0);
+        assert_eq!(s.affected_by("ns", &cm("a")).len(), 1);
+        assert!(s.sources_in("ns").is_empty() && s.source_keys(SourceKind::ConfigMap).is_empty());
+        assert!(s.remove_workload(&entry("w", &[], &[]).info.key));
+        assert!(s.namespaces.is_empty(), "nothing is kept for an empty namespace");
+    }
+
+    #[test]
+    fn workloads_with_the_same_selection_annotations_share_one_parse() {
+        let mut s = Store::default();
+        let keys = AnnotationKeys::default();
+        let auto = [("reloader.stakater.com/auto", "true")];
+        let mut first = entry("a", &[], &auto).info;
+        first.metadata_annotations.insert(
+            crate::model::workload::RECORD_ANNOTATION.into(),
+            r#"{"configmap/x":"1"}"#.into(),
+        );
+        let second = entry("b", &[], &auto).info;
+        let named = entry("c", &[], &[("configmap.reloader.stakater.com/reload", "x")]).info;
+        let one = s.shared_selection(&keys, &first);
+        assert!(Arc::ptr_eq(&one, &s.shared_selection(&keys, &second)));
+        assert!(!Arc::ptr_eq(&one, &s.shared_selection(&keys, &named)));
+        assert!(s.shared_selection(&keys, &named).has_named(SourceKind::ConfigMap));
+        // Selections nobody holds are pruned as distinct ones keep coming: the map stays
+        // within twice what is in use (here: `one`).
+        for i in 0..1_000 {
+            let value = format!("cm-{i}");
+            let info = entry("d", &[], &[("configmap.reloader.stakater.com/reload", &value)]).info;
+            drop(s.shared_selection(&keys, &info));
+            assert!(s.selections.len() <= 64, "{}", s.selections.len());
+        }
+        assert!(Arc::ptr_eq(&one, &s.shared_selection(&keys, &second)), "held ones are kept");
     }
 
     #[test]

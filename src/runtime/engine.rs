@@ -49,7 +49,6 @@ use crate::decide::churn::{RolloutLimiter, ThrottleReason};
 use crate::decide::jobs::is_controlled;
 use crate::decide::pause;
 use crate::decide::plan::{Cause, Plan, PlanOptions, SourceFacts, Strategy, plan};
-use crate::decide::selection::Selection;
 use crate::index::relist;
 use crate::index::remembered::{Remembered, WorkloadMemory};
 use crate::index::store::{Candidates, SourceUpdate, Store, WorkloadEntry};

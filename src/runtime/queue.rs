@@ -10,6 +10,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::decide::settle;
+use crate::index::sparse::shrink_when_sparse;
 use crate::report::metrics::QueueMetrics;
 
 struct Pending {
@@ -123,6 +124,7 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
                         if let (Some(p), Some(m)) = (inner.pending.remove(&key), &self.metrics) {
                             m.latency.observe(now.duration_since(p.first).as_secs_f64());
                         }
+                        shrink_when_sparse(&mut inner.pending);
                         inner.in_flight.insert(key.clone());
                         return Some(key);
                     }
@@ -144,7 +146,11 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
 
     /// Releases `key`; if it was added again meanwhile it runs at its due time.
     pub fn done(&self, key: &K) {
-        self.inner.lock().in_flight.remove(key);
+        {
+            let mut inner = self.inner.lock();
+            inner.in_flight.remove(key);
+            shrink_when_sparse(&mut inner.in_flight);
+        }
         self.notify.notify_waiters();
         self.notify.notify_one();
     }

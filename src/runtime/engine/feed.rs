@@ -312,13 +312,10 @@ impl Feed {
     /// A summary with its selection annotations parsed.
     pub(super) fn entry(&self, info: WorkloadInfo) -> WorkloadEntry {
         let stored = self.store.read().selection_if_unchanged(&info);
-        let selection = stored.unwrap_or_else(|| {
-            Arc::new(Selection::parse(
-                &self.keys,
-                &info.metadata_annotations,
-                &info.template_annotations,
-            ))
-        });
+        let selection = match stored {
+            Some(selection) => selection,
+            None => self.store.write().shared_selection(&self.keys, &info),
+        };
         WorkloadEntry { info, selection }
     }
 
