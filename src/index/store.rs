@@ -90,6 +90,10 @@ impl NamespaceIndex {
         self.slot(source)?.stored.as_ref()
     }
 
+    fn existing_slot_mut(&mut self, source: &SourceRef) -> Option<&mut SourceSlot> {
+        self.sources[kind_index(source.kind)].get_mut(source.name.as_str())
+    }
+
     fn slot_mut(&mut self, source: &SourceRef) -> &mut SourceSlot {
         self.sources[kind_index(source.kind)].entry(source.name.as_str().into()).or_default()
     }
@@ -359,9 +363,7 @@ impl Store {
 
     pub fn remove_source(&mut self, namespace: &str, source: &SourceRef) -> bool {
         let Some(ns) = self.namespaces.get_mut(namespace) else { return false };
-        let removed = ns.sources[kind_index(source.kind)]
-            .get_mut(source.name.as_str())
-            .is_some_and(|slot| slot.stored.take().is_some());
+        let removed = ns.existing_slot_mut(source).is_some_and(|slot| slot.stored.take().is_some());
         if removed {
             ns.prune(source);
             self.prune_namespace(namespace);
@@ -487,7 +489,7 @@ impl Store {
         let Some(old) = self.workloads.get(key) else { return };
         let Some(ns) = self.namespaces.get_mut(key.namespace.as_str()) else { return };
         for source in old.info.references.keys() {
-            if let Some(slot) = ns.sources[kind_index(source.kind)].get_mut(source.name.as_str())
+            if let Some(slot) = ns.existing_slot_mut(source)
                 && slot.referrers.iter().any(|k| **k == *key)
             {
                 let mut referrers = std::mem::take(&mut slot.referrers).into_vec();
