@@ -347,7 +347,10 @@ impl Store {
                 slot.stored =
                     Some(StoredSource::new(SourceFacts { changed_at: None, ..facts }, now));
                 self.source_count += 1;
-                self.removed_at.remove(&(namespace.to_string(), source));
+                // Checked first: the key's text is not built for every source of a list.
+                if !self.removed_at.is_empty() {
+                    self.removed_at.remove(&(namespace.to_string(), source));
+                }
                 SourceUpdate::Created
             }
         }

@@ -2,6 +2,7 @@
 //! and the relists that forget what a fresh list did not show.
 
 use super::*;
+use crate::kube::lean::{Lean, LeanKind};
 use crate::kube::source_watch;
 
 /// LIST page size of the Secret and ConfigMap watchers where streaming lists are refused
@@ -239,16 +240,10 @@ impl Engine {
         scope: Option<String>,
         kind: WorkloadKind,
     ) where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + Send
-            + 'static,
-        <K as Resource>::DynamicType: Default,
-        K: WorkloadObject,
+        K: LeanKind + WorkloadObject + Send + 'static,
     {
-        let api: Api<K> = self.api_for(scope.as_deref());
+        // Without the managed fields nothing here reads (see `kube::lean`).
+        let api: Api<Lean<K>> = self.api_for(scope.as_deref());
         let stream = self.reporting_refusals(
             watcher::watcher(api, watcher::Config::default()).default_backoff(),
             kind,
@@ -263,8 +258,8 @@ impl Engine {
             &self.metrics,
             || self.watcher_synced(),
             |event, _| {
-                engine.feed.on_workload_item(kind, scope.as_deref(), event, |obj| {
-                    obj.info(kind, &engine.config.keys)
+                engine.feed.on_workload_item(kind, scope.as_deref(), event, |obj: &Lean<K>| {
+                    obj.0.info(kind, &engine.config.keys)
                 })
             },
         )
