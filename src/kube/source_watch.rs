@@ -22,10 +22,10 @@
 
 use std::collections::VecDeque;
 use std::fmt::Debug;
-use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use bytes::{Buf, Bytes, BytesMut};
 use futures::Stream;
 use http::header::{ACCEPT, CONTENT_TYPE};
 use http_body_util::BodyExt;
@@ -370,7 +370,7 @@ impl Events {
     async fn next<K: WatchedSource>(&mut self) -> Option<kube::Result<Change<K>>> {
         loop {
             match self.frames.next_frame() {
-                Ok(Some(frame)) => return Some(self.frames.decode::<K>(frame)),
+                Ok(Some(frame)) => return Some(self.frames.decode::<K>(&frame)),
                 Ok(None) => {}
                 Err(e) => return Some(Err(e)),
             }
@@ -379,7 +379,7 @@ impl Events {
                 Some(Err(e)) => return Some(Err(e)),
                 Some(Ok(frame)) => {
                     if let Ok(data) = frame.into_data() {
-                        self.frames.push(&data);
+                        self.frames.push(data);
                     }
                 }
             }
@@ -388,56 +388,85 @@ impl Events {
 }
 
 /// The frames of a watch stream as its bytes arrive: length-prefixed protobuf, or JSON lines.
+///
+/// A frame that lies whole in one arriving chunk is decoded where it lies (most do: the API
+/// server writes an event at a time); only a frame cut by a chunk's end is put together, from
+/// the bytes it needs. Before, every byte was copied into one buffer: 500 MB at a 5× start.
 struct Frames {
-    buf: Vec<u8>,
-    /// Where the unread bytes of `buf` start.
-    start: usize,
+    /// The unread bytes of the last chunk.
+    chunk: Bytes,
+    /// The start of a frame cut by a chunk's end.
+    partial: BytesMut,
     proto: bool,
 }
 
 impl Frames {
     fn new(proto: bool) -> Self {
-        Frames { buf: Vec::new(), start: 0, proto }
+        Frames { chunk: Bytes::new(), partial: BytesMut::new(), proto }
     }
 
-    fn push(&mut self, data: &[u8]) {
-        // Read frames are dropped once they are half the buffer: amortised, no quadratic copying.
-        if self.start > 0 && self.start >= self.buf.len() / 2 {
-            self.buf.drain(..self.start);
-            self.start = 0;
-        }
-        self.buf.extend_from_slice(data);
+    /// The next chunk; called once the last one is read ([`Frames::next_frame`] said `None`).
+    fn push(&mut self, data: Bytes) {
+        debug_assert!(self.chunk.is_empty());
+        self.chunk = data;
     }
 
-    /// The byte range of the next complete frame, if the buffer holds one.
-    fn next_frame(&mut self) -> kube::Result<Option<Range<usize>>> {
-        let unread = &self.buf[self.start..];
-        let (skip, len) = if self.proto {
+    /// Where the frame at the start of `unread` begins (after its length prefix) and ends,
+    /// when that is known: its end may be past the bytes there are.
+    fn bounds(&self, unread: &[u8]) -> kube::Result<Option<(usize, usize)>> {
+        if self.proto {
             let Some(prefix) = unread.first_chunk::<4>() else { return Ok(None) };
             let len = u32::from_be_bytes(*prefix) as usize;
             if len > MAX_FRAME {
                 return Err(invalid_data(protobuf::DecodeError("watch frame over 64 MiB")));
             }
-            (4, len)
-        } else {
-            match unread.iter().position(|&b| b == b'\n') {
-                Some(end) => (0, end + 1),
-                None if unread.len() > MAX_FRAME => {
-                    return Err(invalid_data(protobuf::DecodeError("watch line over 64 MiB")));
-                }
-                None => return Ok(None),
-            }
-        };
-        if unread.len() < skip + len {
-            return Ok(None);
+            return Ok(Some((4, 4 + len)));
         }
-        let range = self.start + skip..self.start + skip + len;
-        self.start = range.end;
-        Ok(Some(range))
+        match unread.iter().position(|&b| b == b'\n') {
+            Some(end) => Ok(Some((0, end + 1))),
+            None if unread.len() > MAX_FRAME => {
+                Err(invalid_data(protobuf::DecodeError("watch line over 64 MiB")))
+            }
+            None => Ok(None),
+        }
     }
 
-    fn decode<K: WatchedSource>(&self, range: Range<usize>) -> kube::Result<Change<K>> {
-        let frame = &self.buf[range];
+    /// The next complete frame (without its length prefix), if the bytes so far hold one.
+    fn next_frame(&mut self) -> kube::Result<Option<Bytes>> {
+        if self.partial.is_empty() {
+            if let Some((start, end)) = self.bounds(&self.chunk)?
+                && end <= self.chunk.len()
+            {
+                let frame = self.chunk.slice(start..end);
+                self.chunk.advance(end);
+                return Ok(Some(frame));
+            }
+            self.partial.extend_from_slice(&self.chunk);
+            self.chunk.clear();
+            return Ok(None);
+        }
+        loop {
+            let wanted = match self.bounds(&self.partial)? {
+                Some((start, end)) if end <= self.partial.len() => {
+                    let frame = self.partial.split_to(end).freeze().slice(start..);
+                    return Ok(Some(frame));
+                }
+                // A known length: what the frame still lacks.
+                Some((_, end)) => end - self.partial.len(),
+                // The rest of a length prefix, or a JSON line up to its end.
+                None if self.proto => 4 - self.partial.len(),
+                None => self.chunk.iter().position(|&b| b == b'\n').map_or(usize::MAX, |p| p + 1),
+            };
+            if self.chunk.is_empty() {
+                return Ok(None);
+            }
+            let take = wanted.min(self.chunk.len());
+            self.partial.extend_from_slice(&self.chunk[..take]);
+            self.chunk.advance(take);
+        }
+    }
+
+    fn decode<K: WatchedSource>(&self, frame: &[u8]) -> kube::Result<Change<K>> {
         if self.proto {
             return protobuf::decode_watch_event(frame).map_err(invalid_data);
         }
@@ -517,8 +546,8 @@ mod tests {
 
     fn drain(frames: &mut Frames) -> Vec<Change<Secret>> {
         let mut out = Vec::new();
-        while let Some(range) = frames.next_frame().unwrap() {
-            out.push(frames.decode::<Secret>(range).unwrap());
+        while let Some(frame) = frames.next_frame().unwrap() {
+            out.push(frames.decode::<Secret>(&frame).unwrap());
         }
         out
     }
@@ -537,7 +566,7 @@ mod tests {
         let mut changes = Vec::new();
         // One byte at a time: no frame is read before its end arrives.
         for byte in stream.as_bytes() {
-            frames.push(std::slice::from_ref(byte));
+            frames.push(Bytes::copy_from_slice(std::slice::from_ref(byte)));
             changes.extend(drain(&mut frames));
         }
         assert_eq!(changes.len(), 3);
@@ -548,7 +577,19 @@ mod tests {
             matches!(&changes[1], Change::Bookmark { resource_version, .. } if resource_version == "9")
         );
         assert!(matches!(&changes[2], Change::Error(s) if s.code == 410));
-        assert!(frames.buf.len() < stream.len(), "read frames are dropped");
+        assert!(frames.partial.is_empty() && frames.chunk.is_empty(), "read frames are dropped");
+
+        // Whole lines in one chunk are read where they lie; a line cut by the chunk's end is
+        // put together with the next chunk's start.
+        let mut frames = Frames::new(false);
+        let (first, rest) = stream.split_at(stream.find('\n').unwrap() + 30);
+        let chunk = Bytes::copy_from_slice(first.as_bytes());
+        frames.push(chunk.clone());
+        let line = frames.next_frame().unwrap().unwrap();
+        assert_eq!(line.as_ptr(), chunk.as_ptr(), "not copied");
+        assert!(frames.next_frame().unwrap().is_none());
+        frames.push(Bytes::copy_from_slice(rest.as_bytes()));
+        assert_eq!(drain(&mut frames).len(), 2);
     }
 
     #[test]
@@ -562,16 +603,28 @@ mod tests {
         let event = [&[0x0a, 8][..], b"BOOKMARK", &[0x12, raw.len() as u8], &raw].concat();
         let framed = [&(event.len() as u32).to_be_bytes()[..], &event].concat();
         let mut frames = Frames::new(true);
-        frames.push(&framed[..framed.len() - 1]);
+        // Cut in its length prefix, then in its body.
+        frames.push(Bytes::copy_from_slice(&framed[..2]));
         assert!(drain(&mut frames).is_empty());
-        frames.push(&framed[framed.len() - 1..]);
+        frames.push(Bytes::copy_from_slice(&framed[2..framed.len() - 1]));
+        assert!(drain(&mut frames).is_empty());
+        frames.push(Bytes::copy_from_slice(&framed[framed.len() - 1..]));
         let changes = drain(&mut frames);
         assert!(
             matches!(&changes[..], [Change::Bookmark { resource_version, .. }] if resource_version == "7")
         );
+        // Two whole frames in one chunk: both read where they lie.
+        let twice = Bytes::from([&framed[..], &framed].concat());
+        frames.push(twice.clone());
+        let second = {
+            assert!(frames.next_frame().unwrap().is_some());
+            frames.next_frame().unwrap().unwrap()
+        };
+        assert_eq!(second.as_ptr(), twice[framed.len() + 4..].as_ptr());
+        assert!(frames.next_frame().unwrap().is_none());
 
         let mut hostile = Frames::new(true);
-        hostile.push(&u32::MAX.to_be_bytes());
+        hostile.push(Bytes::copy_from_slice(&u32::MAX.to_be_bytes()));
         assert!(hostile.next_frame().is_err());
     }
 }

@@ -169,18 +169,25 @@ mod tests {
         let mut got = Vec::new();
         let mut first_done = false;
         let stream = futures::stream::iter(events.into_iter().map(Ok));
-        drive(stream, "ConfigMap", None, metrics, || first_done = true, |item, after_first| {
-            got.push(match item {
-                WatchItem::Apply(o) if o.name_any() == "boom" => panic!("hostile object"),
-                WatchItem::Apply(o) => format!("apply {} {after_first}", o.name_any()),
-                WatchItem::Delete(o) => format!("delete {}", o.name_any()),
-                WatchItem::RelistDone(seen) => {
-                    let mut names: Vec<_> = seen.into_iter().map(|(_, n)| n).collect();
-                    names.sort();
-                    format!("relist {names:?}")
-                }
-            })
-        })
+        drive(
+            stream,
+            "ConfigMap",
+            None,
+            metrics,
+            || first_done = true,
+            |item, after_first| {
+                got.push(match item {
+                    WatchItem::Apply(o) if o.name_any() == "boom" => panic!("hostile object"),
+                    WatchItem::Apply(o) => format!("apply {} {after_first}", o.name_any()),
+                    WatchItem::Delete(o) => format!("delete {}", o.name_any()),
+                    WatchItem::RelistDone(seen) => {
+                        let mut names: Vec<_> = seen.into_iter().map(|(_, n)| n).collect();
+                        names.sort();
+                        format!("relist {names:?}")
+                    }
+                })
+            },
+        )
         .await;
         (got, first_done)
     }
