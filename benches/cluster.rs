@@ -347,6 +347,13 @@ impl Ctx {
         Ok(parse_requests(&text))
     }
 
+    /// Garbage collections the API server has run so far (`go_gc_duration_seconds_count`).
+    async fn apiserver_gc_cycles(&self) -> Option<f64> {
+        let req = http::Request::get("/metrics").body(Vec::new()).ok()?;
+        let text = self.client.request_text(req).await.ok()?;
+        metric_value(&text, "go_gc_duration_seconds_count")
+    }
+
     /// Waits until no object has been written for `quiet` (leases excepted), polling the API
     /// server's request counters; returns false when that did not happen within `timeout`.
     async fn wait_quiet(&self, quiet: Duration, timeout: Duration) -> Result<bool> {
@@ -542,6 +549,39 @@ fn proc_memory(pid: u32) -> Option<(u64, u64)> {
             .and_then(|v| v.parse::<u64>().ok())
     };
     Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// CPU seconds (user + system) process `pid` has used, from `/proc/PID/stat` (in USER_HZ, 100
+/// on Linux).
+fn proc_cpu_s(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces): state is the first, utime the 12th.
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
+    Some((ticks(11)? + ticks(12)?) / 100.0)
+}
+
+/// CPU seconds used so far by each process of the local control plane in `dir` (testenv runs
+/// each component as `testenv <component> ...` with paths under its directory).
+fn control_plane_cpu(dir: &Path) -> BTreeMap<String, f64> {
+    let dir = dir.to_string_lossy();
+    let mut cpu = BTreeMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let args: Vec<String> =
+            cmdline.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let component = args.get(1).filter(|c| {
+            ["etcd", "kube-apiserver", "kube-controller-manager"].contains(&c.as_str())
+        });
+        if let Some(component) = component
+            && args.iter().any(|a| a.contains(dir.as_ref()))
+            && let Some(seconds) = proc_cpu_s(pid)
+        {
+            *cpu.entry(component.clone()).or_insert(0.0) += seconds;
+        }
+    }
+    cpu
 }
 
 /// Samples VmRSS every 100 ms on a thread until stopped.
@@ -1349,10 +1389,27 @@ async fn scenario_scale(ctx: &Ctx, last: bool) -> Result<Value> {
 
     // A short resync period, so that one full resync can be timed after the steady window
     // (`reloader_resync_duration_seconds`; see below).
+    // Where the CPU went until ready: the operator's, each control-plane process's, and the
+    // API server's garbage collections (its heap holds every object).
+    let cp_dir = ctx.cp.kubeconfig.parent().map(Path::to_path_buf).filter(|_| ctx.cp.local);
+    let cp_before = cp_dir.as_deref().map(control_plane_cpu).unwrap_or_default();
+    let gc_before = ctx.apiserver_gc_cycles().await;
     let mut op = ctx.start_operator("scale", &["--resync-period", RESYNC_PERIOD])?;
     let sampler = MemorySampler::start(op.pid);
     let ready = op.wait_ready(Duration::from_secs(600)).await?;
     let ready_rss = proc_memory(op.pid).map(|m| m.0);
+    let mut cpu_to_ready: BTreeMap<String, f64> = BTreeMap::new();
+    if let Some(cpu) = proc_cpu_s(op.pid) {
+        cpu_to_ready.insert("operator".into(), round2(cpu));
+    }
+    for (component, after) in cp_dir.as_deref().map(control_plane_cpu).unwrap_or_default() {
+        let used = after - cp_before.get(&component).copied().unwrap_or(0.0);
+        cpu_to_ready.insert(component, round2(used));
+    }
+    let gc_to_ready = match (gc_before, ctx.apiserver_gc_cycles().await) {
+        (Some(before), Some(after)) => Some(after - before),
+        _ => None,
+    };
     // Whatever it does after getting ready (our operator records baselines) must end first.
     let quiet = ctx.wait_quiet(Duration::from_secs(5), Duration::from_secs(600)).await?;
     let idle_from = Instant::now();
@@ -1435,6 +1492,8 @@ async fn scenario_scale(ctx: &Ctx, last: bool) -> Result<Value> {
         "created_in_s": round2(create_s),
         "ready_after_start_s": ready.map(|d| round2(d.as_secs_f64())),
         "rss_at_ready_mib": ready_rss.map(mib),
+        "cpu_to_ready_s": cpu_to_ready,
+        "apiserver_gc_cycles_to_ready": gc_to_ready,
         "went_quiet_after_ready": quiet,
         "peak_rss_mib": mib(hwm),
         "peak_rss_sampled_mib": mib(sampled_peak),
@@ -1998,6 +2057,18 @@ fn markdown(r: &Value) -> String {
             sc["reload_checks"]["max_ms"],
             sc["full_resync_s"].as_f64().map_or("—".into(), |v| format!("{v} s"))
         );
+        if let Some(cpu) = sc["cpu_to_ready_s"].as_object().filter(|c| !c.is_empty()) {
+            let used: Vec<String> = cpu.iter().map(|(who, s)| format!("{who} {s} s")).collect();
+            let gc = sc["apiserver_gc_cycles_to_ready"]
+                .as_f64()
+                .map_or(String::new(), |n| format!("; the API server collected garbage {n} times"));
+            let _ = writeln!(
+                md,
+                "
+CPU from start to ready: {}{gc}.",
+                used.join(", ")
+            );
+        }
     }
     let api = &s["api_cost"];
     if let Some(rows) = api["per_change"].as_array() {
