@@ -438,11 +438,11 @@ impl Frames {
                 && end <= self.chunk.len()
             {
                 let frame = self.chunk.slice(start..end);
-                self.chunk.advance(end);
+                self.consume(end);
                 return Ok(Some(frame));
             }
             self.partial.extend_from_slice(&self.chunk);
-            self.chunk.clear();
+            self.consume(self.chunk.len());
             return Ok(None);
         }
         loop {
@@ -462,7 +462,18 @@ impl Frames {
             }
             let take = wanted.min(self.chunk.len());
             self.partial.extend_from_slice(&self.chunk[..take]);
-            self.chunk.advance(take);
+            self.consume(take);
+        }
+    }
+
+    /// Drops `n` read bytes of the chunk; a chunk read to its end is let go at once, so that
+    /// the HTTP client's read buffer it was cut from is free again for the next read (an empty
+    /// slice of it would still hold it, and the client would allocate a new one each time).
+    fn consume(&mut self, n: usize) {
+        if n >= self.chunk.len() {
+            self.chunk = Bytes::new();
+        } else {
+            self.chunk.advance(n);
         }
     }
 
@@ -622,6 +633,9 @@ mod tests {
         };
         assert_eq!(second.as_ptr(), twice[framed.len() + 4..].as_ptr());
         assert!(frames.next_frame().unwrap().is_none());
+        // Read to its end, the chunk is let go: the client may reuse its buffer.
+        drop(second);
+        assert!(twice.is_unique());
 
         let mut hostile = Frames::new(true);
         hostile.push(Bytes::copy_from_slice(&u32::MAX.to_be_bytes()));
