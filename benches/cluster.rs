@@ -584,9 +584,10 @@ fn control_plane_cpu(dir: &Path) -> BTreeMap<String, f64> {
     cpu
 }
 
-/// Waits until the local control plane in `dir` uses less than a twentieth of a core over 5 s
-/// (or `timeout` passes); returns how long that took.
-async fn wait_control_plane_idle(dir: &Path, timeout: Duration) -> Duration {
+/// Waits until the local control plane in `dir` uses less than a fifth of a core over 5 s (or
+/// `timeout` passes); returns how long that took, `None` when it timed out. Not zero: at 5× the
+/// controller-manager keeps about a tenth of a core busy for good; a backlog is most of one.
+async fn wait_control_plane_idle(dir: &Path, timeout: Duration) -> Option<Duration> {
     const WINDOW: usize = 5;
     let start = Instant::now();
     let total = || control_plane_cpu(dir).values().sum::<f64>();
@@ -595,12 +596,12 @@ async fn wait_control_plane_idle(dir: &Path, timeout: Duration) -> Duration {
         tokio::time::sleep(Duration::from_secs(1)).await;
         samples.push(total());
         let n = samples.len();
-        if n > WINDOW && samples[n - 1] - samples[n - 1 - WINDOW] < 0.05 * WINDOW as f64 {
-            return start.elapsed();
+        if n > WINDOW && samples[n - 1] - samples[n - 1 - WINDOW] < 0.2 * WINDOW as f64 {
+            return Some(start.elapsed());
         }
         if start.elapsed() > timeout {
             eprintln!("bench: the control plane was not idle within {timeout:?}; going on");
-            return start.elapsed();
+            return None;
         }
     }
 }
@@ -1413,11 +1414,11 @@ async fn scenario_scale(ctx: &Ctx, last: bool) -> Result<Value> {
     // Where the CPU went until ready: the operator's, each control-plane process's, and the
     // API server's garbage collections (its heap holds every object).
     let cp_dir = ctx.cp.kubeconfig.parent().map(Path::to_path_buf).filter(|_| ctx.cp.local);
-    // No writes is not idle: after tens of thousands of creates the controller-manager digests
-    // them for minutes more (its garbage collector's graph of every object), without writing.
-    // A start measured then would measure that backlog (4.1 s of its CPU in a 5 s start at 5×).
+    // No writes is not idle: after tens of thousands of creates the controller-manager works
+    // through them for minutes more without writing. A start measured then would measure that
+    // backlog (4.1 s of its CPU in a 5 s start at 5×).
     let idle_wait = match cp_dir.as_deref() {
-        Some(dir) => Some(wait_control_plane_idle(dir, Duration::from_secs(600)).await),
+        Some(dir) => wait_control_plane_idle(dir, Duration::from_secs(300)).await,
         None => None,
     };
     let cp_before = cp_dir.as_deref().map(control_plane_cpu).unwrap_or_default();
@@ -2091,9 +2092,14 @@ fn markdown(r: &Value) -> String {
             let gc = sc["apiserver_gc_cycles_to_ready"]
                 .as_f64()
                 .map_or(String::new(), |n| format!("; the API server collected garbage {n} times"));
-            let idle = sc["control_plane_idle_after_s"].as_f64().map_or(String::new(), |s| {
-                format!(" (started once the control plane was idle, {s} s after it went quiet)")
-            });
+            // Only a local control plane's CPU is seen, and waited for.
+            let idle = match sc["control_plane_idle_after_s"].as_f64() {
+                _ if !cpu.contains_key("kube-apiserver") => String::new(),
+                Some(s) => {
+                    format!(" (started once the control plane was idle, {s} s after it went quiet)")
+                }
+                None => " (the control plane was not idle within 300 s)".into(),
+            };
             let _ = writeln!(md, "\nCPU from start to ready{idle}: {}{gc}.", used.join(", "));
         }
     }
