@@ -341,17 +341,19 @@ impl Ctx {
         self.delete_namespace(ns, !(last && self.cp.local)).await
     }
 
-    async fn scrape_apiserver(&self) -> Result<Counters> {
+    /// The API server's `/metrics` text.
+    async fn apiserver_metrics(&self) -> Result<String> {
         let req = http::Request::get("/metrics").body(Vec::new())?;
-        let text = self.client.request_text(req).await.context("GET the API server's /metrics")?;
-        Ok(parse_requests(&text))
+        self.client.request_text(req).await.context("GET the API server's /metrics")
+    }
+
+    async fn scrape_apiserver(&self) -> Result<Counters> {
+        Ok(parse_requests(&self.apiserver_metrics().await?))
     }
 
     /// Garbage collections the API server has run so far (`go_gc_duration_seconds_count`).
     async fn apiserver_gc_cycles(&self) -> Option<f64> {
-        let req = http::Request::get("/metrics").body(Vec::new()).ok()?;
-        let text = self.client.request_text(req).await.ok()?;
-        metric_value(&text, "go_gc_duration_seconds_count")
+        metric_value(&self.apiserver_metrics().await.ok()?, "go_gc_duration_seconds_count")
     }
 
     /// Waits until no object has been written for `quiet` (leases excepted), polling the API
