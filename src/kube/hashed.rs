@@ -3,7 +3,6 @@
 //! watch frame, or the JSON object) and never copied or kept: a 50,000-Secret list is 400 MB
 //! of values the operator would otherwise allocate, copy and free once each, only to hash.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::marker::PhantomData;
@@ -102,21 +101,8 @@ impl<'de, K: HashedKind> Deserialize<'de> for Hashed<K> {
 }
 
 impl<K: HashedKind> Resource for Hashed<K> {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
+    resource_type_of!(K);
 
-    fn kind(dt: &()) -> Cow<'_, str> {
-        K::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        K::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        K::version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        K::plural(dt)
-    }
     fn meta(&self) -> &ObjectMeta {
         &self.metadata
     }

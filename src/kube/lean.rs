@@ -7,7 +7,6 @@
 //! parsed, into nothing) and its spec and status as kube's typed objects, so everything
 //! downstream takes the same `Deployment` (`DaemonSet`, ...) as before.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
@@ -116,21 +115,8 @@ impl<'de, K: LeanKind> Deserialize<'de> for Lean<K> {
 }
 
 impl<K: LeanKind> Resource for Lean<K> {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
+    resource_type_of!(K);
 
-    fn kind(dt: &()) -> Cow<'_, str> {
-        K::kind(dt)
-    }
-    fn group(dt: &()) -> Cow<'_, str> {
-        K::group(dt)
-    }
-    fn version(dt: &()) -> Cow<'_, str> {
-        K::version(dt)
-    }
-    fn plural(dt: &()) -> Cow<'_, str> {
-        K::plural(dt)
-    }
     fn meta(&self) -> &ObjectMeta {
         self.0.meta()
     }
