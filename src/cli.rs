@@ -499,6 +499,7 @@ impl ReloadArgs {
             key_precise_references: args.key_precise_references,
             hash_mode: args.hash_mode,
             // `default` for local runs; the operator puts POD_NAMESPACE here when it is set.
+            own_namespace: "default".into(),
             hash_key_namespace: args
                 .hash_key_namespace
                 .clone()

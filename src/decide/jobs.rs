@@ -138,6 +138,106 @@ pub fn recreated_job(
     }
 }
 
+/// Label of the ConfigMaps that hold a Job deleted for a reload until it is created again.
+pub const PENDING_JOB_LABEL: &str = "reloader.rs/pending-job";
+
+/// The largest Job a pending record holds: a ConfigMap's data is at most 1 MiB, and a Job that
+/// does not fit is not deleted (its reload fails with a Warning naming the limit).
+pub const MAX_PENDING_JOB_BYTES: usize = 900 * 1024;
+
+/// The ConfigMap (in the operator's namespace) recording that the Job `namespace/name` was
+/// deleted for a reload: one per Job, named by a digest (any namespace and Job name fit).
+pub fn pending_job_record_name(namespace: &str, name: &str) -> String {
+    let digest = crate::decide::hash::sha1_hex(&format!("{namespace}/{name}"));
+    format!("reloader-pending-job-{}", &digest[..16])
+}
+
+/// What a pending record holds: the Job to create, and the uid of the one deleted (a Job of
+/// that name with another uid was created since: the record is done).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingJobRecord {
+    pub job: Job,
+    pub deleted_uid: String,
+}
+
+/// The seal of a record: `hasher` over the Job and the deleted uid. Keyed (the operator's hash
+/// key, when it has one), a record someone else wrote into the operator's namespace is refused
+/// rather than turned into a Job in any namespace.
+fn seal(job: &str, deleted_uid: &str, hasher: &crate::decide::hash::Hasher) -> String {
+    hasher.apply(&crate::decide::hash::sha1_hex(&format!("{job}\n{deleted_uid}")))
+}
+
+/// The record's ConfigMap data; `Err` names the limit when the Job is too large to record.
+pub fn encode_pending_job(
+    record: &PendingJobRecord,
+    hasher: &crate::decide::hash::Hasher,
+) -> Result<BTreeMap<String, String>, String> {
+    let job = serde_json::to_string(&record.job).map_err(|e| e.to_string())?;
+    if job.len() > MAX_PENDING_JOB_BYTES {
+        return Err(format!(
+            "the Job is {} bytes as JSON, more than the {MAX_PENDING_JOB_BYTES} a pending-Job \
+             record holds",
+            job.len()
+        ));
+    }
+    let seal = seal(&job, &record.deleted_uid, hasher);
+    Ok(BTreeMap::from([
+        ("job".to_string(), job),
+        ("deletedUid".to_string(), record.deleted_uid.clone()),
+        ("seal".to_string(), seal),
+    ]))
+}
+
+/// The record in a ConfigMap's data; `None` for an emptied record (done) and `Err` for one
+/// that does not parse (said once, then ignored).
+pub fn decode_pending_job(
+    data: &BTreeMap<String, String>,
+    hasher: &crate::decide::hash::Hasher,
+) -> Result<Option<PendingJobRecord>, String> {
+    let Some(job) = data.get("job") else { return Ok(None) };
+    if job.len() > MAX_PENDING_JOB_BYTES {
+        return Err(format!("the recorded Job is over {MAX_PENDING_JOB_BYTES} bytes"));
+    }
+    let deleted_uid = data.get("deletedUid").cloned().unwrap_or_default();
+    if data.get("seal").map(String::as_str) != Some(seal(job, &deleted_uid, hasher).as_str()) {
+        return Err("the record's seal does not match (not written by this operator's key)".into());
+    }
+    let job: Job = serde_json::from_str(job).map_err(|e| format!("the recorded Job: {e}"))?;
+    if job.metadata.name.as_deref().is_none_or(str::is_empty)
+        || job.metadata.namespace.as_deref().is_none_or(str::is_empty)
+    {
+        return Err("the recorded Job has no name or namespace".into());
+    }
+    Ok(Some(PendingJobRecord { job, deleted_uid }))
+}
+
+/// What to do when the name of a Job to create again is taken by `existing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameTaken {
+    /// The deleted Job is still going away (finalizers, pods): look again later.
+    StillTerminating,
+    /// Another Job of that name exists (created again before a restart, or by someone else):
+    /// nothing to create; the record is done.
+    AlreadyCreated,
+}
+
+pub fn name_taken(existing: &Job, deleted_uid: &str) -> NameTaken {
+    let same = existing.metadata.uid.as_deref() == Some(deleted_uid);
+    if same || existing.metadata.deletion_timestamp.is_some() {
+        NameTaken::StillTerminating
+    } else {
+        NameTaken::AlreadyCreated
+    }
+}
+
+/// When to try again to create a Job whose old self is still terminating: soon at first (a
+/// plain delete takes a moment), backing off to 30 s (a finalizer may hold it for hours). The
+/// worker is never held meanwhile.
+pub fn recreate_retry(attempt: u32) -> std::time::Duration {
+    let ms = 100u64.saturating_mul(1u64 << attempt.min(9));
+    std::time::Duration::from_millis(ms.min(30_000))
+}
+
 /// True when `job` is controlled by the object with `uid`.
 pub fn is_controlled_by(job: &Job, uid: &str) -> bool {
     job.metadata
@@ -155,6 +255,74 @@ pub fn is_controlled(job: &Job) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pending_job_record_round_trips_and_refuses_what_does_not_fit() {
+        use crate::decide::hash::{HashKey, Hasher};
+        let mut job = Job::default();
+        job.metadata.name = Some("migrate".into());
+        job.metadata.namespace = Some("team-a".into());
+        let record = PendingJobRecord { job, deleted_uid: "u-1".into() };
+        let key = Hasher::HmacSha256(HashKey::new(&[7u8; 32]).unwrap());
+        let data = encode_pending_job(&record, &key).unwrap();
+        assert_eq!(decode_pending_job(&data, &key).unwrap(), Some(record.clone()));
+        // An emptied record is done.
+        assert_eq!(decode_pending_job(&BTreeMap::new(), &key).unwrap(), None);
+        // A record not sealed with the operator's key is refused: whoever may write
+        // ConfigMaps in its namespace cannot have it create a Job elsewhere.
+        let forged = encode_pending_job(&record, &Hasher::Sha1).unwrap();
+        assert!(decode_pending_job(&forged, &key).unwrap_err().contains("seal"));
+        let mut tampered = data.clone();
+        tampered.insert("deletedUid".into(), "u-2".into());
+        assert!(decode_pending_job(&tampered, &key).is_err());
+        // Garbage is an error, not a panic; so is a Job without its name.
+        let sealed = |job: &str| {
+            let mut d = BTreeMap::from([("job".to_string(), job.to_string())]);
+            d.insert("seal".into(), seal(job, "", &Hasher::Sha1));
+            d
+        };
+        assert!(
+            decode_pending_job(&sealed("{not json"), &Hasher::Sha1)
+                .unwrap_err()
+                .contains("recorded Job")
+        );
+        assert!(decode_pending_job(&sealed("{}"), &Hasher::Sha1).unwrap_err().contains("no name"));
+        // Too large to record: refused, naming the limit.
+        let mut big = record;
+        big.job.metadata.annotations =
+            Some(BTreeMap::from([("a".to_string(), "x".repeat(MAX_PENDING_JOB_BYTES))]));
+        let err = encode_pending_job(&big, &key).unwrap_err();
+        assert!(err.contains(&MAX_PENDING_JOB_BYTES.to_string()), "{err}");
+        // One record name per Job, a valid ConfigMap name whatever the Job's names.
+        let a = pending_job_record_name("team-a", "migrate");
+        assert_ne!(a, pending_job_record_name("team-a", "migrat"));
+        assert_ne!(a, pending_job_record_name("team-b", "migrate"));
+        assert!(a.len() <= 63 && a.starts_with("reloader-pending-job-"));
+    }
+
+    #[test]
+    fn a_taken_name_is_the_old_job_terminating_or_the_new_one() {
+        let mut existing = Job::default();
+        existing.metadata.uid = Some("old".into());
+        assert_eq!(name_taken(&existing, "old"), NameTaken::StillTerminating);
+        existing.metadata.uid = Some("new".into());
+        assert_eq!(name_taken(&existing, "old"), NameTaken::AlreadyCreated);
+        existing.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert_eq!(name_taken(&existing, "old"), NameTaken::StillTerminating);
+    }
+
+    #[test]
+    fn a_terminating_job_is_looked_at_again_with_backoff_never_past_30s() {
+        use std::time::Duration;
+        assert_eq!(recreate_retry(0), Duration::from_millis(100));
+        assert_eq!(recreate_retry(1), Duration::from_millis(200));
+        assert_eq!(recreate_retry(5), Duration::from_millis(3200));
+        assert_eq!(recreate_retry(9), Duration::from_secs(30));
+        assert_eq!(recreate_retry(u32::MAX), Duration::from_secs(30));
+    }
     use crate::decide::plan::EnvWrite;
     use serde_json::json;
 

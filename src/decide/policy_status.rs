@@ -58,6 +58,40 @@ pub fn condition_status<'a>(status: &'a ReloadPolicyStatus, type_: &str) -> Opti
     status.conditions.iter().find(|c| c.type_ == type_).map(|c| c.status.as_str())
 }
 
+/// The results a target's outcome can have (`status.targets[].result`).
+const RESULTS: [&str; 8] =
+    ["Reloaded", "UpToDate", "DryRun", "Suspended", "Throttled", "Pending", "Waiting", "Failed"];
+
+/// What a policy's written status says of its targets: the outcomes and rollouts a replica
+/// starts from after a restart, and a standby follows while the leader writes. Turns and halts
+/// are decided from these, so they are the cluster's copy, not memory's. A result this
+/// version does not know keeps the target's rollout but not its outcome.
+pub fn remembered_from_status(status: &ReloadPolicyStatus) -> (Outcomes, Rollouts) {
+    let mut outcomes = Outcomes::new();
+    let mut rollouts = Rollouts::new();
+    for t in &status.targets {
+        let target = (crate::decide::policy_plan::target_kind(t.kind), t.name.clone());
+        let result = t.result.as_deref().and_then(|r| RESULTS.iter().find(|k| **k == r));
+        if let Some(result) = result {
+            let outcome = Outcome {
+                result,
+                message: t.message.clone(),
+                time: t.last_reload_time.as_ref().map(|x| x.0.as_second()),
+                hash: t.last_reload_hash.clone(),
+            };
+            outcomes.insert(target.clone(), outcome);
+        }
+        if let Some(state) = t.rollout.as_deref().and_then(RolloutState::parse) {
+            let resume = t.failed_at_resume.clone().filter(|_| state == RolloutState::Failed);
+            rollouts.insert(
+                target,
+                TargetRollout { state, message: t.rollout_message.clone(), resume },
+            );
+        }
+    }
+    (outcomes, rollouts)
+}
+
 fn describe_source(s: &PolicySource) -> String {
     match (&s.name, &s.selector) {
         (Some(n), _) => format!("{:?} {n}", s.kind),
@@ -315,7 +349,7 @@ pub fn desired_status(
                 Some(TargetRollout {
                     state: RolloutState::parse(p.rollout.as_deref()?)?,
                     message: p.rollout_message.clone(),
-                    resume: None,
+                    resume: p.failed_at_resume.clone(),
                 })
             });
             let rollout = rollouts.get(&(t.key.kind, t.key.name.clone())).or(carried.as_ref());
@@ -338,6 +372,9 @@ pub fn desired_status(
                 rollout_message: rollout.and_then(|r| r.message.as_deref()).map(|m| {
                     crate::model::limits::truncate(m, crate::model::limits::MAX_EVENT_NOTE)
                 }),
+                failed_at_resume: rollout
+                    .filter(|r| r.state == RolloutState::Failed)
+                    .and_then(|r| r.resume.clone()),
             })
         })
         .collect();
@@ -509,6 +546,57 @@ mod tests {
                 at(now),
             )
         }
+    }
+
+    #[test]
+    fn what_is_written_of_targets_is_what_a_restart_reads_back() {
+        let mut given = Given::healthy();
+        given.targets = vec![target("api"), target("web"), target("db")];
+        let key = |n: &str| (WorkloadKind::Deployment, n.to_string());
+        given.outcomes.insert(key("api"), outcome("Reloaded", Some(T0), Some("bad")));
+        given.outcomes.insert(
+            key("web"),
+            Outcome {
+                result: "Waiting",
+                message: Some("waits for its turn".into()),
+                time: Some(T0 - 60),
+                hash: Some("old".into()),
+            },
+        );
+        given.outcomes.insert(key("db"), outcome("Reloaded", Some(T0), Some("bad")));
+        given.rollouts.insert(
+            key("api"),
+            TargetRollout {
+                state: RolloutState::Failed,
+                message: Some("ProgressDeadlineExceeded: timed out".into()),
+                resume: Some("monday".into()),
+            },
+        );
+        given.rollouts.insert(
+            key("db"),
+            TargetRollout { state: RolloutState::Progressing, message: None, resume: None },
+        );
+        let written = given.status(T0 + 5);
+        // The status goes through the API server as JSON.
+        let written: ReloadPolicyStatus =
+            serde_json::from_value(serde_json::to_value(&written).unwrap()).unwrap();
+        let (outcomes, rollouts) = remembered_from_status(&written);
+        assert_eq!(outcomes, given.outcomes);
+        assert_eq!(rollouts, given.rollouts);
+        // A result this version does not know is no outcome; the rollout is still read.
+        let mut future = written.clone();
+        future.targets[0].result = Some("Evicting".into());
+        let (outcomes, rollouts) = remembered_from_status(&future);
+        assert_eq!(outcomes.len(), 2);
+        assert_eq!(rollouts.len(), 2);
+        // `failedAtResume` is only kept for a failed rollout.
+        let mut odd = written;
+        for t in &mut odd.targets {
+            t.failed_at_resume = Some("x".into());
+        }
+        let (_, rollouts) = remembered_from_status(&odd);
+        assert_eq!(rollouts[&key("db")].resume, None);
+        assert_eq!(rollouts[&key("api")].resume.as_deref(), Some("x"));
     }
 
     fn condition<'a>(status: &'a ReloadPolicyStatus, type_: &str) -> &'a Condition {
@@ -702,6 +790,7 @@ mod tests {
                         message: None,
                         rollout: Some("Failed".into()),
                         rollout_message: Some("ProgressDeadlineExceeded: timed out".into()),
+                        failed_at_resume: None,
                     });
                 },
                 [

@@ -62,6 +62,17 @@ impl PolicyMemory {
     pub fn outcome(&self, target: &(WorkloadKind, String)) -> Option<Outcome> {
         self.outcomes.get(target).cloned()
     }
+
+    /// One more reload. The count starts from the status, which anyone who may write it can
+    /// set to anything: it saturates rather than overflow.
+    pub fn count_reload(&mut self) {
+        self.reload_count = self.reload_count.saturating_add(1);
+    }
+
+    /// One more rollout held back by a churn limit (saturating, as [`Self::count_reload`]).
+    pub fn count_throttled(&mut self) {
+        self.throttled_count = self.throttled_count.saturating_add(1);
+    }
 }
 
 /// Per key, a memory that is there only while it differs from the default: the map's size
@@ -125,6 +136,19 @@ impl<K: Clone + Eq + Hash, S: Default + PartialEq> Remembered<K, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counts_taken_from_a_status_saturate() {
+        let mut m = PolicyMemory {
+            reload_count: i64::MAX,
+            throttled_count: i64::MAX - 1,
+            ..Default::default()
+        };
+        m.count_reload();
+        m.count_throttled();
+        m.count_throttled();
+        assert_eq!((m.reload_count, m.throttled_count), (i64::MAX, i64::MAX));
+    }
 
     #[test]
     fn an_entry_lives_only_while_something_is_remembered() {

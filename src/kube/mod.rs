@@ -31,6 +31,7 @@ pub mod hash_key;
 pub mod hashed;
 pub mod leader;
 pub mod lean;
+pub mod pending_jobs;
 pub mod protobuf;
 pub mod ratelimit;
 pub mod source_watch;

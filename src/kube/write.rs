@@ -7,10 +7,12 @@
 //! next step ([`crate::decide::rollout::after_write`]) and whose reason labels the metric.
 //!
 //! The one thing kept here between reconciles: a Job deleted to be re-created and not created
-//! again yet ([`WorkloadWriter::has_pending_job`]). It lives apart from the workload's memory on
-//! purpose: the watch forgets the Job when its old self is deleted, and this must outlive that.
+//! again yet ([`WorkloadWriter::has_pending_job`], recorded in the cluster before the delete by
+//! [`crate::kube::pending_jobs`]). It lives apart from the workload's memory on purpose: the
+//! watch forgets the Job when its old self is deleted, and this must outlive that. A name still
+//! taken by the old Job (finalizers) is an answer to look again later, never a wait in here.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::{CronJob, Job};
@@ -18,15 +20,18 @@ use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy};
 use kube::core::DynamicObject;
 use kube::{Api, Client};
-use parking_lot::Mutex;
 use tracing::{debug, info, warn};
 
-use crate::decide::jobs::{is_controlled_by, job_from_cronjob, recreated_job, reload_job_name};
+use crate::decide::jobs::{
+    NameTaken, PendingJobRecord, is_controlled_by, job_from_cronjob, name_taken, recreate_retry,
+    recreated_job, reload_job_name,
+};
 use crate::decide::plan::{Plan, TemplateWrite};
 use crate::decide::rollout::WriteResult;
 use crate::decide::template::{
     WORKLOAD_FIELD_MANAGER, apply_to_template, record_annotations, record_patch, workload_patch,
 };
+use crate::kube::pending_jobs::{PendingJobs, RecordError};
 use crate::model::annotations::AnnotationKeys;
 use crate::model::workload::{
     POLICY_RECORD_ANNOTATION, RECORD_ANNOTATION, WorkloadInfo, WorkloadKey, WorkloadKind,
@@ -41,6 +46,9 @@ pub enum Answer {
     Workload(Box<DynamicObject>),
     /// The Job as created again.
     Job(Box<Job>),
+    /// The Job was deleted for a reload and its name is still taken by the old one going away
+    /// (finalizers, pods): look again after this (see `decide::jobs::recreate_retry`).
+    JobNameTaken(Duration),
 }
 
 /// Why carrying out a plan failed: the one error of the write boundary.
@@ -58,6 +66,9 @@ pub enum ExecError {
     Kube(kube::Error),
     #[error("webhook: {0}")]
     Webhook(String),
+    /// A Job that cannot be recorded before its delete (too large): it is not deleted.
+    #[error("the Job is not re-created: {0}")]
+    Unrecordable(String),
     /// A Job deleted for a reload could not be created again yet: it stays pending and is
     /// retried. `first` is true for the first failure of this episode (the one to report).
     #[error("the Job was deleted for a reload and is not created again yet: {error}")]
@@ -80,9 +91,10 @@ impl ExecError {
         match self {
             ExecError::Conflict(_) => WriteResult::Conflict,
             ExecError::Gone(_) => WriteResult::Gone,
-            ExecError::Kube(_) | ExecError::Webhook(_) | ExecError::JobPending { .. } => {
-                WriteResult::Failed
-            }
+            ExecError::Kube(_)
+            | ExecError::Webhook(_)
+            | ExecError::Unrecordable(_)
+            | ExecError::JobPending { .. } => WriteResult::Failed,
         }
     }
 
@@ -95,12 +107,6 @@ impl ExecError {
     }
 }
 
-/// A Job to create again, and how often that failed.
-struct PendingJob {
-    job: Job,
-    failures: u32,
-}
-
 /// Writes workloads with the operator's identity and field manager.
 pub struct WorkloadWriter {
     client: Client,
@@ -109,11 +115,16 @@ pub struct WorkloadWriter {
     webhook_url: Option<String>,
     keys: AnnotationKeys,
     /// Jobs deleted for a reload and not yet created again (see [`Self::create_pending_job`]).
-    pending_jobs: Mutex<HashMap<WorkloadKey, PendingJob>>,
+    pending_jobs: PendingJobs,
 }
 
 impl WorkloadWriter {
-    pub fn new(client: Client, webhook_url: Option<String>, keys: AnnotationKeys) -> Self {
+    pub fn new(
+        client: Client,
+        webhook_url: Option<String>,
+        keys: AnnotationKeys,
+        pending_jobs: PendingJobs,
+    ) -> Self {
         WorkloadWriter {
             client,
             http: reqwest::Client::builder()
@@ -123,7 +134,7 @@ impl WorkloadWriter {
                 .expect("an HTTP client with a timeout"),
             webhook_url,
             keys,
-            pending_jobs: Mutex::new(HashMap::new()),
+            pending_jobs,
         }
     }
 
@@ -187,44 +198,62 @@ impl WorkloadWriter {
 
     /// A Job of `key` was deleted for a reload and is not created again yet.
     pub fn has_pending_job(&self, key: &WorkloadKey) -> bool {
-        self.pending_jobs.lock().contains_key(key)
+        self.pending_jobs.contains(key)
     }
 
-    /// Creates a Job whose old self was deleted for a reload. On an error other than the old
-    /// Job still going away, the Job stays pending ([`ExecError::JobPending`]).
+    /// The Jobs recorded as deleted for a reload (by this replica before a restart, or by the
+    /// previous leader): they are pending from now on.
+    pub async fn load_pending_jobs(&self) -> Result<Vec<WorkloadKey>, kube::Error> {
+        self.pending_jobs.load().await
+    }
+
+    /// Creates a Job whose old self was deleted for a reload. A name still taken by the old
+    /// Job is [`Answer::JobNameTaken`]; any other error keeps the Job pending
+    /// ([`ExecError::JobPending`]).
     pub async fn create_pending_job(&self, key: &WorkloadKey) -> Result<Answer, ExecError> {
-        let Some(job) = self.pending_jobs.lock().get(key).map(|p| p.job.clone()) else {
+        let Some(record) = self.pending_jobs.get(key) else {
             return Ok(Answer::Nothing);
         };
         let api: Api<Job> = Api::namespaced(self.client.clone(), &key.namespace);
-        // The name is free once the old object is gone; that takes a moment.
-        let mut attempts = 0;
-        loop {
-            match api.create(&post_params(), &job).await {
-                Ok(created) => {
-                    self.pending_jobs.lock().remove(key);
-                    return Ok(Answer::Job(Box::new(created)));
-                }
-                Err(kube::Error::Api(s)) if s.code == 409 && attempts < 100 => {
-                    attempts += 1;
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Err(kube::Error::Api(s)) if s.code == 404 => {
-                    // The namespace is gone: there is nothing to create the Job in.
-                    self.pending_jobs.lock().remove(key);
-                    warn!(workload = %key, "the Job's namespace is gone; not creating it again");
-                    return Ok(Answer::Nothing);
-                }
-                Err(error) => {
-                    let mut pending = self.pending_jobs.lock();
-                    let first = pending.get_mut(key).is_some_and(|p| {
-                        p.failures = p.failures.saturating_add(1);
-                        p.failures == 1
-                    });
-                    return Err(ExecError::JobPending { error, first });
+        let error = match api.create(&post_params(), &record.job).await {
+            Ok(created) => {
+                self.pending_jobs.done(key).await;
+                return Ok(Answer::Job(Box::new(created)));
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                // Taken by the old Job going away, or by the new one (created before a
+                // restart, or by someone else): only the first is waited for.
+                match api.get_opt(&key.name).await {
+                    Ok(Some(existing)) => match name_taken(&existing, &record.deleted_uid) {
+                        NameTaken::StillTerminating => {
+                            let waited = self.pending_jobs.waited(key);
+                            return Ok(Answer::JobNameTaken(recreate_retry(waited)));
+                        }
+                        NameTaken::AlreadyCreated => {
+                            self.pending_jobs.done(key).await;
+                            return Ok(Answer::Job(Box::new(existing)));
+                        }
+                    },
+                    // Gone meanwhile: the name is free now.
+                    Ok(None) => return Ok(Answer::JobNameTaken(recreate_retry(0))),
+                    Err(e) => e,
                 }
             }
-        }
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                // The namespace is gone: there is nothing to create the Job in.
+                self.pending_jobs.done(key).await;
+                warn!(workload = %key, "the Job's namespace is gone; not creating it again");
+                return Ok(Answer::Nothing);
+            }
+            Err(error) => error,
+        };
+        let first = self.pending_jobs.failed(key);
+        Err(ExecError::JobPending { error, first })
+    }
+
+    /// This replica stops leading: the Jobs it holds are the next leader's, from their records.
+    pub fn forget_pending_job(&self, key: &WorkloadKey) {
+        self.pending_jobs.forget(key);
     }
 
     async fn post_webhook(
@@ -363,6 +392,17 @@ impl WorkloadWriter {
             .filter_map(|(k, v)| v.as_str().map(|v| (k, v.to_string())))
             .collect();
         let new = recreated_job(&old, Some(write), &annotations);
+        // Recorded in the cluster first: from the delete until the create, that record is
+        // the only copy of the Job (a restart or a new leader creates it from there).
+        let record = PendingJobRecord {
+            job: new,
+            deleted_uid: old.metadata.uid.clone().unwrap_or_default(),
+        };
+        match self.pending_jobs.record(key, record).await {
+            Ok(()) => {}
+            Err(RecordError::Unrecordable(why)) => return Err(ExecError::Unrecordable(why)),
+            Err(RecordError::Kube(e)) => return Err(e.into()),
+        }
         let params = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Background),
             preconditions: Some(Preconditions {
@@ -371,11 +411,11 @@ impl WorkloadWriter {
             }),
             ..Default::default()
         };
-        api.delete(&key.name, &params).await?;
-        // From here the Job exists only in memory until it is created again: kept apart from
-        // the workload's memory (the watch's delete event forgets the workload, not this), and
-        // retried until the API server takes it.
-        self.pending_jobs.lock().insert(key.clone(), PendingJob { job: new, failures: 0 });
+        if let Err(e) = api.delete(&key.name, &params).await {
+            // Not deleted: nothing is pending.
+            self.pending_jobs.done(key).await;
+            return Err(e.into());
+        }
         self.create_pending_job(key).await
     }
 

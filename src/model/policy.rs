@@ -381,6 +381,10 @@ pub struct TargetStatus {
     pub rollout: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout_message: Option<String>,
+    /// For a failed rollout: `spec.rollout.resume` when it failed. Kept so that the halt it
+    /// causes survives a restart or a new leader, and a new `resume` value still lifts it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at_resume: Option<String>,
 }
 
 /// The CRD as YAML, as committed in `crd/reloadpolicy.yaml`.

@@ -104,6 +104,9 @@ pub struct EngineConfig {
     pub key_precise_references: bool,
     /// `--hash-mode`: how annotation mode writes hashes.
     pub hash_mode: crate::model::workload::HashMode,
+    /// The operator's namespace (`POD_NAMESPACE`, else `default`): where the Jobs deleted for
+    /// a reload are recorded until they are created again.
+    pub own_namespace: String,
     /// The key Secret of keyed hashes: namespace and name.
     pub hash_key_namespace: String,
     pub hash_key_secret: String,
@@ -214,6 +217,11 @@ impl Engine {
                 client.clone(),
                 config.webhook_url.clone(),
                 config.keys.clone(),
+                crate::kube::pending_jobs::PendingJobs::new(
+                    client.clone(),
+                    config.own_namespace.clone(),
+                    hash_key.clone(),
+                ),
             ),
             metrics: metrics.clone(),
             events: events.clone(),
@@ -298,6 +306,9 @@ impl Engine {
         loop {
             let leading = *leadership.borrow_and_update();
             self.metrics.leader.set(i64::from(leading));
+            if leading {
+                self.reconciler.resume_pending_jobs().await;
+            }
             if leading && self.feed.is_synced() {
                 self.enqueue_everything();
             }

@@ -109,10 +109,11 @@ pub async fn run(cli: Cli) -> Result<()> {
         None => (sole_leader(), None),
     };
     let mut engine_config = cli.reload.engine_config();
-    if let Some(ns) = cli.ha.pod_namespace.as_ref().filter(|s| !s.is_empty())
-        && cli.reload.hash_key_namespace.as_deref().is_none_or(str::is_empty)
-    {
-        engine_config.hash_key_namespace = ns.clone();
+    if let Some(ns) = cli.ha.pod_namespace.as_ref().filter(|s| !s.is_empty()) {
+        engine_config.own_namespace = ns.clone();
+        if cli.reload.hash_key_namespace.as_deref().is_none_or(str::is_empty) {
+            engine_config.hash_key_namespace = ns.clone();
+        }
     }
     let webhook = cli.webhook_settings(&engine_config)?;
     let webhook_leadership = leadership.clone();

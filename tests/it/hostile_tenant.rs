@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
+use support::admission::{JobFreeze, job_json};
 use support::fixture::{Fixture, TIMEOUT, env_from_cm};
 use support::{Operator, SECRET_MARKER, eventually};
 
@@ -26,81 +27,6 @@ const HUGE_LIST_ITEMS: usize = 20_000;
 const MATCHED_SOURCES: usize = 2_000;
 /// References of one pod template, over the reference limit.
 const REFERENCES: usize = 1_500;
-
-/// The cluster-scoped policy that freezes Job creation in one namespace; removed when dropped.
-struct JobFreeze {
-    name: String,
-}
-
-impl JobFreeze {
-    async fn install(f: &Fixture) -> Self {
-        let name = format!("freeze-jobs-{}", f.name());
-        let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [{"apiGroups": ["batch"], "apiVersions": ["v1"],
-                        "operations": ["CREATE"], "resources": ["jobs"]}],
-                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": f.name()}}
-                },
-                "validations": [{"expression": "false", "message": "Job creation is frozen here"}]
-            }
-        }))
-        .unwrap();
-        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": name},
-            "spec": {"policyName": name, "validationActions": ["Deny"]}
-        }))
-        .unwrap();
-        Api::<ValidatingAdmissionPolicy>::all(f.client.clone())
-            .create(&PostParams::default(), &policy)
-            .await
-            .unwrap();
-        Api::<ValidatingAdmissionPolicyBinding>::all(f.client.clone())
-            .create(&PostParams::default(), &binding)
-            .await
-            .unwrap();
-        // In force once a probe Job is refused.
-        let jobs: Api<Job> = Api::namespaced(f.client.clone(), f.name());
-        eventually("the Job freeze in force", TIMEOUT, || async {
-            let probe: Job = serde_json::from_value(job_json("freeze-probe", json!({}))).unwrap();
-            match jobs.create(&PostParams::default(), &probe).await {
-                Err(kube::Error::Api(s)) if s.message.contains("frozen") => Some(()),
-                Ok(_) => {
-                    let _ = jobs.delete("freeze-probe", &DeleteParams::background()).await;
-                    None
-                }
-                Err(_) => None,
-            }
-        })
-        .await;
-        JobFreeze { name }
-    }
-
-    async fn lift(self, f: &Fixture) {
-        let _ = Api::<ValidatingAdmissionPolicyBinding>::all(f.client.clone())
-            .delete(&self.name, &DeleteParams::default())
-            .await;
-        let _ = Api::<ValidatingAdmissionPolicy>::all(f.client.clone())
-            .delete(&self.name, &DeleteParams::default())
-            .await;
-    }
-}
-
-fn job_json(name: &str, annotations: Value) -> Value {
-    json!({
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never",
-            "containers": [{"name": "app", "image": "busybox",
-                "envFrom": [{"configMapRef": {"name": "job-config"}}]}]}}}
-    })
-}
 
 fn auto() -> Value {
     json!({"reloader.stakater.com/auto": "true"})

@@ -16,6 +16,7 @@ mod binary;
 mod churn;
 mod csi;
 mod docs;
+mod durability;
 mod dynamic_kinds;
 mod examples;
 mod gitops;

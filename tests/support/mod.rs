@@ -7,6 +7,7 @@
 //! when that pipe closes. Who may share it at the same time: [`sharing`].
 #![allow(dead_code)] // the soak test uses a part of the harness
 
+pub mod admission;
 pub mod control_plane;
 pub mod faults;
 pub mod fixture;

@@ -28,7 +28,7 @@ use crate::decide::policy_plan::{
     ActivePolicy, combined_hash, parse_policy_record, plan_policy, resolve_sources, target_kind,
 };
 use crate::decide::policy_status::{
-    Outcome, Reported, TargetRollout, condition_status, desired_status,
+    Outcome, Reported, TargetRollout, condition_status, desired_status, remembered_from_status,
 };
 use crate::decide::rollout::Pending;
 use crate::index::remembered::{PolicyMemory, Remembered};
@@ -232,10 +232,18 @@ impl Policies {
             p.spec.clone(),
         ));
         let status = p.status.clone().unwrap_or_default();
+        // Turns and halts are decided from the targets' outcomes and rollouts: a replica that
+        // sees the policy first (a restart) takes them from the status, and a standby keeps
+        // following the leader's; the leader's own memory is ahead of what it has written.
+        let first_sight = self.policies.read().get(&ns).is_none_or(|m| !m.contains_key(&key.1));
+        let follows_written = first_sight || !*self.leadership.borrow();
         // The larger of ours and the stored one: a standby follows the leader's count.
         self.memory.lock().update(&key, |m| {
             m.reload_count = m.reload_count.max(status.reload_count);
             m.throttled_count = m.throttled_count.max(status.throttled_count);
+            if follows_written {
+                (m.outcomes, m.rollouts) = remembered_from_status(&status);
+            }
             m.observed = status;
         });
         let changed = {
@@ -501,7 +509,7 @@ impl Policies {
                         .policy_reloads
                         .with_label_values(&[&part.key.0, &part.key.1])
                         .inc();
-                    self.memory.lock().update(&part.key, |m| m.reload_count += 1);
+                    self.memory.lock().update(&part.key, |m| m.count_reload());
                     let note = format!(
                         "Reloaded {} for {}",
                         part.target,
@@ -519,26 +527,11 @@ impl Policies {
                     }
                 }
                 _ => {
-                    // Keep the last reload's time and hash when nothing changed.
+                    // Nothing to change: the target is at the current content (its hash), and
+                    // keeps the time of its last reload.
+                    // A target reloaded before keeps that result; "UpToDate" means never needed
+                    // one. After a restart the memory holds what the status says (`apply`).
                     let previous = self.outcome(&part.key, &target);
-                    // A target reloaded before keeps that result; "UpToDate" means never needed one.
-                    // After a restart the memory is empty: fall back to the written status.
-                    let previous = previous.or_else(|| {
-                        let memory = self.memory.lock();
-                        let t = memory.get(&part.key)?.observed.targets.iter().find(|t| {
-                            t.name == part.target.name && target_kind(t.kind) == part.target.kind
-                        })?;
-                        Some(Outcome {
-                            result: if t.result.as_deref() == Some("Reloaded") {
-                                "Reloaded"
-                            } else {
-                                "UpToDate"
-                            },
-                            message: None,
-                            time: t.last_reload_time.as_ref().map(|x| x.0.as_second()),
-                            hash: t.last_reload_hash.clone(),
-                        })
-                    });
                     let result = match previous.as_ref().map(|o| o.result) {
                         Some("Reloaded") => "Reloaded",
                         _ => "UpToDate",
@@ -547,7 +540,7 @@ impl Policies {
                         result,
                         message: None,
                         time: previous.as_ref().and_then(|o| o.time),
-                        hash: previous.and_then(|o| o.hash).or(Some(part.combined.clone())),
+                        hash: Some(part.combined.clone()),
                     }
                 }
             };

@@ -80,6 +80,11 @@ impl Reconciler {
             return Next::Idle;
         }
         if self.writer.has_pending_job(key) {
+            if !*self.leadership.borrow() {
+                // The next leader creates it, from its record.
+                self.writer.forget_pending_job(key);
+                return Next::Idle;
+            }
             // A Job deleted for a reload and not yet created again comes first.
             return match self.retry_pending_job(key).await {
                 Ok(()) => Next::Idle,
@@ -219,6 +224,13 @@ impl Reconciler {
                     if rolls && let Some(wait) = self.policies.turn(&parts, &entry.info, true) {
                         self.policies.report_waiting(&parts, &wait);
                         return Next::Held(rollout::TURN_RECHECK);
+                    }
+                    if rolls && let Err(e) = self.policies.persist_turn(&parts).await {
+                        // A turn that is not in the cluster is not taken: a restart would
+                        // forget it and let another target roll beside this one.
+                        self.policies.release_turn(&parts, key);
+                        warn!(workload = %key, error = %e, "cannot record the turn in the policy status; will retry");
+                        return Next::Retry(self.next_retry(key));
                     }
                 }
             }

@@ -22,6 +22,39 @@ impl Reconciler {
         self.take_answer(key, None, answer).await
     }
 
+    /// Jobs deleted for a reload that a restart or the previous leader left to create again
+    /// are read from their records and queued; a failed read is tried again with backoff
+    /// while this replica leads.
+    pub(super) async fn resume_pending_jobs(&self) {
+        let mut attempt = 0u32;
+        loop {
+            match self.writer.load_pending_jobs().await {
+                Ok(keys) => {
+                    let scope = &self.config.namespaces;
+                    for key in keys {
+                        // Records of Jobs out of this operator's scope are another's (several
+                        // operators may share a namespace for their records).
+                        if scope.is_empty() || scope.contains(&key.namespace) {
+                            self.feed.queue.add(key, Duration::ZERO);
+                        } else {
+                            self.writer.forget_pending_job(&key);
+                        }
+                    }
+                    return;
+                }
+                Err(e) => {
+                    attempt = attempt.saturating_add(1);
+                    let retry = crate::decide::rollout::retry_delay(attempt);
+                    warn!(error = %e, ?retry, "cannot read the records of Jobs deleted for a reload; will retry");
+                    tokio::time::sleep(retry).await;
+                    if !*self.leadership.borrow() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
     /// The store takes what the API server answered; a Job that could not be created again is
     /// reported (a Warning Event on the first failure of the episode).
     async fn take_answer(
@@ -39,6 +72,11 @@ impl Reconciler {
                 if let Some(info) = job.info(key.kind, &self.config.keys) {
                     self.feed.store_workload(info);
                 }
+            }
+            Ok(Answer::JobNameTaken(after)) => {
+                // The worker goes on to other keys; this one comes back (kube/write.rs).
+                debug!(workload = %key, ?after, "the deleted Job's name is still taken; looking again later");
+                self.feed.queue.schedule(key.clone(), after);
             }
             Err(ExecError::JobPending { error, first }) => {
                 self.metrics.reconcile_failed("job_recreate");

@@ -31,7 +31,7 @@ impl Policies {
             let message = format!("rollout held back: {why}; the latest state is applied then");
             self.hold_target(part, "Throttled", message);
             if first {
-                self.memory.lock().update(&part.key, |m| m.throttled_count += 1);
+                self.memory.lock().update(&part.key, |m| m.count_throttled());
                 let note = format!(
                     "Rollout of {} held back: {why}; the latest state is applied then",
                     part.target

@@ -1,7 +1,9 @@
 //! Whose turn it is in a policy's staged rollout (`spec.rollout`): the policy's targets as the
 //! rules of `decide::staging` read them, a turn taken under the policies' memory lock (so two
 //! workers never both take the last slot), released when its write does not happen, and the
-//! targets looked at again when one of them finishes.
+//! targets looked at again when one of them finishes. A turn taken is in the policy's status
+//! before its target rolls, and `Policies::apply` reads the status back after a restart: the
+//! cluster holds turns and halts, memory only what is ahead of the last write.
 
 use super::*;
 use crate::decide::staging::{self, TargetTurn, Wait};
@@ -87,6 +89,19 @@ impl Policies {
             }
         }
         None
+    }
+
+    /// A turn just taken is written to the staged policies' status before the target rolls:
+    /// a restart or a new leader then still counts it as rolling (`maxConcurrent`) and follows
+    /// its rollout, whose failure halts the others. An error leaves the turn to be released.
+    pub(in crate::runtime::engine) async fn persist_turn(
+        &self,
+        parts: &[PolicyPart],
+    ) -> kube::Result<()> {
+        for (_, part) in self.staged(parts) {
+            self.write_status(&part.key).await?;
+        }
+        Ok(())
     }
 
     /// A turn taken for a write that did not happen, or for a rollout that is not followed (a

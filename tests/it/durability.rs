@@ -1,0 +1,287 @@
+//! The fault matrix of "nothing lost": what the operator decides that must outlive it is in the
+//! cluster, so a restart (a rollout, an OOM kill) or a new leader in the middle of it carries on
+//! where the old process stopped. Each test is one scenario, on the control plane with kwok's
+//! nodes where pods must run:
+//!
+//! - a staged policy halted by a failed target stays halted across a restart, and the targets
+//!   not yet rolled keep their version (`maxConcurrent: 1` holds);
+//! - a Job deleted for a reload whose creation is refused survives a SIGKILL of the operator:
+//!   the next one creates it once creation is allowed again;
+//! - Jobs held by a tenant's finalizers wait in the queue, not in a worker: another namespace's
+//!   Deployment reloads as promptly as usual, every time.
+
+use crate::support;
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use support::admission::{JobFreeze, job_json};
+use support::fixture::{Fixture, TIMEOUT, env_from_cm, sha1_hex, workload_json};
+use support::policies::{condition, create_policy, status_where};
+use support::{Operator, announce, eventually, install_policy_crd};
+
+fn env_hash(d: &Deployment, var: &str) -> Option<String> {
+    d.spec.template.spec.as_ref()?.containers[0]
+        .env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == var)?
+        .value
+        .clone()
+}
+
+/// A Deployment of one pod that never becomes ready with `bad` in its template, and gives up
+/// after 4 s (ProgressDeadlineExceeded).
+fn fragile_deployment(name: &str, bad: &str) -> Value {
+    let mut d = workload_json("Deployment", name, json!({}), env_from_cm("settings"));
+    d["metadata"]["labels"] = json!({"stack": "fragile"});
+    d["spec"]["progressDeadlineSeconds"] = json!(4);
+    d["spec"]["template"]["metadata"]["annotations"] =
+        json!({"testenv.reloader.rs/unready-if-contains": bad});
+    d
+}
+
+#[tokio::test]
+async fn a_halt_and_max_concurrent_survive_an_operator_restart() {
+    if !support::env().local {
+        announce("durability: skipped on RELOADER_TEST_KUBECONFIG's cluster (needs kwok nodes)");
+        return;
+    }
+    let f = Fixture::new("durable-halt").await;
+    install_policy_crd(&f.client).await;
+    let op = f.operator(&[]);
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let bad = sha1_hex(b"mode=bad");
+    let names = ["a", "b", "c"];
+    for name in names {
+        f.create::<Deployment>(fragile_deployment(name, &bad)).await;
+    }
+    let api: Api<Deployment> = Api::namespaced(f.client.clone(), f.name());
+    create_policy(
+        &f,
+        "careful",
+        json!({
+            "sources": [{"kind": "ConfigMap", "name": "settings"}],
+            "targets": [{"kind": "Deployment", "selector": {"matchLabels": {"stack": "fragile"}}}],
+            "hashMode": "SHA1",
+            "minRolloutInterval": "0s",
+            "rollout": {"maxConcurrent": 1, "haltOnFailure": true}
+        }),
+    )
+    .await;
+    status_where(&f, "careful", "Ready", |s| condition(s, "Ready") == Some(("True", "Ready")))
+        .await;
+
+    // Every target fails at this content; whichever rolls first halts the others.
+    f.patch_configmap("settings", json!({"data": {"mode": "bad"}})).await;
+    let s = status_where(&f, "careful", "Halted", |s| {
+        condition(s, "Halted").map(|c| c.0) == Some("True")
+    })
+    .await;
+    let rolled = |list: &[Deployment]| {
+        list.iter()
+            .filter(|d| env_hash(d, "STAKATER_SETTINGS_CONFIGMAP").as_deref() == Some(&bad))
+            .count()
+    };
+    let list = api.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(rolled(&list), 1, "one target rolled before the halt: {:?}", s.targets);
+    let failed: Vec<&str> = s
+        .targets
+        .iter()
+        .filter(|t| t.rollout.as_deref() == Some("Failed"))
+        .map(|t| t.name.as_str())
+        .collect();
+    assert_eq!(failed.len(), 1, "{:?}", s.targets);
+
+    // The operator goes away (as in an OOM kill) and a new one starts.
+    drop(op);
+    let _op = f.operator(&[]);
+    // Longer than a start, a first pass over every target and several status writes.
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        let list = api.list(&ListParams::default()).await.unwrap().items;
+        assert_eq!(rolled(&list), 1, "a target rolled after the restart while halted");
+        let s = support::policies::policies(&f).get("careful").await.unwrap().status.unwrap();
+        assert_eq!(
+            condition(&s, "Halted").map(|c| c.0),
+            Some("True"),
+            "the halt was forgotten: {:?}",
+            s.conditions
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+
+    // A new value of `resume` lifts the halt: the next target takes its turn (and fails too,
+    // which halts the policy again: the failure's `resume` is the new one).
+    support::policies::policies(&f)
+        .patch(
+            "careful",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"rollout": {"resume": "after-restart"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("a second target to take its turn", TIMEOUT, || async {
+        let list = api.list(&ListParams::default()).await.ok()?.items;
+        (rolled(&list) == 2).then_some(())
+    })
+    .await;
+    let s = status_where(&f, "careful", "halted again by another target", |s| {
+        s.targets.iter().filter(|t| t.rollout.as_deref() == Some("Failed")).count() == 2
+            && condition(s, "Halted").map(|c| c.0) == Some("True")
+    })
+    .await;
+    assert!(
+        s.targets.iter().any(|t| t.failed_at_resume.as_deref() == Some("after-restart")),
+        "{:?}",
+        s.targets
+    );
+    let list = api.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(rolled(&list), 2, "only one target took the turn the resume gave");
+}
+
+#[tokio::test]
+async fn a_job_deleted_for_a_reload_is_created_after_a_kill_once_creation_is_allowed() {
+    let f = Fixture::new("durable-job").await;
+    let mut op = f.operator(&[]);
+    f.configmap("job-config", json!({"a": "1"})).await;
+    let created: Job =
+        f.create(job_json("migrate", json!({"reloader.stakater.com/auto": "true"}))).await;
+    let jobs: Api<Job> = Api::namespaced(f.client.clone(), f.name());
+    eventually("the Job baseline", TIMEOUT, || async {
+        let j = jobs.get("migrate").await.ok()?;
+        j.annotations().contains_key("reloader.rs/source-hashes").then_some(())
+    })
+    .await;
+    let freeze = JobFreeze::install(&f).await;
+    f.patch_configmap("job-config", json!({"data": {"a": "2"}})).await;
+    // Deleted for the reload, and its creation refused.
+    f.wait_events("Job", "migrate", "ReloadFail").await;
+    eventually("the old Job gone", TIMEOUT, || async {
+        match jobs.get_opt("migrate").await.ok()? {
+            None => Some(()),
+            Some(j) if j.uid() != created.uid() => panic!("created despite the freeze"),
+            Some(_) => None,
+        }
+    })
+    .await;
+    // Killed while the Job exists nowhere but in its record.
+    op.kill();
+    drop(op);
+    let _op = f.operator(&[]);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(jobs.get_opt("migrate").await.unwrap().is_none(), "created despite the freeze");
+    freeze.lift(&f).await;
+    let new = eventually("the Job created again by the new operator", TIMEOUT, || async {
+        jobs.get_opt("migrate").await.ok()?
+    })
+    .await;
+    assert_ne!(new.uid(), created.uid());
+    let env = new.spec.unwrap().template.spec.unwrap().containers[0].env.clone().unwrap();
+    assert_eq!(env[0].value.as_deref(), Some(sha1_hex(b"a=2").as_str()));
+    // Its record is gone once it is created (a harness operator's namespace is `default`).
+    let records: Api<ConfigMap> = Api::namespaced(f.client.clone(), "default");
+    eventually("the pending-Job record removed", TIMEOUT, || async {
+        let list = records
+            .list(&ListParams::default().labels("reloader.rs/pending-job=true"))
+            .await
+            .ok()?;
+        let mine = list.items.iter().any(|cm| {
+            cm.data.as_ref().and_then(|d| d.get("job")).is_some_and(|j| j.contains(f.name()))
+        });
+        (!mine).then_some(())
+    })
+    .await;
+}
+
+/// How long the Deployment `web` in `f` takes to carry the hash of `a=<n>` after the change.
+async fn reload_time(f: &Fixture, n: usize) -> Duration {
+    f.patch_configmap("app-config", json!({"data": {"a": n.to_string()}})).await;
+    let started = Instant::now();
+    let want = sha1_hex(format!("a={n}").as_bytes());
+    eventually("the Deployment next door reloaded", TIMEOUT, || async {
+        let d = f.deployment_now("web").await;
+        (env_hash(&d, "STAKATER_APP_CONFIG_CONFIGMAP").as_deref() == Some(&want)).then_some(())
+    })
+    .await;
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn jobs_held_by_finalizers_do_not_slow_another_namespace() {
+    let held = Fixture::new("durable-held").await;
+    let calm = Fixture::new("durable-calm").await;
+    let scope = format!("{},{}", held.name(), calm.name());
+    let _op = Operator::start(&[
+        "--namespaces",
+        &scope,
+        "--debounce",
+        "200ms",
+        "--min-rollout-interval",
+        "0s",
+    ]);
+    held.configmap("job-config", json!({"a": "1"})).await;
+    let jobs: Api<Job> = Api::namespaced(held.client.clone(), held.name());
+    let names: Vec<String> = (0..10).map(|i| format!("held-{i}")).collect();
+    for name in &names {
+        let mut job = job_json(name, json!({"reloader.stakater.com/auto": "true"}));
+        job["metadata"]["finalizers"] = json!(["example.com/hold"]);
+        held.create::<Job>(job).await;
+    }
+    calm.configmap("app-config", json!({"a": "1"})).await;
+    calm.deployment(
+        "web",
+        json!({"reloader.stakater.com/auto": "true"}),
+        env_from_cm("app-config"),
+    )
+    .await;
+    calm.wait_baseline("web").await;
+    for name in &names {
+        eventually("the Job baseline", TIMEOUT, || async {
+            let j = jobs.get(name).await.ok()?;
+            j.annotations().contains_key("reloader.rs/source-hashes").then_some(())
+        })
+        .await;
+    }
+    // Every held Job is deleted for a reload and stays terminating.
+    held.patch_configmap("job-config", json!({"data": {"a": "2"}})).await;
+    eventually("all ten Jobs terminating", TIMEOUT, || async {
+        let list = jobs.list(&ListParams::default()).await.ok()?.items;
+        (list.iter().filter(|j| j.metadata.deletion_timestamp.is_some()).count() == 10)
+            .then_some(())
+    })
+    .await;
+    let mut times = Vec::new();
+    for n in 2..=4 {
+        times.push(reload_time(&calm, n).await);
+    }
+    announce(&format!("durability: reloads next to ten finalizer-held Jobs took {times:?}"));
+    for t in &times {
+        assert!(*t <= Duration::from_secs(3), "a reload next door took {t:?}: {times:?}");
+    }
+    // Once the finalizers go, every Job comes back with the new content.
+    for name in &names {
+        jobs.patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    }
+    let want = sha1_hex(b"a=2");
+    for name in &names {
+        eventually(&format!("{name} created again"), TIMEOUT, || async {
+            let j = jobs.get_opt(name).await.ok()??;
+            let env = j.spec?.template.spec?.containers[0].env.clone()?;
+            (j.metadata.deletion_timestamp.is_none() && env[0].value.as_deref() == Some(&want))
+                .then_some(())
+        })
+        .await;
+    }
+}
