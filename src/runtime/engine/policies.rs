@@ -586,6 +586,11 @@ impl Policies {
     }
 
     async fn write_status(&self, key: &PolicyKey) -> kube::Result<()> {
+        // Before the caches are synced, sources and targets not listed yet would read as
+        // missing (a restart would flap Ready and lift halts); every status is queued at sync.
+        if !self.synced.load(Ordering::SeqCst) {
+            return Ok(());
+        }
         let Some(policy) = self.policies.read().get(&key.0).and_then(|m| m.get(&key.1).cloned())
         else {
             return Ok(());

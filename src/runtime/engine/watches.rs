@@ -140,6 +140,8 @@ impl Engine {
             for key in keys {
                 self.feed.queue.add(key, Duration::ZERO);
             }
+            // Policy statuses wait for the caches (see `Policies::write_status`).
+            self.policies.enqueue_all();
             // Kinds that may not be watched get the same first look, by listing them once.
             self.scanner.scan_everything();
             let _ = self.ready.send(self.rights.readiness_after_sync());
