@@ -3,8 +3,9 @@
 //! where the old process stopped. Each test is one scenario, on the control plane with kwok's
 //! nodes where pods must run:
 //!
-//! - a staged policy halted by a failed target stays halted across a restart, and the targets
-//!   not yet rolled keep their version (`maxConcurrent: 1` holds);
+//! - a staged policy halted by a failed target stays halted across a restart and a leader
+//!   change, and the targets not yet rolled keep their version (`maxConcurrent: 1` holds); a new
+//!   `resume` value still lifts it;
 //! - a Job deleted for a reload whose creation is refused survives a SIGKILL of the operator:
 //!   the next one creates it once creation is allowed again;
 //! - Jobs held by a tenant's finalizers wait in the queue, not in a worker: another namespace's
@@ -46,24 +47,24 @@ fn fragile_deployment(name: &str, bad: &str) -> Value {
     d
 }
 
-#[tokio::test]
-async fn a_halt_and_max_concurrent_survive_an_operator_restart() {
-    if !support::env().local {
-        announce("durability: skipped on RELOADER_TEST_KUBECONFIG's cluster (needs kwok nodes)");
-        return;
-    }
-    let f = Fixture::new("durable-halt").await;
-    install_policy_crd(&f.client).await;
-    let op = f.operator(&[]);
+/// Targets of the fragile policy carrying `bad`.
+fn rolled(list: &[Deployment], bad: &str) -> usize {
+    list.iter()
+        .filter(|d| env_hash(d, "STAKATER_SETTINGS_CONFIGMAP").as_deref() == Some(bad))
+        .count()
+}
+
+/// Three fragile Deployments under a policy with `maxConcurrent: 1` and `haltOnFailure`, its
+/// source changed to a content every target fails at: returns once the policy is halted, one
+/// target having rolled. Returns that content's hash.
+async fn halted_policy(f: &Fixture) -> String {
     f.configmap("settings", json!({"mode": "one"})).await;
     let bad = sha1_hex(b"mode=bad");
-    let names = ["a", "b", "c"];
-    for name in names {
+    for name in ["a", "b", "c"] {
         f.create::<Deployment>(fragile_deployment(name, &bad)).await;
     }
-    let api: Api<Deployment> = Api::namespaced(f.client.clone(), f.name());
     create_policy(
-        &f,
+        f,
         "careful",
         json!({
             "sources": [{"kind": "ConfigMap", "name": "settings"}],
@@ -74,39 +75,29 @@ async fn a_halt_and_max_concurrent_survive_an_operator_restart() {
         }),
     )
     .await;
-    status_where(&f, "careful", "Ready", |s| condition(s, "Ready") == Some(("True", "Ready")))
-        .await;
-
+    status_where(f, "careful", "Ready", |s| condition(s, "Ready") == Some(("True", "Ready"))).await;
     // Every target fails at this content; whichever rolls first halts the others.
     f.patch_configmap("settings", json!({"data": {"mode": "bad"}})).await;
-    let s = status_where(&f, "careful", "Halted", |s| {
+    let s = status_where(f, "careful", "Halted", |s| {
         condition(s, "Halted").map(|c| c.0) == Some("True")
     })
     .await;
-    let rolled = |list: &[Deployment]| {
-        list.iter()
-            .filter(|d| env_hash(d, "STAKATER_SETTINGS_CONFIGMAP").as_deref() == Some(&bad))
-            .count()
-    };
+    let api: Api<Deployment> = Api::namespaced(f.client.clone(), f.name());
     let list = api.list(&ListParams::default()).await.unwrap().items;
-    assert_eq!(rolled(&list), 1, "one target rolled before the halt: {:?}", s.targets);
-    let failed: Vec<&str> = s
-        .targets
-        .iter()
-        .filter(|t| t.rollout.as_deref() == Some("Failed"))
-        .map(|t| t.name.as_str())
-        .collect();
-    assert_eq!(failed.len(), 1, "{:?}", s.targets);
+    assert_eq!(rolled(&list, &bad), 1, "one target rolled before the halt: {:?}", s.targets);
+    let failed = s.targets.iter().filter(|t| t.rollout.as_deref() == Some("Failed")).count();
+    assert_eq!(failed, 1, "{:?}", s.targets);
+    bad
+}
 
-    // The operator goes away (as in an OOM kill) and a new one starts.
-    drop(op);
-    let _op = f.operator(&[]);
-    // Longer than a start, a first pass over every target and several status writes.
-    let until = Instant::now() + Duration::from_secs(10);
+/// For `seconds`: still one target rolled, and the policy still `Halted`.
+async fn assert_halt_holds(f: &Fixture, bad: &str, seconds: u64) {
+    let api: Api<Deployment> = Api::namespaced(f.client.clone(), f.name());
+    let until = Instant::now() + Duration::from_secs(seconds);
     while Instant::now() < until {
         let list = api.list(&ListParams::default()).await.unwrap().items;
-        assert_eq!(rolled(&list), 1, "a target rolled after the restart while halted");
-        let s = support::policies::policies(&f).get("careful").await.unwrap().status.unwrap();
+        assert_eq!(rolled(&list, bad), 1, "a target rolled while the policy was halted");
+        let s = support::policies::policies(f).get("careful").await.unwrap().status.unwrap();
         assert_eq!(
             condition(&s, "Halted").map(|c| c.0),
             Some("True"),
@@ -115,6 +106,23 @@ async fn a_halt_and_max_concurrent_survive_an_operator_restart() {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+}
+
+#[tokio::test]
+async fn a_halt_and_max_concurrent_survive_an_operator_restart() {
+    if !support::env().local {
+        announce("durability: skipped on RELOADER_TEST_KUBECONFIG's cluster (needs kwok nodes)");
+        return;
+    }
+    let f = Fixture::new("durable-halt").await;
+    install_policy_crd(&f.client).await;
+    let op = f.operator(&[]);
+    let bad = halted_policy(&f).await;
+    // The operator goes away (as in an OOM kill) and a new one starts; for longer than a start,
+    // a first pass over every target and several status writes, nothing rolls.
+    drop(op);
+    let _op = f.operator(&[]);
+    assert_halt_holds(&f, &bad, 10).await;
 
     // A new value of `resume` lifts the halt: the next target takes its turn (and fails too,
     // which halts the policy again: the failure's `resume` is the new one).
@@ -126,9 +134,10 @@ async fn a_halt_and_max_concurrent_survive_an_operator_restart() {
         )
         .await
         .unwrap();
+    let api: Api<Deployment> = Api::namespaced(f.client.clone(), f.name());
     eventually("a second target to take its turn", TIMEOUT, || async {
         let list = api.list(&ListParams::default()).await.ok()?.items;
-        (rolled(&list) == 2).then_some(())
+        (rolled(&list, &bad) == 2).then_some(())
     })
     .await;
     let s = status_where(&f, "careful", "halted again by another target", |s| {
@@ -142,7 +151,58 @@ async fn a_halt_and_max_concurrent_survive_an_operator_restart() {
         s.targets
     );
     let list = api.list(&ListParams::default()).await.unwrap().items;
-    assert_eq!(rolled(&list), 2, "only one target took the turn the resume gave");
+    assert_eq!(rolled(&list, &bad), 2, "only one target took the turn the resume gave");
+}
+
+/// A replica with `--enable-ha` on a short Lease in the test namespace.
+fn replica(f: &Fixture, identity: &str) -> Operator {
+    Operator::start_with_env(
+        &[
+            "--namespaces",
+            f.name(),
+            "--debounce",
+            "200ms",
+            "--min-rollout-interval",
+            "0s",
+            "--enable-ha",
+            "--ha-lease-name",
+            "durable-ha",
+            "--ha-lease-duration",
+            "4s",
+            "--ha-renew-deadline",
+            "2s",
+        ],
+        &[("POD_NAME", identity), ("POD_NAMESPACE", f.name())],
+    )
+}
+
+#[tokio::test]
+async fn a_halt_survives_a_leader_change() {
+    if !support::env().local {
+        return;
+    }
+    let f = Fixture::new("durable-ha").await;
+    install_policy_crd(&f.client).await;
+    let mut leader = replica(&f, "replica-a");
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(f.client.clone(), f.name());
+    let holder = || async {
+        let lease = leases.get_opt("durable-ha").await.ok()??;
+        lease.spec?.holder_identity
+    };
+    eventually("replica-a leads", TIMEOUT, || async {
+        (holder().await.as_deref() == Some("replica-a")).then_some(())
+    })
+    .await;
+    let _standby = replica(&f, "replica-b");
+    let bad = halted_policy(&f).await;
+    // The leader dies; the standby, which followed the status the leader wrote, takes over.
+    leader.kill();
+    eventually("replica-b leads", TIMEOUT, || async {
+        (holder().await.as_deref() == Some("replica-b")).then_some(())
+    })
+    .await;
+    assert_halt_holds(&f, &bad, 8).await;
 }
 
 #[tokio::test]
