@@ -138,6 +138,17 @@ pub fn step(
     }
 }
 
+/// Whether the rollout `progress` describes, found under way at start, is one a reload of this
+/// operator started: the workload's generation is still the one the reload wrote down with it
+/// (`rolled_generation`). Such a rollout is followed on. One found failed already is not: the
+/// process before most likely reported it, and reporting it again on every restart would not
+/// be news.
+pub fn resumable(rolled_generation: Option<i64>, progress: &RolloutProgress) -> bool {
+    progress.generation > 0
+        && rolled_generation == Some(progress.generation)
+        && matches!(verdict(progress), Some(Verdict::Progressing(_)))
+}
+
 /// Time since the reload was written (zero if the clock went backwards).
 pub fn elapsed(following: &Following, now_ms: i64) -> Duration {
     Duration::from_millis(now_ms.saturating_sub(following.started_ms).max(0) as u64)
@@ -248,6 +259,31 @@ mod tests {
             Some(Verdict::Failed { reason: "Degraded".into(), message: "why".into() })
         );
         assert_eq!(verdict(&RolloutProgress::default()), None);
+    }
+
+    #[test]
+    fn only_a_reload_still_under_way_is_followed_on_after_a_restart() {
+        let mut rolling = pods(2, 2, 1, 1);
+        rolling.generation = 7;
+        rolling.observed_generation = 7;
+        assert!(matches!(verdict(&rolling), Some(Verdict::Progressing(_))));
+        assert!(resumable(Some(7), &rolling));
+        // Someone changed the spec since the reload: not the reload's rollout.
+        assert!(!resumable(Some(6), &rolling));
+        assert!(!resumable(None, &rolling));
+        // Done, or failed already.
+        let mut done = pods(1, 1, 1, 1);
+        done.generation = 7;
+        done.observed_generation = 7;
+        assert!(!resumable(Some(7), &done));
+        let mut failed = rolling.clone();
+        if let Counts::Pods { deadline_exceeded, .. } = &mut failed.counts {
+            *deadline_exceeded = Some("timed out".into());
+        }
+        assert!(!resumable(Some(7), &failed));
+        // Nothing to follow.
+        let cronjob = RolloutProgress { generation: 7, ..RolloutProgress::default() };
+        assert!(!resumable(Some(7), &cronjob));
     }
 
     #[test]

@@ -10,7 +10,9 @@ use k8s_openapi::api::core::v1::{EnvVar, PodTemplateSpec};
 use serde_json::{Map, Value, json};
 
 use crate::decide::plan::{Plan, TemplateWrite};
-use crate::model::workload::{RECORD_ANNOTATION, WorkloadInfo, WorkloadKind, format_record};
+use crate::model::workload::{
+    RECORD_ANNOTATION, ROLLED_GENERATION_ANNOTATION, WorkloadInfo, WorkloadKind, format_record,
+};
 
 /// The field manager of every workload write (the other program's, on purpose).
 pub const WORKLOAD_FIELD_MANAGER: &str = "Reloader";
@@ -142,6 +144,13 @@ pub fn workload_patch(info: &WorkloadInfo, plan: &Plan, paused_at_key: &str) -> 
         metadata.insert("resourceVersion".into(), json!(rv));
     }
     let mut annotations = record_annotations(plan);
+    // The patch carries the resourceVersion it was planned from, so a template write gives
+    // exactly the next generation: written down, a restart knows the rollout is the reload's.
+    if plan.template.is_some()
+        && let Some(next) = info.progress.generation.checked_add(1).filter(|g| *g > 1)
+    {
+        annotations.insert(ROLLED_GENERATION_ANNOTATION.into(), json!(next.to_string()));
+    }
     if let Some(pause) = &plan.pause {
         // null removes the key in a merge patch.
         annotations.insert(paused_at_key.into(), json!(pause.paused_at));

@@ -21,6 +21,11 @@ pub const RECORD_ANNOTATION: &str = "reloader.rs/source-hashes";
 /// hash (of the selected keys) the workload was last brought up to date with.
 pub const POLICY_RECORD_ANNOTATION: &str = "reloader.rs/policy-hashes";
 
+/// The workload-metadata annotation a reload writes with its pod template: the generation that
+/// write gives the workload. While `metadata.generation` still equals it, the rollout under way
+/// is the reload's, so an operator that restarts in the middle follows it on.
+pub const ROLLED_GENERATION_ANNOTATION: &str = "reloader.rs/rolled-generation";
+
 /// Reload windows of a workload in annotation mode: a JSON list of windows as a ReloadPolicy's
 /// `spec.windows` (see `decide::window`).
 pub const WINDOWS_ANNOTATION: &str = "reloader.rs/reload-windows";
@@ -183,6 +188,7 @@ impl WorkloadInfo {
         let mut wanted = keys.workload_keys();
         wanted.push(RECORD_ANNOTATION);
         wanted.push(POLICY_RECORD_ANNOTATION);
+        wanted.push(ROLLED_GENERATION_ANNOTATION);
         wanted.push(WINDOWS_ANNOTATION);
         wanted.push(IGNORE_WINDOWS_ANNOTATION);
         wanted.push(RESTARTED_AT_ANNOTATION);
@@ -221,6 +227,12 @@ impl WorkloadInfo {
             references_left_out,
             progress: Default::default(),
         }
+    }
+
+    /// The generation the operator's last reload gave the workload (see
+    /// [`ROLLED_GENERATION_ANNOTATION`]); `None` when absent or not a number.
+    pub fn rolled_generation(&self) -> Option<i64> {
+        self.metadata_annotations.get(ROLLED_GENERATION_ANNOTATION)?.trim().parse().ok()
     }
 
     /// The operator's record: source → hash the workload was last synced to.

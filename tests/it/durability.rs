@@ -345,3 +345,39 @@ async fn jobs_held_by_finalizers_do_not_slow_another_namespace() {
         .await;
     }
 }
+
+#[tokio::test]
+async fn a_reload_rollout_under_way_at_a_restart_is_followed_on() {
+    if !support::env().local {
+        return;
+    }
+    let f = Fixture::new("durable-follow").await;
+    let op = f.operator(&[]);
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let bad = sha1_hex(b"mode=bad");
+    let mut d = fragile_deployment("api", &bad);
+    d["metadata"]["annotations"] = json!({"reloader.stakater.com/auto": "true"});
+    d["spec"]["progressDeadlineSeconds"] = json!(8);
+    f.create::<Deployment>(d).await;
+    f.wait_baseline("api").await;
+    f.patch_configmap("settings", json!({"data": {"mode": "bad"}})).await;
+    let api: Api<Deployment> = Api::namespaced(f.client.clone(), f.name());
+    let reloaded = eventually("the reload written", TIMEOUT, || async {
+        let d = api.get("api").await.ok()?;
+        (env_hash(&d, "STAKATER_SETTINGS_CONFIGMAP").as_deref() == Some(&bad)).then_some(d)
+    })
+    .await;
+    // The reload wrote down the generation it gave the workload.
+    assert_eq!(
+        reloaded.annotations().get("reloader.rs/rolled-generation").map(String::as_str),
+        reloaded.metadata.generation.map(|g| g.to_string()).as_deref()
+    );
+    // Gone before the rollout could fail; the next operator reports how it ends.
+    drop(op);
+    let op = f.operator(&[]);
+    let notes = f.wait_events("Deployment", "api", "RolloutFailed").await;
+    assert!(notes.iter().any(|n| n.contains("ProgressDeadlineExceeded")), "{notes:?}");
+    assert!(
+        !op.lines_with("following on the rollout of a reload written before this start").is_empty()
+    );
+}

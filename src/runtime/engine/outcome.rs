@@ -4,6 +4,8 @@
 //! rollout came to, then reports it: `reloader_rollouts_total` and
 //! `reloader_rollout_duration_seconds`, a log line, a Warning Event and an alert on failure (and
 //! an Event on a recovery), and the `rollout` of the target in every policy that reports on it.
+//! A rollout under way when the operator starts is followed on when the cluster says it is a
+//! reload's: a policy's status, or the generation the reload wrote on the workload.
 
 use super::*;
 use crate::decide::outcome::{self, Following, Step};
@@ -40,8 +42,23 @@ impl Reconciler {
         let following = match remembered {
             Some(f) => f,
             None => {
-                let claimed = self.policies.rollout_claimed(key)?;
-                let failed = claimed == RolloutState::Failed;
+                // Under way at start: a policy's status says so, or (annotation mode too) the
+                // workload's generation is still the one its last reload wrote down.
+                let failed = match self.policies.rollout_claimed(key) {
+                    Some(claimed) => claimed == RolloutState::Failed,
+                    None if self
+                        .feed
+                        .remembered
+                        .lock()
+                        .get(key)
+                        .is_some_and(|m| m.startup_pass)
+                        && outcome::resumable(info.rolled_generation(), &info.progress) =>
+                    {
+                        info!(workload = %key, "following on the rollout of a reload written before this start");
+                        false
+                    }
+                    None => return None,
+                };
                 let resumed = Following { started_ms: now, failed, resumed: true };
                 self.feed.remembered.lock().update(key, |m| m.following = Some(resumed.clone()));
                 resumed
