@@ -290,9 +290,9 @@ async fn denied_status_writes_back_off_per_policy_and_others_are_written() {
             .filter(is_denial)
     })
     .await;
+    let op = operator_for(&refused, &calm);
     reloading_workload(&calm).await;
     web_policy(&calm, "web").await;
-    let op = operator_for(&refused, &calm);
     status_where(&calm, "web", "the calm policy's status", |s| condition(s, "Ready").is_some())
         .await;
     let refused_patches =
