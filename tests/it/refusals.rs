@@ -241,6 +241,160 @@ async fn events_denied_in_one_namespace_are_still_written_in_the_others() {
     ));
 }
 
+/// Which API wrote each `Reloaded` Event about `name` in the fixture's namespace:
+/// `events.k8s.io` Events carry an `eventTime`, core ones only the deprecated timestamps.
+async fn reloaded_written_by(f: &Fixture, name: &str) -> Vec<&'static str> {
+    Api::<k8s_openapi::api::events::v1::Event>::namespaced(f.client.clone(), f.name())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Reloaded"))
+        .filter(|e| e.regarding.as_ref().is_some_and(|r| r.name.as_deref() == Some(name)))
+        .map(|e| if e.event_time.is_some() { "events.k8s.io" } else { "core" })
+        .collect()
+}
+
+/// Whether the ServiceAccount `account` of `namespace` may create events.k8s.io Events there,
+/// as the authorizer answers now.
+async fn may_create_events(client: &Client, namespace: &str, account: &str) -> bool {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(format!("system:serviceaccount:{namespace}:{account}")),
+            groups: Some(vec!["system:serviceaccounts".into(), "system:authenticated".into()]),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("events.k8s.io".into()),
+                resource: Some("events".into()),
+                verb: Some("create".into()),
+                namespace: Some(namespace.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap()
+        .status
+        .is_some_and(|s| s.allowed)
+}
+
+#[tokio::test]
+async fn a_right_missing_everywhere_moves_the_writer_down_until_it_is_granted_again() {
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+    let a = Fixture::new("ev-rbac-a").await;
+    let b = Fixture::new("ev-rbac-b").await;
+    // stakater/Reloader's ClusterRole (core Events only), and a second one for events.k8s.io.
+    let account = crate::migration::bind_reloader_rbac(
+        &a,
+        include_str!("../fixtures/stakater-rbac/clusterrole.yaml"),
+    )
+    .await;
+    let extra = format!("{}-events-v1", a.name());
+    let grant = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {extra}}}
+rules: [{{apiGroups: [events.k8s.io], resources: [events], verbs: [create, patch]}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {extra}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {extra}}}
+subjects: [{{kind: ServiceAccount, name: {account}, namespace: {}}}]
+",
+        a.name()
+    );
+    crate::migration::apply_rbac(&a, &grant).await;
+    let bindings: Api<ClusterRoleBinding> = Api::all(a.client.clone());
+    let binding = bindings.get(&extra).await.unwrap();
+    let kubeconfig = crate::migration::token_kubeconfig(&a, &account).await;
+    let (ns_a, ns_b) = (a.name().to_string(), b.name().to_string());
+    eventually("the events.k8s.io grant in force", TIMEOUT, || async {
+        may_create_events(&a.client, &ns_a, &account).await.then_some(())
+    })
+    .await;
+    reloading_workload_unwatched(&a).await;
+    reloading_workload_unwatched(&b).await;
+    let namespaces = format!("{ns_a},{ns_b}");
+    let op = Operator::start_with_env(
+        &["--namespaces", &namespaces, "--debounce", "200ms", "--min-rollout-interval", "0s"],
+        &[("KUBECONFIG", kubeconfig.as_str())],
+    );
+    reload(&a, 1).await;
+    eventually("a's Event through events.k8s.io", TIMEOUT, || async {
+        (reloaded_written_by(&a, "web").await == ["events.k8s.io"]).then_some(())
+    })
+    .await;
+
+    // The grant goes: the review says it is missing in the namespace and cluster-wide, so the
+    // writer moves down to core Events, this Event included.
+    bindings.delete(&extra, &DeleteParams::default()).await.unwrap();
+    eventually("the events.k8s.io grant gone", TIMEOUT, || async {
+        (!may_create_events(&a.client, &ns_a, &account).await).then_some(())
+    })
+    .await;
+    reload(&b, 1).await;
+    eventually("b's Event through core", TIMEOUT, || async {
+        (reloaded_written_by(&b, "web").await == ["core"]).then_some(())
+    })
+    .await;
+    let moved = Instant::now();
+    assert_eq!(
+        op.logs_mentioning("Events is refused in the namespace and cluster-wide").len(),
+        1,
+        "said once"
+    );
+    assert!(
+        op.lines_with("Events refused in this namespace; none are written there until the backoff ends (other namespaces are not affected)").is_empty(),
+        "a missing right is no namespace's refusal"
+    );
+
+    // Granted again: once the writer's backoff is over, the next Event asks and goes through
+    // events.k8s.io again, without a restart.
+    let mut restored = binding.clone();
+    restored.metadata.resource_version = None;
+    restored.metadata.uid = None;
+    bindings.create(&PostParams::default(), &restored).await.unwrap();
+    eventually("the events.k8s.io grant back", TIMEOUT, || async {
+        may_create_events(&a.client, &ns_a, &account).await.then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(6).saturating_sub(moved.elapsed())).await;
+    reload(&b, 2).await;
+    eventually("b's next Event through events.k8s.io", TIMEOUT, || async {
+        let by = reloaded_written_by(&b, "web").await;
+        by.contains(&"events.k8s.io").then_some(())
+    })
+    .await;
+    assert_eq!(
+        op.lines_with(
+            "the right to write events.k8s.io Events is granted again: writing them again"
+        )
+        .len(),
+        1
+    );
+    let _ = bindings.delete(&extra, &DeleteParams::default()).await;
+    let _ = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(a.client.clone())
+        .delete(&extra, &DeleteParams::default())
+        .await;
+}
+
+/// [`reloading_workload`] for an operator that lists Deployments on change (Reloader's RBAC):
+/// no baseline is waited for.
+async fn reloading_workload_unwatched(f: &Fixture) {
+    f.configmap("web-config", json!({"n": "0"})).await;
+    f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("web-config"))
+        .await;
+    f.wait_replicasets("web", 1).await;
+}
+
 /// A policy `name` in `f` whose one source is `web-config` and one target `web`.
 async fn web_policy(f: &Fixture, name: &str) {
     create_policy(
