@@ -496,3 +496,112 @@ async fn denied_status_writes_back_off_per_policy_and_others_are_written() {
         .await;
     }
 }
+
+#[tokio::test]
+async fn status_the_identity_may_not_write_is_not_tried_again_until_a_review_grants_it() {
+    let a = Fixture::new("st-rbac-a").await;
+    let b = Fixture::new("st-rbac-b").await;
+    install_policy_crd(&a.client).await;
+    // stakater/Reloader's ClusterRole, ReloadPolicies readable everywhere, and their status
+    // writable in b only.
+    let account = crate::migration::bind_reloader_rbac(
+        &a,
+        include_str!("../fixtures/stakater-rbac/clusterrole.yaml"),
+    )
+    .await;
+    let extra = format!("{}-policies", a.name());
+    let subject = format!("{{kind: ServiceAccount, name: {account}, namespace: {}}}", a.name());
+    let status_binding = |ns: &str| {
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: {extra}-status, namespace: {ns}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {extra}-status}}
+subjects: [{subject}]
+"
+        )
+    };
+    let grants = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {extra}}}
+rules: [{{apiGroups: [reloader.rs], resources: [reloadpolicies], verbs: [get, list, watch]}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {extra}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {extra}}}
+subjects: [{subject}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {extra}-status}}
+rules: [{{apiGroups: [reloader.rs], resources: [reloadpolicies/status], verbs: [patch]}}]
+---
+{}",
+        status_binding(b.name())
+    );
+    crate::migration::apply_rbac(&a, &grants).await;
+    let kubeconfig = crate::migration::token_kubeconfig(&a, &account).await;
+    let absent = json!({
+        "sources": [{"kind": "ConfigMap", "name": "absent"}],
+        "targets": [{"kind": "Deployment", "name": "absent"}]
+    });
+    for i in 0..DENIED_POLICIES {
+        create_policy(&a, &format!("p{i}"), absent.clone()).await;
+    }
+    create_policy(&b, "written", absent).await;
+    let namespaces = format!("{},{}", a.name(), b.name());
+    let op = Operator::start_with_env(
+        &["--namespaces", &namespaces, "--debounce", "200ms"],
+        &[("KUBECONFIG", kubeconfig.as_str())],
+    );
+    status_where(&b, "written", "b's policy status", |s| condition(s, "Ready").is_some()).await;
+    let refused_patches =
+        |m: &str| sample(m, "rest_client_requests_total", &["code=\"403\"", "method=\"PATCH\""]);
+    eventually("every policy in a refused once", TIMEOUT, || async {
+        let m = op.metrics().await;
+        let refused =
+            sample(&m, "reloader_policy_status_writes_total", &["result=\"forbidden_rbac\""]);
+        (refused >= DENIED_POLICIES as f64).then_some(())
+    })
+    .await;
+    let before = refused_patches(&op.metrics().await);
+    tokio::time::sleep(WINDOW).await;
+    let after = refused_patches(&op.metrics().await);
+    support::announce(&format!(
+        "refusals: {} status PATCHes without the right in {}s for {DENIED_POLICIES} policies (asked by access review instead)",
+        after - before,
+        WINDOW.as_secs()
+    ));
+    assert_eq!(after, before, "no status write tried while a review says the right is missing");
+    for i in 0..DENIED_POLICIES {
+        let policy = format!("{}/p{i}", a.name());
+        let said = op
+            .lines_with("cannot write policy status")
+            .iter()
+            .filter(|l| l["policy"] == policy.as_str())
+            .count();
+        assert_eq!(said, 1, "one warning for {policy}'s episode");
+    }
+
+    // Granted in a too: written at the next review, without a restart.
+    crate::migration::apply_rbac(&a, &status_binding(a.name())).await;
+    let api: Api<reloader::model::policy::ReloadPolicy> =
+        Api::namespaced(a.client.clone(), a.name());
+    for i in 0..DENIED_POLICIES {
+        let policy = format!("p{i}");
+        eventually(&format!("{policy}'s status"), Duration::from_secs(150), || async {
+            api.get(&policy).await.ok()?.status?.conditions.first().map(drop)
+        })
+        .await;
+    }
+    for name in [extra.clone(), format!("{extra}-status")] {
+        let _ = Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(a.client.clone())
+            .delete(&name, &DeleteParams::default())
+            .await;
+    }
+    let _ = Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(a.client.clone())
+        .delete(&extra, &DeleteParams::default())
+        .await;
+}
