@@ -581,6 +581,11 @@ impl Policies {
     /// missing right is asked about before the next write, and each episode is said once).
     async fn write_status_or_back_off(&self, key: &PolicyKey) -> Option<Duration> {
         let policy = format!("{}/{}", key.0, key.1);
+        if !self.policies.read().get(&key.0).is_some_and(|m| m.contains_key(&key.1)) {
+            // Deleted: its episode goes with it (it would otherwise be asked about forever).
+            self.refused.lock().succeeded(key);
+            return None;
+        }
         let held = self.refused.lock().waiting(key, std::time::Instant::now());
         if let Some((wait, _)) = held {
             return Some(wait);
