@@ -10,7 +10,8 @@
 //!   rollout budgets; [`window`]: reload windows; [`staging`]: whose turn it is in a staged
 //!   rollout; [`rollout`]: what a reconcile comes to, and what follows a write; [`outcome`]:
 //!   whether a rollout that was written has finished;
-//! - [`hash`], [`csi`], [`jobs`]: source hashes, SecretProviderClass hashes, Job re-creation.
+//! - [`hash`], [`csi`], [`jobs`]: source hashes, SecretProviderClass hashes, Job re-creation;
+//! - [`refusal`]: a refused Event or status write, what refused it and the backoff that follows.
 
 pub mod churn;
 pub mod csi;
@@ -22,6 +23,7 @@ pub mod plan;
 pub mod policy_part;
 pub mod policy_plan;
 pub mod policy_status;
+pub mod refusal;
 pub mod rollout;
 pub mod selection;
 pub mod settle;

@@ -1,7 +1,13 @@
 //! Events: one writer for every Event the operator publishes, about workloads and about
 //! ReloadPolicies. It writes through `events.k8s.io` (as kube's recorder does) and falls back to
 //! core `events` when that is refused (what stakater/Reloader's RBAC grants), or writes none when
-//! both are; the rights review at start chooses, a refusal while running moves down.
+//! both are; the rights review at start chooses.
+//!
+//! A refused Event is that namespace's affair (see [`crate::decide::refusal`]): an admission
+//! policy, a quota or a Role missing in one namespace backs that namespace off (5 s doubling to
+//! 5 min, one warning per episode, `reloader_events_refused_total`) and no other. Only a right
+//! an access review says is missing in the namespace and cluster-wide moves the whole writer
+//! down (to core Events, or none), and the right is asked about again after a backoff.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -16,19 +22,58 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use kube::runtime::events::{EventType, Recorder, Reporter};
-use tracing::{debug, warn};
+use parking_lot::Mutex;
+use prometheus::IntCounterVec;
+use tracing::{debug, info, warn};
 
 use crate::decide::policy_part::PolicyKey;
+use crate::decide::refusal::{Backoffs, Refusal, RightVerdict, classify, rights_verdict};
+use crate::kube::access::{self, Right, Verb};
 use crate::model::limits::{MAX_EVENT_NOTE, truncate};
 use crate::model::workload::WorkloadInfo;
 
-/// Which Events API is written to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which Events API is written to, from the best to none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
 pub enum EventsApi {
     EventsV1 = 0,
     Core = 1,
     Off = 2,
+}
+
+impl EventsApi {
+    fn from_u8(v: u8) -> Self {
+        match v {
+            0 => EventsApi::EventsV1,
+            1 => EventsApi::Core,
+            _ => EventsApi::Off,
+        }
+    }
+
+    /// The API written to once this one's right is missing.
+    fn below(self) -> Self {
+        match self {
+            EventsApi::EventsV1 => EventsApi::Core,
+            EventsApi::Core | EventsApi::Off => EventsApi::Off,
+        }
+    }
+
+    /// The resource RBAC names for this API's Events.
+    fn resource(self) -> Option<access::Resource> {
+        match self {
+            EventsApi::EventsV1 => Some(access::EVENTS),
+            EventsApi::Core => Some(access::CORE_EVENTS),
+            EventsApi::Off => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            EventsApi::EventsV1 => "events.k8s.io",
+            EventsApi::Core => "core",
+            EventsApi::Off => "no",
+        }
+    }
 }
 
 /// Events written in the background (see [`EventWriter::about_workload_after`]) that may wait
@@ -80,8 +125,19 @@ pub struct Regarding<'a> {
 pub struct EventWriter {
     client: Client,
     recorder: Recorder,
-    /// An [`EventsApi`].
+    /// An [`EventsApi`]: the one written to now.
     api: AtomicU8,
+    /// The [`EventsApi`] the rights review chose: `api` goes back up to it once the right that
+    /// moved it down is granted again.
+    chosen: AtomicU8,
+    /// The whole writer's episode of missing rights (one key): when to ask again.
+    lowered: Mutex<Backoffs<()>>,
+    /// Namespaces whose Events are refused, each backing off.
+    refused: Mutex<Backoffs<String>>,
+    /// One review of a lowered writer's rights at a time.
+    asking: tokio::sync::Mutex<()>,
+    /// `reloader_events_refused_total`, set by the engine.
+    refusals: OnceLock<IntCounterVec>,
     /// `reportingInstance` of core Events: this replica's Pod name.
     instance: String,
     /// Room for Events written in the background.
@@ -104,6 +160,11 @@ impl EventWriter {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             api: AtomicU8::new(EventsApi::EventsV1 as u8),
+            chosen: AtomicU8::new(EventsApi::EventsV1 as u8),
+            lowered: Mutex::default(),
+            refused: Mutex::default(),
+            asking: tokio::sync::Mutex::new(()),
+            refusals: OnceLock::new(),
             backlog: Arc::new(Semaphore::new(MAX_BACKLOG)),
             busy: OnceLock::new(),
             turnstile: tokio::sync::Mutex::new(()),
@@ -113,7 +174,25 @@ impl EventWriter {
 
     /// Writes through `api` from now on (the rights review's choice).
     pub fn use_api(&self, api: EventsApi) {
+        self.chosen.store(api as u8, Ordering::SeqCst);
         self.api.store(api as u8, Ordering::SeqCst);
+        self.lowered.lock().succeeded(&());
+    }
+
+    /// Counts refused Events in `counter` (by reason). Set once, by the engine.
+    pub fn count_refusals_in(&self, counter: IntCounterVec) {
+        let _ = self.refusals.set(counter);
+    }
+
+    /// The API written to now.
+    pub fn api(&self) -> EventsApi {
+        EventsApi::from_u8(self.api.load(Ordering::SeqCst))
+    }
+
+    fn count(&self, refusal: Refusal) {
+        if let Some(counter) = self.refusals.get() {
+            counter.with_label_values(&[refusal.as_str()]).inc();
+        }
     }
 
     /// An Event about a workload.
@@ -205,7 +284,8 @@ impl EventWriter {
     }
 
     /// Publishes through the API the identity may write Events to: `events.k8s.io` first, the
-    /// core API when that is refused (once refused, always).
+    /// core API when its right is missing. A refusal backs the namespace off (see the module
+    /// documentation); nothing here is fatal.
     async fn publish(
         &self,
         reference: ObjectReference,
@@ -213,41 +293,91 @@ impl EventWriter {
         reason: &str,
         note: String,
     ) {
+        let namespace = reference.namespace.clone().unwrap_or_default();
         let object = format!(
-            "{} {}/{}",
+            "{} {namespace}/{}",
             reference.kind.as_deref().unwrap_or_default(),
-            reference.namespace.as_deref().unwrap_or_default(),
             reference.name.as_deref().unwrap_or_default()
         );
-        if self.api.load(Ordering::SeqCst) == EventsApi::EventsV1 as u8 {
-            let event = kube::runtime::events::Event {
-                type_,
-                reason: reason.into(),
-                note: Some(note.clone()),
-                action: "Reload".into(),
-                secondary: None,
-            };
-            match self.recorder.publish(&event, &reference).await {
-                Ok(()) => return,
-                Err(e) if is_forbidden(&e) => {
-                    warn!(error = %e, "writing events.k8s.io Events is refused; writing core Events from now on");
-                    self.api.store(EventsApi::Core as u8, Ordering::SeqCst);
-                }
-                Err(e) if is_namespace_terminating(&e) => {
-                    debug!(object = %object, "no Event written: its namespace is being deleted");
-                    return;
-                }
-                Err(e) => {
-                    warn!(object = %object, error = %e, "cannot publish event");
-                    return;
-                }
-            }
-        }
-        if self.api.load(Ordering::SeqCst) != EventsApi::Core as u8 {
-            debug!(object = %object, reason, "no Event written: the identity may not write Events");
+        let held = self.refused.lock().waiting(&namespace, std::time::Instant::now());
+        if let Some((wait, refusal)) = held {
+            self.count(refusal);
+            debug!(object = %object, reason, refusal = refusal.as_str(), retry_in_seconds = wait.as_secs(),
+                   "no Event written: its namespace refuses Events for now");
             return;
         }
-        let namespace = reference.namespace.clone().unwrap_or_default();
+        self.ask_again_if_due(&namespace).await;
+        loop {
+            let api = self.api();
+            let written = match api {
+                EventsApi::Off => {
+                    debug!(object = %object, reason, "no Event written: the identity may not write Events");
+                    return;
+                }
+                EventsApi::EventsV1 => {
+                    let event = kube::runtime::events::Event {
+                        type_,
+                        reason: reason.into(),
+                        note: Some(note.clone()),
+                        action: "Reload".into(),
+                        secondary: None,
+                    };
+                    self.recorder.publish(&event, &reference).await
+                }
+                EventsApi::Core => {
+                    self.create_core(&reference, &namespace, type_, reason, &note).await
+                }
+            };
+            let e = match written {
+                Ok(()) => {
+                    if let Some(ended) = self.refused.lock().succeeded(&namespace) {
+                        info!(namespace = %namespace, refusals = ended.attempts, "Events are written in this namespace again");
+                    }
+                    return;
+                }
+                Err(e) => e,
+            };
+            let Some(refusal) = refusal_of(&e) else {
+                warn!(object = %object, error = %e, "cannot publish event");
+                return;
+            };
+            let refusal = if refusal == Refusal::ForbiddenRbac {
+                match self.review(api, &namespace).await {
+                    RightVerdict::Missing => {
+                        self.count(Refusal::ForbiddenRbac);
+                        self.move_down(api, &namespace, &e);
+                        continue; // the same Event through the API below, if any
+                    }
+                    verdict => crate::decide::refusal::reviewed(verdict),
+                }
+            } else {
+                refusal
+            };
+            self.count(refusal);
+            let refused =
+                self.refused.lock().refused(namespace.clone(), refusal, std::time::Instant::now());
+            if refusal == Refusal::NamespaceTerminating {
+                debug!(object = %object, "no Event written: its namespace is being deleted");
+            } else if refused.news {
+                warn!(namespace = %namespace, object = %object, refusal = refusal.as_str(), error = %e,
+                      retry_in_seconds = refused.delay.as_secs(),
+                      "Events refused in this namespace; none are written there until the backoff ends (other namespaces are not affected)");
+            } else {
+                debug!(namespace = %namespace, object = %object, refusal = refusal.as_str(), error = %e,
+                       retry_in_seconds = refused.delay.as_secs(), "Event refused again");
+            }
+            return;
+        }
+    }
+
+    async fn create_core(
+        &self,
+        reference: &ObjectReference,
+        namespace: &str,
+        type_: EventType,
+        reason: &str,
+        note: &str,
+    ) -> kube::Result<()> {
         let now = k8s_openapi::jiff::Timestamp::now();
         let event = CoreEvent {
             metadata: ObjectMeta {
@@ -257,12 +387,12 @@ impl EventWriter {
                     reference.name.as_deref().unwrap_or("object"),
                     now.as_nanosecond()
                 )),
-                namespace: Some(namespace.clone()),
+                namespace: Some(namespace.to_string()),
                 ..Default::default()
             },
-            involved_object: reference,
+            involved_object: reference.clone(),
             reason: Some(reason.into()),
-            message: Some(note),
+            message: Some(note.to_string()),
             type_: Some(match type_ {
                 EventType::Normal => "Normal".into(),
                 EventType::Warning => "Warning".into(),
@@ -276,33 +406,86 @@ impl EventWriter {
             reporting_instance: Some(self.instance.clone()),
             ..Default::default()
         };
-        let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), &namespace);
-        if let Err(e) = api.create(&PostParams::default(), &event).await {
-            if is_forbidden(&e) {
-                warn!(error = %e, "writing core Events is refused too; no Events are written from now on");
-                self.api.store(EventsApi::Off as u8, Ordering::SeqCst);
-            } else if is_namespace_terminating(&e) {
-                debug!(object = %object, "no Event written: its namespace is being deleted");
-            } else {
-                warn!(object = %object, error = %e, "cannot publish event");
-            }
+        let api: Api<CoreEvent> = Api::namespaced(self.client.clone(), namespace);
+        api.create(&PostParams::default(), &event).await.map(drop)
+    }
+
+    /// Asks whether the identity may create `api`'s Events in `namespace` and cluster-wide.
+    async fn review(&self, api: EventsApi, namespace: &str) -> RightVerdict {
+        let Some(resource) = api.resource() else { return RightVerdict::Unknown };
+        let here = Right::new(resource, Verb::Create, Some(namespace));
+        let everywhere = Right::new(resource, Verb::Create, None);
+        let answers =
+            access::review(&self.client, &[here.clone(), everywhere.clone()]).await.missing();
+        let here_refused = answers.contains(&here);
+        // An unanswered review counts as granted (see `Access`); a cluster-wide grant where the
+        // namespace refuses is one that was not answered.
+        let everywhere = match (answers.contains(&everywhere), here_refused) {
+            (true, _) => Some(false),
+            (false, true) => None,
+            (false, false) => Some(true),
+        };
+        rights_verdict(Some(!here_refused), everywhere)
+    }
+
+    /// `api`'s right is missing for the whole identity: the writer moves down from it, and
+    /// asks again after a backoff.
+    fn move_down(&self, api: EventsApi, namespace: &str, e: &kube::Error) {
+        let below = api.below();
+        let moved = self
+            .api
+            .compare_exchange(api as u8, below as u8, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok();
+        if !moved {
+            return; // another Event moved it already
         }
+        let again =
+            self.lowered.lock().refused((), Refusal::ForbiddenRbac, std::time::Instant::now());
+        warn!(error = %e, namespace = %namespace, retry_in_seconds = again.delay.as_secs(),
+              "writing {} Events is refused in the namespace and cluster-wide: writing {} Events until the right is asked about again",
+              api.name(), below.name());
+    }
+
+    /// A writer moved down asks again, once its backoff is over, whether the right it lost is
+    /// granted (rights heal): back up to the review's choice if so, a longer wait if not.
+    async fn ask_again_if_due(&self, namespace: &str) {
+        let (api, chosen) = (self.api(), EventsApi::from_u8(self.chosen.load(Ordering::SeqCst)));
+        if api <= chosen {
+            return;
+        }
+        if self.lowered.lock().waiting(&(), std::time::Instant::now()).is_some() {
+            return;
+        }
+        let Ok(_asking) = self.asking.try_lock() else { return };
+        let mut level = chosen;
+        while level < api {
+            if self.review(level, namespace).await != RightVerdict::Missing {
+                break;
+            }
+            level = level.below();
+        }
+        if level >= api {
+            let again =
+                self.lowered.lock().refused((), Refusal::ForbiddenRbac, std::time::Instant::now());
+            debug!(
+                api = api.name(),
+                retry_in_seconds = again.delay.as_secs(),
+                "Events rights asked again: still missing"
+            );
+            return;
+        }
+        // The episode is kept (it expires on its own): a right granted in this namespace only
+        // and missing in the next one moves the writer down again after a longer wait.
+        self.api.store(level as u8, Ordering::SeqCst);
+        info!(namespace = %namespace, "the right to write {} Events is granted again: writing them again", level.name());
     }
 }
 
-/// A refusal of the right itself. A namespace being deleted refuses every create with a 403
-/// too (cause `NamespaceTerminating`): that says nothing about the rights, and must not stop
-/// Events everywhere else.
-fn is_forbidden(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 403 && !namespace_terminating(s))
-}
-
-fn is_namespace_terminating(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if namespace_terminating(s))
-}
-
-fn namespace_terminating(s: &kube::core::Status) -> bool {
-    s.details.as_ref().is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
+/// What refused an Event, when the API server answered at all.
+fn refusal_of(e: &kube::Error) -> Option<Refusal> {
+    let kube::Error::Api(s) = e else { return None };
+    let causes = s.details.iter().flat_map(|d| d.causes.iter().map(|c| c.reason.as_str()));
+    Some(classify(s.code, &s.reason, &s.message, causes))
 }
 
 #[cfg(test)]
@@ -320,13 +503,12 @@ mod tests {
 
     #[test]
     fn a_terminating_namespace_is_not_a_missing_right() {
-        assert!(is_forbidden(&refusal(serde_json::json!([]))));
+        assert_eq!(refusal_of(&refusal(serde_json::json!([]))), Some(Refusal::ForbiddenRbac));
         let terminating = refusal(serde_json::json!([{
             "reason": "NamespaceTerminating", "message": "namespace x is being terminated",
             "field": "metadata.namespace"
         }]));
-        assert!(!is_forbidden(&terminating));
-        assert!(is_namespace_terminating(&terminating));
+        assert_eq!(refusal_of(&terminating), Some(Refusal::NamespaceTerminating));
     }
 
     #[tokio::test]

@@ -78,6 +78,11 @@ pub struct Metrics {
     /// Namespace scopes per workload kind and how the kind is followed there (`watch`,
     /// `list` on change, `skip`).
     pub follow_mode: IntGaugeVec,
+    /// Events not written because refused, by what refused them (`crate::decide::refusal`):
+    /// the refused write and those dropped while their namespace backs off.
+    pub events_refused: IntCounterVec,
+    /// ReloadPolicy status PATCHes, by result (`written`, or the refusal's kind).
+    pub policy_status_writes: IntCounterVec,
 }
 
 /// The other program's `resource_type` label value for a watched kind (`configmaps`,
@@ -427,6 +432,18 @@ impl Metrics {
                 registry.register(Box::new(g.clone())).expect("unique metric");
                 g
             },
+            events_refused: counter(
+                "reloader_events_refused_total",
+                "Events not written because refused (the refused write, and those dropped while \
+                 their namespace backs off), by reason (forbidden_rbac, denied_admission, quota, \
+                 namespace_terminating, conflict, other).",
+                &["reason"],
+            ),
+            policy_status_writes: counter(
+                "reloader_policy_status_writes_total",
+                "ReloadPolicy status writes sent, by result (written, or the refusal's reason).",
+                &["result"],
+            ),
             registry,
         };
         let build_info = IntGaugeVec::new(

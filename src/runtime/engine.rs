@@ -153,6 +153,7 @@ impl Engine {
         let events = Arc::new(crate::report::events::EventWriter::new(events_client));
         let metrics =
             Arc::new(crate::report::metrics::Metrics::new(config.metrics_count_by_namespace));
+        events.count_refusals_in(metrics.events_refused.clone());
         let queue =
             WorkQueue::new(config.debounce_max_wait).with_metrics(metrics.workqueue.clone());
         let queue = Arc::new(queue);

@@ -31,6 +31,7 @@ mod operations;
 mod packaging;
 mod policy_crd;
 mod policy_mode;
+mod refusals;
 mod rollouts;
 mod secret_hygiene;
 mod smoke;

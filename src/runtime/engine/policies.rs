@@ -30,6 +30,7 @@ use crate::decide::policy_plan::{
 use crate::decide::policy_status::{
     Outcome, Reported, TargetRollout, condition_status, desired_status, remembered_from_status,
 };
+use crate::decide::refusal::Backoffs;
 use crate::decide::rollout::Pending;
 use crate::index::remembered::{PolicyMemory, Remembered};
 use crate::index::store::Store;
@@ -125,6 +126,8 @@ pub(super) struct Policies {
     /// until they start (the CRD may not be served yet, or policies not be readable at all).
     unlisted: std::sync::atomic::AtomicUsize,
     leadership: watch::Receiver<bool>,
+    /// Policies whose status writes are refused, each backing off.
+    refused: Mutex<Backoffs<PolicyKey>>,
     /// The operator's settings a policy falls back to.
     debounce: Duration,
     min_rollout_interval: Duration,
@@ -171,6 +174,7 @@ impl Policies {
             synced,
             unlisted: std::sync::atomic::AtomicUsize::new(usize::MAX),
             leadership,
+            refused: Mutex::default(),
             debounce: config.debounce,
             min_rollout_interval: config.min_rollout_interval,
             last_reloaded_from: config.keys.last_reloaded_from.clone(),
@@ -556,44 +560,24 @@ impl Policies {
                 self.statuses.done(&key);
                 continue;
             }
-            // A panic while working out one policy's status is that policy's alone.
-            let written =
-                std::panic::AssertUnwindSafe(self.write_status(&key)).catch_unwind().await;
-            let failed = match written {
-                Ok(Ok(())) => false,
-                Ok(Err(e)) => {
-                    warn!(policy = %format!("{}/{}", key.0, key.1), error = %e, "cannot write policy status; will retry");
-                    true
-                }
-                Err(panic) => {
-                    let policy = format!("ReloadPolicy {}/{}", key.0, key.1);
-                    crate::runtime::containment::report_panic(
-                        &self.metrics,
-                        "policy_status",
-                        &policy,
-                        &*panic,
-                    );
-                    true
-                }
-            };
-            if failed {
-                self.statuses.done(&key);
-                self.statuses.schedule(key, Duration::from_secs(2));
-                continue;
-            }
+            let retry = self.write_status_or_back_off(&key).await;
             self.statuses.done(&key);
+            if let Some(delay) = retry {
+                self.statuses.schedule(key, delay);
+            }
         }
     }
 
-    async fn write_status(&self, key: &PolicyKey) -> kube::Result<()> {
+    /// Writes the policy's status if it changed; true if it was written.
+    async fn write_status(&self, key: &PolicyKey) -> kube::Result<bool> {
         // Before the caches are synced, sources and targets not listed yet would read as
         // missing (a restart would flap Ready and lift halts); every status is queued at sync.
         if !self.synced.load(Ordering::SeqCst) {
-            return Ok(());
+            return Ok(false);
         }
         let Some(policy) = self.policies.read().get(&key.0).and_then(|m| m.get(&key.1).cloned())
         else {
-            return Ok(());
+            return Ok(false);
         };
         self.say_invalid_selectors(key, &policy).await;
         let ns_sources = self.store.read().sources_in(&key.0);
@@ -630,7 +614,7 @@ impl Policies {
         self.metrics.policy_ready.with_label_values(&[&key.0, &key.1]).set(i64::from(ready));
         let observed = memory.observed;
         if desired == observed {
-            return Ok(());
+            return Ok(false);
         }
         let became_invalid = condition_status(&desired, "Ready") == Some("False")
             && condition_status(&observed, "Ready") != Some("False");
@@ -656,7 +640,7 @@ impl Policies {
                 .unwrap_or_default();
             self.events.about_policy(key, EventType::Warning, "Invalid", reason).await;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Selectors that do not parse select nothing; said once per change of the policy, by the

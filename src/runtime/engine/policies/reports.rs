@@ -1,9 +1,107 @@
 //! What the policies are told between reconciles and their status writes: rollouts held back
-//! by a churn limit or waiting for a reload window, and how their targets' rollouts went.
+//! by a churn limit or waiting for a reload window, and how their targets' rollouts went; and
+//! how a refused status write backs off.
 
 use super::*;
+use crate::decide::refusal::{Refusal, classify};
+use crate::kube::access::{self, Right, Verb};
 
 impl Policies {
+    /// Writes one policy's status unless its refusals hold it back; returns when to try again,
+    /// if it must be (see [`crate::decide::refusal`]: a refused policy backs off on its own, a
+    /// missing right is asked about before the next write, and each episode is said once).
+    pub(super) async fn write_status_or_back_off(&self, key: &PolicyKey) -> Option<Duration> {
+        let policy = format!("{}/{}", key.0, key.1);
+        if !self.policies.read().get(&key.0).is_some_and(|m| m.contains_key(&key.1)) {
+            // Deleted: its episode goes with it (it would otherwise be asked about forever).
+            self.refused.lock().succeeded(key);
+            return None;
+        }
+        let held = self.refused.lock().waiting(key, std::time::Instant::now());
+        if let Some((wait, _)) = held {
+            return Some(wait);
+        }
+        let last = self.refused.lock().episode(key).map(|e| e.reason);
+        if last == Some(Refusal::ForbiddenRbac) && !self.may_write_status(&key.0).await {
+            // Still missing: no write, a longer wait.
+            let again = self.refused.lock().refused(
+                key.clone(),
+                Refusal::ForbiddenRbac,
+                std::time::Instant::now(),
+            );
+            debug!(policy = %policy, retry_in_seconds = again.delay.as_secs(), "policy status not written: the right is still missing");
+            return Some(again.delay);
+        }
+        // A panic while working out one policy's status is that policy's alone.
+        let written = std::panic::AssertUnwindSafe(self.write_status(key)).catch_unwind().await;
+        let (refusal, error) = match written {
+            Ok(Ok(wrote)) => {
+                if wrote {
+                    self.metrics.policy_status_writes.with_label_values(&["written"]).inc();
+                }
+                if let Some(ended) = self.refused.lock().succeeded(key) {
+                    info!(policy = %policy, refusals = ended.attempts, "policy status written again");
+                }
+                return None;
+            }
+            Ok(Err(e)) => {
+                let refusal = match &e {
+                    kube::Error::Api(s) => {
+                        let causes = s
+                            .details
+                            .iter()
+                            .flat_map(|d| d.causes.iter().map(|c| c.reason.as_str()));
+                        classify(s.code, &s.reason, &s.message, causes)
+                    }
+                    _ => Refusal::Other,
+                };
+                // A 403 that is no missing right (the review grants it) is refused by something
+                // else: backed off all the same, but written again rather than asked about.
+                let refusal =
+                    if refusal == Refusal::ForbiddenRbac && self.may_write_status(&key.0).await {
+                        Refusal::Other
+                    } else {
+                        refusal
+                    };
+                if matches!(e, kube::Error::Api(_)) {
+                    self.metrics.policy_status_writes.with_label_values(&[refusal.as_str()]).inc();
+                }
+                (refusal, e.to_string())
+            }
+            Err(panic) => {
+                let policy = format!("ReloadPolicy {policy}");
+                crate::runtime::containment::report_panic(
+                    &self.metrics,
+                    "policy_status",
+                    &policy,
+                    &*panic,
+                );
+                (Refusal::Other, "a panic".to_string())
+            }
+        };
+        let refused = self.refused.lock().refused(key.clone(), refusal, std::time::Instant::now());
+        if refused.news {
+            let why = if refusal == Refusal::ForbiddenRbac {
+                "the identity may not patch reloadpolicies.reloader.rs/status here: asked again before the next write"
+            } else {
+                "retried after the backoff"
+            };
+            warn!(policy = %policy, refusal = refusal.as_str(), error = %error,
+                  retry_in_seconds = refused.delay.as_secs(), why, "cannot write policy status");
+        } else {
+            debug!(policy = %policy, refusal = refusal.as_str(), error = %error,
+                   retry_in_seconds = refused.delay.as_secs(), "cannot write policy status; will retry");
+        }
+        Some(refused.delay)
+    }
+
+    /// Whether an access review grants patching ReloadPolicy status in `namespace` (an
+    /// unanswered review counts as granted: the write then says).
+    async fn may_write_status(&self, namespace: &str) -> bool {
+        let right = Right::new(access::RELOAD_POLICIES.sub("status"), Verb::Patch, Some(namespace));
+        access::review(&self.client, std::slice::from_ref(&right)).await.grants(&right)
+    }
+
     /// A target whose rollout is held (`result`, with why in `message`) keeps the time and hash
     /// of its last reload; its policy's status is written soon after.
     pub(super) fn hold_target(&self, part: &PolicyPart, result: &'static str, message: String) {

@@ -97,9 +97,14 @@ impl Policies {
     pub(in crate::runtime::engine) async fn persist_turn(
         &self,
         parts: &[PolicyPart],
-    ) -> kube::Result<()> {
+    ) -> Result<(), String> {
         for (_, part) in self.staged(parts) {
-            self.write_status(&part.key).await?;
+            // A policy whose status writes are refused is not written to here either: it
+            // takes no turn until its backoff ends (see `write_status_or_back_off`).
+            if self.refused.lock().waiting(&part.key, std::time::Instant::now()).is_some() {
+                return Err("its status writes are refused for now".into());
+            }
+            self.write_status(&part.key).await.map_err(|e| e.to_string())?;
         }
         Ok(())
     }
