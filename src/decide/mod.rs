@@ -10,7 +10,9 @@
 //!   rollout budgets; [`window`]: reload windows; [`staging`]: whose turn it is in a staged
 //!   rollout; [`rollout`]: what a reconcile comes to, and what follows a write; [`outcome`]:
 //!   whether a rollout that was written has finished;
-//! - [`hash`], [`csi`], [`jobs`]: source hashes, SecretProviderClass hashes, Job re-creation.
+//! - [`hash`], [`csi`], [`jobs`]: source hashes, SecretProviderClass hashes, Job re-creation;
+//! - [`rights`]: the operator's own rights as answered (granted, denied, unknown), how each kind
+//!   is followed under them, and when to ask again.
 
 pub mod churn;
 pub mod csi;
@@ -22,6 +24,7 @@ pub mod plan;
 pub mod policy_part;
 pub mod policy_plan;
 pub mod policy_status;
+pub mod rights;
 pub mod rollout;
 pub mod selection;
 pub mod settle;

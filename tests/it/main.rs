@@ -30,6 +30,7 @@ mod operations;
 mod packaging;
 mod policy_crd;
 mod policy_mode;
+mod rights_heal;
 mod rollouts;
 mod secret_hygiene;
 mod smoke;

@@ -100,7 +100,7 @@ async fn the_annotations_strategy_takes_over_without_a_rollout() {
 /// Applies an RBAC fixture of stakater/Reloader's chart renamed for this test (its release
 /// `reloader` in `reloader-system` becomes `<ns>` in `<ns>`) and creates its ServiceAccount.
 /// Returns the ServiceAccount's name.
-async fn bind_reloader_rbac(f: &Fixture, fixture: &str) -> String {
+pub(crate) async fn bind_reloader_rbac(f: &Fixture, fixture: &str) -> String {
     let text = fixture
         .replace("reloader-reloader", &format!("{}-reloader", f.name()))
         .replace("reloader-system", f.name());
@@ -172,7 +172,7 @@ async fn create_service_account(f: &Fixture, name: &str) {
 
 /// A kubeconfig that authenticates as the ServiceAccount with a token from the TokenRequest
 /// API, the way a pod's projected token does.
-async fn token_kubeconfig(f: &Fixture, account: &str) -> String {
+pub(crate) async fn token_kubeconfig(f: &Fixture, account: &str) -> String {
     use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
     use k8s_openapi::api::core::v1::ServiceAccount;
     let request = TokenRequest {
