@@ -289,3 +289,58 @@ async fn a_kind_skipped_at_start_is_followed_once_granted() {
         "{granted_again:?}"
     );
 }
+
+/// `--enable-ha` under Reloader's HA rules (get/update on the Lease, no watch or patch) with the
+/// first access reviews failing: the election waits for the answers and polls the Lease, where
+/// taking a failed review as granted chose the watching election, which could never lead.
+#[tokio::test]
+async fn the_ha_election_waits_for_failed_lease_reviews_and_polls() {
+    const VARIABLE: &str = "STAKATER_APP_CONFIG_CONFIGMAP";
+    let f = Fixture::new("heal-ha").await;
+    f.configmap("app-config", json!({"a": "1"})).await;
+    f.deployment("web", json!({AUTO: "true"}), support::fixture::env_from_cm("app-config")).await;
+    let account =
+        bind_reloader_rbac(&f, include_str!("../fixtures/stakater-rbac/clusterrole-ha.yaml")).await;
+    let token = token_of(&token_kubeconfig(&f, &account).await);
+    // The Lease's six reviews fail twice over (500 is not retried by the client).
+    let proxy =
+        FaultProxy::start(vec![FaultRule::new(http::Method::POST, ACCESS_REVIEWS, 500, 12)]);
+    let kubeconfig = proxy.kubeconfig(json!({"token": token}), &account);
+    let op = Operator::start_with_env(
+        &[
+            "--namespaces",
+            f.name(),
+            "--enable-ha=true",
+            "--leader-election-lease-duration=4s",
+            "--leader-election-renew-deadline=2s",
+            "--leader-election-retry-period=500ms",
+            "--debounce=200ms",
+        ],
+        &[
+            ("KUBECONFIG", kubeconfig.to_str().unwrap()),
+            ("POD_NAME", "replica-a"),
+            ("POD_NAMESPACE", f.name()),
+        ],
+    );
+    assert_eq!(proxy.rules()[0].served(), 12, "the faults were served");
+    assert_eq!(
+        op.lines_with(
+            "standing by for leadership (polling the Lease: the identity may not watch it)"
+        )
+        .len(),
+        1,
+        "the polling election"
+    );
+    let lease_missing: Vec<Value> = op
+        .lines_with("permission missing")
+        .into_iter()
+        .filter(|l| l["right"].as_str().unwrap_or_default().contains("leases"))
+        .collect();
+    assert!(lease_missing.is_empty(), "{lease_missing:?}");
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    let want = sha1_hex(b"a=2");
+    support::eventually("the leader to reload web", Duration::from_secs(30), || async {
+        (f.env_of("web").await.get(VARIABLE) == Some(&want)).then_some(())
+    })
+    .await;
+}
