@@ -344,3 +344,68 @@ async fn the_ha_election_waits_for_failed_lease_reviews_and_polls() {
     })
     .await;
 }
+
+/// No source kind may be watched at start (/readyz says why); once ConfigMaps are granted, the
+/// next resync watches them, /readyz turns ready, and a change reloads, without a restart.
+#[tokio::test]
+async fn sources_granted_after_start_are_watched_and_readyz_turns_ready() {
+    use k8s_openapi::api::rbac::v1::{PolicyRule, Role};
+    let f = Fixture::new("heal-sources").await;
+    f.configmap("app-config", json!({"a": "1"})).await;
+    f.deployment("web", json!({AUTO: "true"}), support::fixture::env_from_cm("app-config")).await;
+    let rbac = "
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: reloader-reloader-role, namespace: reloader-system}
+rules:
+  - apiGroups: [apps]
+    resources: [deployments]
+    verbs: [list, get, watch, patch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: reloader-reloader-role-binding, namespace: reloader-system}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: reloader-reloader-role}
+subjects:
+  - {kind: ServiceAccount, name: reloader-reloader, namespace: reloader-system}
+";
+    let account = bind_reloader_rbac(&f, rbac).await;
+    let kubeconfig = token_kubeconfig(&f, &account).await;
+    let op = Operator::start_serving(
+        &["--namespaces", f.name(), "--debounce=200ms", "--resync-period=3s"],
+        &[("KUBECONFIG", kubeconfig.as_str())],
+    );
+    let url = format!("http://{}/readyz", op.http_addr());
+    let readyz = || async {
+        let r = reqwest::get(&url).await.ok()?;
+        Some((r.status().as_u16(), r.text().await.ok()?))
+    };
+    support::eventually("/readyz to say why", Duration::from_secs(20), || async {
+        readyz()
+            .await
+            .filter(|(status, _)| *status == 503)
+            .filter(|(_, b)| b.contains("cannot work"))
+    })
+    .await;
+    let roles: Api<Role> = Api::namespaced(f.client.clone(), f.name());
+    let name = format!("{}-reloader-role", f.name());
+    let mut role = roles.get(&name).await.unwrap();
+    role.rules.get_or_insert_with(Vec::new).push(PolicyRule {
+        api_groups: Some(vec![String::new()]),
+        resources: Some(vec!["configmaps".into()]),
+        verbs: vec!["list".into(), "get".into(), "watch".into()],
+        ..Default::default()
+    });
+    roles.replace(&name, &PostParams::default(), &role).await.unwrap();
+    support::eventually("/readyz to turn ready", Duration::from_secs(20), || async {
+        readyz().await.filter(|(status, _)| *status == 200)
+    })
+    .await;
+    // The watch's first list may still be arriving: a change made now is seen by it either way.
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    let want = sha1_hex(b"a=2");
+    support::eventually("web reloaded", Duration::from_secs(20), || async {
+        (f.env_of("web").await.get("STAKATER_APP_CONFIG_CONFIGMAP") == Some(&want)).then_some(())
+    })
+    .await;
+}

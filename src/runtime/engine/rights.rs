@@ -159,6 +159,7 @@ impl Rights {
             }
         }
         self.choose_events_api(&access);
+        self.judge(&access);
         changes
     }
 
@@ -296,7 +297,6 @@ impl Rights {
 
         let access = self.access.read().clone();
         let mut modes = HashMap::new();
-        let mut followed_sources = 0;
         for scope in self.scopes() {
             let ns = scope.as_deref();
             for &kind in &self.kinds {
@@ -305,13 +305,6 @@ impl Rights {
                     if kind.always_served() { mode_of(&access, kind, ns) } else { Follow::Skip };
                 modes.insert((kind, scope.clone()), mode);
             }
-            followed_sources += [
-                (SourceKind::ConfigMap, self.watch_configmaps),
-                (SourceKind::Secret, self.watch_secrets),
-            ]
-            .into_iter()
-            .filter(|(kind, on)| *on && self.may_follow_source(*kind, ns))
-            .count();
         }
         for ((kind, scope), mode) in &modes {
             if *mode != Follow::Watch && kind.always_served() {
@@ -331,6 +324,13 @@ impl Rights {
 
         let policies = scopes.iter().any(|s| self.may_read_policies(s.as_deref()));
         self.policy_mode.send_replace(Some(policies));
+        self.judge(&access)
+    }
+
+    /// Decides whether annotation mode can do its job under `access` and what it follows, says
+    /// so when that changes, and returns why not, if it cannot.
+    fn judge(&self, access: &Access) -> Option<String> {
+        let followed_sources = self.sources.lock().len();
         let any_workload = self.modes.read().iter().any(|((k, _), m)| {
             *m != Follow::Skip || (!k.always_served() && self.kinds_asked_at_start(*k))
         });
@@ -346,10 +346,19 @@ impl Rights {
         } else {
             None
         };
-        if let Some(why) = &unable {
-            error!(reason = %why, "annotation mode cannot do its job with the rights it has; /readyz answers 503 until the missing rights are granted and the operator restarted");
+        let before = std::mem::replace(&mut *self.unable.write(), unable.clone());
+        if before == unable {
+            return unable;
         }
-        *self.unable.write() = unable.clone();
+        match &unable {
+            Some(why) => {
+                error!(reason = %why, "annotation mode cannot do its job with the rights it has; /readyz answers 503 until the missing rights are granted (they are asked again at each resync)")
+            }
+            None if before.is_some() => {
+                info!("annotation mode can do its job with the rights it has now")
+            }
+            None => {}
+        }
         unable
     }
 

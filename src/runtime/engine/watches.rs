@@ -101,12 +101,17 @@ impl WatchTasks {
         }
         for (kind, scope) in changes.sources {
             let e = engine.clone();
-            // Not counted for readiness: the engine may be ready already.
+            // Counted for readiness only while the first lists are not all in (no source could
+            // be watched at start, say); otherwise readiness has passed already.
+            let counted = !engine.feed.is_synced();
+            if counted {
+                engine.pending_watchers.fetch_add(1, Ordering::SeqCst);
+            }
             let task = match kind {
                 SourceKind::ConfigMap => {
-                    tokio::spawn(e.watch_sources::<ConfigMap>(scope, kind, false))
+                    tokio::spawn(e.watch_sources::<ConfigMap>(scope, kind, counted))
                 }
-                SourceKind::Secret => tokio::spawn(e.watch_sources::<Secret>(scope, kind, false)),
+                SourceKind::Secret => tokio::spawn(e.watch_sources::<Secret>(scope, kind, counted)),
                 SourceKind::SecretProviderClass => continue,
             };
             self.sources.lock().push(task);
@@ -127,6 +132,15 @@ impl WatchTasks {
             }
             let changes = rights.review_again().await;
             engine.watch_tasks.apply(&engine, changes).await;
+            // What /readyz says follows the rights once the caches are synced.
+            if engine.feed.is_synced() {
+                let now = rights.readiness_after_sync();
+                engine.ready.send_if_modified(|r| {
+                    let changed = *r != now;
+                    *r = now;
+                    changed
+                });
+            }
         }
     }
 
