@@ -672,6 +672,41 @@ mod tests {
         rights.report_missing(&[]);
         assert_eq!(missing_series(&rights), ["shop configmaps list"]);
     }
+    #[tokio::test]
+    async fn reviews_the_api_server_does_not_answer_list_on_change_and_ask_again() {
+        // Nothing listens on the client's port: every review fails.
+        let rights = rights();
+        assert!(rights.review().await.is_none(), "unknown is not unable");
+        let shop = Some("shop");
+        assert_eq!(rights.follow_of(WorkloadKind::Deployment, shop), Follow::ListOnChange);
+        assert!(rights.may_follow_source(SourceKind::ConfigMap, shop), "tried, not skipped");
+        assert!(missing_series(&rights).is_empty(), "nothing claimed missing");
+        assert_eq!(rights.next_review_in(), Some(Duration::from_secs(1)));
+        assert!(rights.review_again().await.kinds.is_empty());
+        assert_eq!(rights.next_review_in(), Some(Duration::from_secs(2)), "backoff");
+
+        // Answered since (here: by hand): the kind is watched from the next review on, and a
+        // failed review keeps the answers known.
+        let deployments = workload_resource(WorkloadKind::Deployment);
+        let granted = [Verb::List, Verb::Watch, Verb::Patch]
+            .map(|v| (Right::new(deployments, v, shop), true));
+        rights.access.write().merge(Access::from_answers(granted));
+        let changes = rights.review_again().await;
+        let switch = changes.kinds.iter().find(|(k, _, _)| *k == WorkloadKind::Deployment);
+        let (_, scope, switch) = switch.expect("deployments switched");
+        assert_eq!(scope.as_deref(), shop);
+        assert!(switch.start_watch && !switch.list_everything);
+        assert_eq!(rights.follow_of(WorkloadKind::Deployment, shop), Follow::Watch);
+
+        // Watch denied later: listed on change again, and the missing right said.
+        let denied = [(Right::new(deployments, Verb::Watch, shop), false)];
+        rights.access.write().merge(Access::from_answers(denied));
+        let changes = rights.review_again().await;
+        let switch = changes.kinds.iter().find(|(k, _, _)| *k == WorkloadKind::Deployment);
+        assert!(switch.is_some_and(|(_, _, s)| s.stop_watch && s.list_everything));
+        assert_eq!(missing_series(&rights), ["shop deployments.apps watch"]);
+    }
+
     use kube::core::Status;
     use kube::runtime::watcher::Error as W;
 
