@@ -12,6 +12,8 @@
 //!   whether a rollout that was written has finished;
 //! - [`hash`], [`csi`], [`jobs`]: source hashes, SecretProviderClass hashes, Job re-creation;
 //! - [`refusal`]: a refused Event or status write, what refused it and the backoff that follows.
+//! - [`rights`]: the operator's own rights as answered (granted, denied, unknown), how each kind
+//!   is followed under them, and when to ask again.
 
 pub mod churn;
 pub mod csi;
@@ -24,6 +26,7 @@ pub mod policy_part;
 pub mod policy_plan;
 pub mod policy_status;
 pub mod refusal;
+pub mod rights;
 pub mod rollout;
 pub mod selection;
 pub mod settle;

@@ -96,6 +96,12 @@ pub struct PlanOptions {
     pub stamp: bool,
     /// `--hash-mode`: how each source's hash is written (and compared with what is stored).
     pub hasher: hash::Hasher,
+    /// The sources whose change or deletion the operator saw while running and queued this
+    /// workload for (not yet acted on). A source among them that is gone is a deletion this
+    /// workload existed for: with `reload_on_delete` it is rolled even without a stored hash,
+    /// as the other program would (a kind listed on change has no stored hash until a change
+    /// concerns it, where a watched one has its baseline).
+    pub triggered_by: std::collections::BTreeSet<SourceRef>,
 }
 
 /// The hash that stands for `source` in `info`, as written: with `key_precise`, a source the
@@ -357,7 +363,12 @@ pub fn plan(
                 if !opts.reload_on_delete {
                     continue;
                 }
-                let Some(stored) = stored_hash(source) else { continue };
+                let stored = match stored_hash(source) {
+                    Some(stored) => stored,
+                    // Its deletion was seen: nothing stored to compare, the deletion rolls.
+                    None if opts.triggered_by.contains(source) => String::new(),
+                    None => continue,
+                };
                 // The source is gone, so its own annotations are unknown: take it as selected
                 // when the workload's annotations would select it by name or by reference.
                 let probe =
@@ -607,6 +618,7 @@ mod tests {
             key_precise: false,
             stamp: false,
             hasher: hash::Hasher::Sha1,
+            triggered_by: Default::default(),
         }
     }
     /// A Deployment `shop/web` with containers `app` and `sidecar`, annotated `auto: true`,
@@ -893,6 +905,31 @@ mod tests {
         let marker = hash::delete_marker_hash();
         let done = with_record(workload(), &[(cm("app-config"), marker.as_str())]);
         assert!(run(&done, &[(cm("app-config"), None)], &o).is_noop());
+    }
+
+    #[test]
+    fn a_deletion_seen_rolls_a_workload_that_has_no_stored_hash() {
+        let mut o = opts(Strategy::Annotations);
+        o.reload_on_delete = true;
+        // Listed on change and never rolled: no record, no variable, no annotation.
+        let w = with_record(workload(), &[]);
+        assert!(run(&w, &[(cm("app-config"), None)], &o).is_noop(), "a source that is just absent");
+        o.triggered_by.insert(cm("app-config"));
+        let p = run(&w, &[(cm("app-config"), None)], &o);
+        let Some(TemplateWrite::Annotation { value, .. }) = &p.template else { panic!("{p:?}") };
+        assert!(value.contains(&hash::delete_marker_hash()), "{value}");
+        assert_eq!(p.changes[0].cause, Cause::Deleted);
+        // Recorded: the next look rolls nothing.
+        let marker = hash::delete_marker_hash();
+        let done = with_record(workload(), &[(cm("app-config"), marker.as_str())]);
+        assert!(run(&done, &[(cm("app-config"), None)], &o).is_noop());
+        // Without the flag, nothing.
+        o.reload_on_delete = false;
+        assert!(run(&w, &[(cm("app-config"), None)], &o).is_noop());
+        // The env-vars strategy removes a variable, and there is none.
+        let mut e = opts(Strategy::EnvVars);
+        (e.reload_on_delete, e.triggered_by) = (true, o.triggered_by.clone());
+        assert!(run(&w, &[(cm("app-config"), None)], &e).template.is_none());
     }
 
     fn keyed(hash: &str, keys: &[(&str, &str)]) -> Option<SourceFacts> {

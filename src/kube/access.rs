@@ -3,14 +3,16 @@
 //! Clusters that swap stakater/Reloader's image for this one keep Reloader's RBAC: workloads
 //! may be listed and patched but not watched, CronJobs and Jobs not patched, and nothing is
 //! granted on `events.k8s.io` or `reloader.rs`. Instead of finding that out through a retry
-//! loop of refused requests, the operator asks the API server once at start (and again when a
-//! watch is refused) with SelfSubjectAccessReviews, one per right it would use, and picks per
-//! kind and namespace scope:
+//! loop of refused requests, the operator asks the API server at start, at each resync and after
+//! a refusal with SelfSubjectAccessReviews, one per right it would use (a review that fails is
+//! unknown and asked again with backoff: see [`crate::decide::rights`]), and picks per kind and
+//! namespace scope:
 //!
-//! - list and watch: the kind is watched into memory, as always ([`Follow::Watch`]);
+//! - list and watch, both granted: the kind is watched into memory, as always
+//!   ([`Follow::Watch`]);
 //! - list without watch: the kind is listed in a source's namespace when that source changes,
 //!   the way Reloader does, and nothing of it is kept afterwards ([`Follow::ListOnChange`],
-//!   reported as degraded);
+//!   reported as degraded); also while an answer is unknown;
 //! - no list, or no right to write it: the kind is skipped ([`Follow::Skip`]).
 //!
 //! Every missing right is said once: one log line naming the rule that grants it and one
@@ -152,71 +154,62 @@ impl fmt::Display for Right {
     }
 }
 
-/// How a kind is followed in one namespace scope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Follow {
-    /// Watched into memory: changes are matched against what is known.
-    Watch,
-    /// Listed in a source's namespace when the source changes (degraded: one LIST per change).
-    ListOnChange,
-    /// Not followed: the identity may not list it, or may not write what a reload writes.
-    Skip,
-}
-
-impl Follow {
-    /// The label value of `reloader_workload_follow_mode`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Follow::Watch => "watch",
-            Follow::ListOnChange => "list",
-            Follow::Skip => "skip",
-        }
-    }
-
-    /// The rule: reading needs `list` (and `watch` to keep it in memory); a kind the identity
-    /// may not write is not followed at all, since following it could only end in refusals.
-    pub fn choose(list: bool, watch: bool, write: bool) -> Follow {
-        match (list, watch, write) {
-            (true, true, true) => Follow::Watch,
-            (true, false, true) => Follow::ListOnChange,
-            _ => Follow::Skip,
-        }
-    }
-}
+pub use crate::decide::rights::{Answer, Follow};
 
 /// The answers to the rights asked about. A right never asked about, or whose review failed,
-/// counts as granted: the request itself then says whether it is.
+/// is unknown: worth trying (the request itself then says), and asked again (see
+/// [`crate::decide::rights`]).
 #[derive(Debug, Clone, Default)]
 pub struct Access {
-    answers: HashMap<Right, bool>,
+    answers: HashMap<Right, Answer>,
 }
 
 impl Access {
-    /// A table of known answers (for tests, and for merging a re-review).
+    /// A table of known answers (for tests, and for what a refusal showed).
     pub fn from_answers(answers: impl IntoIterator<Item = (Right, bool)>) -> Self {
-        Access { answers: answers.into_iter().collect() }
+        let answers = answers.into_iter().map(|(r, ok)| (r, Answer::of(Some(ok))));
+        Access { answers: answers.collect() }
     }
 
+    /// Whether a request using the right is worth making: not known to be denied.
     pub fn allows(&self, resource: Resource, verb: Verb, namespace: Option<&str>) -> bool {
         self.grants(&Right::new(resource, verb, namespace))
     }
 
-    /// Whether `right` (as asked, name included) was granted.
+    /// Whether `right` (as asked, name included) may be tried: granted, or unknown.
     pub fn grants(&self, right: &Right) -> bool {
-        self.answers.get(right).copied().unwrap_or(true)
+        self.answer(right).may_try()
+    }
+
+    /// The answer about `right` ([`Answer::Unknown`] when never answered).
+    pub fn answer(&self, right: &Right) -> Answer {
+        self.answers.get(right).copied().unwrap_or(Answer::Unknown)
+    }
+
+    pub fn answer_of(&self, resource: Resource, verb: Verb, namespace: Option<&str>) -> Answer {
+        self.answer(&Right::new(resource, verb, namespace))
     }
 
     /// The rights asked about and refused, in a stable order.
     pub fn missing(&self) -> Vec<Right> {
-        let mut out: Vec<Right> =
-            self.answers.iter().filter(|(_, ok)| !**ok).map(|(r, _)| r.clone()).collect();
+        let denied = self.answers.iter().filter(|(_, a)| **a == Answer::Denied);
+        let mut out: Vec<Right> = denied.map(|(r, _)| r.clone()).collect();
         out.sort();
         out
     }
 
-    /// Takes the answers of a later review over the earlier ones.
+    /// How many of `rights` have no known answer.
+    pub fn unknown_among(&self, rights: &[Right]) -> usize {
+        rights.iter().filter(|r| self.answer(r) == Answer::Unknown).count()
+    }
+
+    /// Takes the answers of a later review over the earlier ones; a review that failed leaves
+    /// the answer known before it.
     pub fn merge(&mut self, newer: Access) {
-        self.answers.extend(newer.answers);
+        for (right, answer) in newer.answers {
+            let kept = self.answers.get(&right).copied().unwrap_or(Answer::Unknown).then(answer);
+            self.answers.insert(right, kept);
+        }
     }
 }
 
@@ -230,8 +223,11 @@ pub struct LeaseRights {
 }
 
 /// Asks which election the identity can run on Lease `name` in `namespace`: watching and
-/// patching it (this chart's RBAC), or getting and updating it (stakater/Reloader's).
+/// patching it (this chart's RBAC), or getting and updating it (stakater/Reloader's). Reviews the
+/// API server does not answer are asked again with backoff until the answers decide it (see
+/// [`crate::decide::rights::election`]).
 pub async fn lease_rights(client: &Client, namespace: &str, name: &str) -> LeaseRights {
+    use crate::decide::rights::{Election, election};
     let named = |v| Right::new(LEASES, v, Some(namespace)).on(name);
     let create = Right::new(LEASES, Verb::Create, Some(namespace));
     let watching: Vec<Right> = [Verb::Get, Verb::List, Verb::Watch, Verb::Patch]
@@ -242,15 +238,29 @@ pub async fn lease_rights(client: &Client, namespace: &str, name: &str) -> Lease
     let polling = vec![named(Verb::Get), named(Verb::Update), create];
     let mut asked = watching.clone();
     asked.push(named(Verb::Update));
-    let access = review(client, &asked).await;
-    let poll =
-        !watching.iter().all(|r| access.grants(r)) && polling.iter().all(|r| access.grants(r));
+    let mut access = Access::default();
+    let mut reviews = 0u32;
+    let poll = loop {
+        reviews = reviews.saturating_add(1);
+        access.merge(review(client, &asked).await);
+        let answers =
+            |rights: &[Right]| rights.iter().map(|r| access.answer(r)).collect::<Vec<_>>();
+        match election(&answers(&watching), &answers(&polling), reviews) {
+            Election::Watching => break false,
+            Election::Polling => break true,
+            Election::AskAgain(after) => {
+                tracing::info!(lease = %format!("{namespace}/{name}"), retry_in = ?after,
+                    "the API server did not answer whether the Lease may be watched; asking again");
+                tokio::time::sleep(after).await;
+            }
+        }
+    };
     let chosen = if poll { polling } else { watching };
     LeaseRights { poll, missing: chosen.into_iter().filter(|r| !access.grants(r)).collect() }
 }
 
 /// Asks the API server about each right (a few at a time). A review the API server does not
-/// answer leaves its right out of the table (granted until a request says otherwise).
+/// answer (429, 5xx, a timeout) is [`Answer::Unknown`]: asked again, never granted for good.
 pub async fn review(client: &Client, rights: &[Right]) -> Access {
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let answers = futures::stream::iter(rights.iter().cloned())
@@ -273,19 +283,18 @@ pub async fn review(client: &Client, rights: &[Right]) -> Access {
                     ..Default::default()
                 };
                 match api.create(&PostParams::default(), &review).await {
-                    Ok(answer) => Some((right, answer.status.is_some_and(|s| s.allowed))),
+                    Ok(answer) => (right, Answer::of(Some(answer.status.is_some_and(|s| s.allowed)))),
                     Err(e) => {
-                        tracing::debug!(right = %right, error = %e, "access review failed; assuming granted");
-                        None
+                        tracing::debug!(right = %right, error = %e, "access review failed; its answer is unknown");
+                        (right, Answer::Unknown)
                     }
                 }
             }
         })
         .buffer_unordered(8)
-        .filter_map(std::future::ready)
         .collect::<Vec<_>>()
         .await;
-    Access::from_answers(answers)
+    Access { answers: answers.into_iter().collect() }
 }
 
 #[cfg(test)]
@@ -295,16 +304,7 @@ mod tests {
     const DEPLOYMENTS: Resource = Resource::new("apps", "deployments");
 
     #[test]
-    fn a_kind_is_watched_listed_on_change_or_skipped() {
-        assert_eq!(Follow::choose(true, true, true), Follow::Watch);
-        assert_eq!(Follow::choose(true, false, true), Follow::ListOnChange);
-        assert_eq!(Follow::choose(false, true, true), Follow::Skip);
-        assert_eq!(Follow::choose(true, true, false), Follow::Skip);
-        assert_eq!(Follow::choose(false, false, false), Follow::Skip);
-    }
-
-    #[test]
-    fn unknown_rights_count_as_granted_and_refused_ones_are_listed_in_order() {
+    fn unknown_rights_may_be_tried_and_refused_ones_are_listed_in_order() {
         let access = Access::from_answers([
             (Right::new(DEPLOYMENTS, Verb::Watch, None), false),
             (Right::new(DEPLOYMENTS, Verb::List, None), true),
@@ -312,7 +312,8 @@ mod tests {
         ]);
         assert!(!access.allows(DEPLOYMENTS, Verb::Watch, None));
         assert!(access.allows(DEPLOYMENTS, Verb::List, None));
-        assert!(access.allows(DEPLOYMENTS, Verb::Patch, None), "never asked: granted");
+        assert!(access.allows(DEPLOYMENTS, Verb::Patch, None), "never asked: tried");
+        assert_eq!(access.answer_of(DEPLOYMENTS, Verb::Patch, None), Answer::Unknown);
         assert!(access.allows(CONFIGMAPS, Verb::Watch, None), "another scope");
         let missing: Vec<String> = access.missing().iter().map(ToString::to_string).collect();
         assert_eq!(
@@ -326,6 +327,15 @@ mod tests {
         let mut access = Access::from_answers([(Right::new(DEPLOYMENTS, Verb::Watch, None), true)]);
         access.merge(Access::from_answers([(Right::new(DEPLOYMENTS, Verb::Watch, None), false)]));
         assert!(!access.allows(DEPLOYMENTS, Verb::Watch, None));
+        // A review that failed keeps what was known.
+        let failed = Access {
+            answers: HashMap::from([(Right::new(DEPLOYMENTS, Verb::Watch, None), Answer::Unknown)]),
+        };
+        access.merge(failed);
+        assert_eq!(access.answer_of(DEPLOYMENTS, Verb::Watch, None), Answer::Denied);
+        let watch =
+            [Right::new(DEPLOYMENTS, Verb::Watch, None), Right::new(DEPLOYMENTS, Verb::List, None)];
+        assert_eq!(access.unknown_among(&watch), 1);
     }
 
     #[test]

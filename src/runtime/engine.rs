@@ -4,7 +4,7 @@
 //! (`admission.rs`). Annotation mode and policy mode run through the same parts.
 
 use parking_lot::{Mutex, RwLock};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -127,6 +127,8 @@ pub struct Engine {
     reconciler: Reconciler,
     /// Lists on change, for kinds that may be listed but not watched (see `follow`).
     scanner: Arc<follow::Scanner>,
+    /// The workload watches running, started and stopped as the rights say (see `watches`).
+    watch_tasks: watches::WatchTasks,
     /// With `--enable-csi-integration`: SecretProviderClass pod statuses.
     csi: Arc<csi::Csi>,
     /// ReloadPolicies, what is reported about them, and their status writer.
@@ -245,6 +247,7 @@ impl Engine {
         Arc::new(Engine {
             csi,
             scanner,
+            watch_tasks: watches::WatchTasks::default(),
             rights,
             feed,
             reconciler,
@@ -395,29 +398,19 @@ impl Engine {
         for (scope, kind) in sources {
             match kind {
                 SourceKind::ConfigMap => {
-                    tasks.spawn(self.clone().watch_sources::<ConfigMap>(scope, kind))
+                    tasks.spawn(self.clone().watch_sources::<ConfigMap>(scope, kind, true))
                 }
                 SourceKind::Secret => {
-                    tasks.spawn(self.clone().watch_sources::<Secret>(scope, kind))
+                    tasks.spawn(self.clone().watch_sources::<Secret>(scope, kind, true))
                 }
                 SourceKind::SecretProviderClass => continue,
             };
         }
         for (scope, kind) in watched {
-            let e = self.clone();
-            match kind {
-                WorkloadKind::Deployment => {
-                    tasks.spawn(e.watch_workloads::<Deployment>(scope, kind))
-                }
-                WorkloadKind::DaemonSet => tasks.spawn(e.watch_workloads::<DaemonSet>(scope, kind)),
-                WorkloadKind::StatefulSet => {
-                    tasks.spawn(e.watch_workloads::<StatefulSet>(scope, kind))
-                }
-                WorkloadKind::CronJob => tasks.spawn(e.watch_workloads::<CronJob>(scope, kind)),
-                WorkloadKind::Job => tasks.spawn(e.watch_workloads::<Job>(scope, kind)),
-                WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => continue,
-            };
+            self.watch_tasks.start(&self, kind, scope, true);
         }
+        // Rights asked again at each resync, after a refusal, and while reviews go unanswered.
+        tasks.spawn(watches::WatchTasks::heal(self.clone()));
         for _ in 0..follow::SCAN_WORKERS {
             tasks.spawn(self.scanner.clone().scan_worker());
         }
@@ -453,6 +446,7 @@ impl Engine {
         if !self.reconciler.events.flush(Duration::from_secs(5)).await {
             warn!("Events of the last rollouts not all written within 5s; stopping anyway");
         }
+        self.watch_tasks.stop_all();
         tasks.abort_all();
     }
 
@@ -474,6 +468,8 @@ impl Engine {
                 self.feed.queue.add(key, Duration::ZERO);
             }
             self.scanner.scan_everything();
+            // What the identity may do is asked again too (see `rights`).
+            self.rights.ask_again();
             // Timed until the queue holds nothing due by the time the last key was queued (a
             // debounced key keeps its later due time) and no worker is busy: exact when idle,
             // an upper bound while other changes keep the workers busy.

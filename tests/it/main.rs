@@ -32,6 +32,7 @@ mod packaging;
 mod policy_crd;
 mod policy_mode;
 mod refusals;
+mod rights_heal;
 mod rollouts;
 mod secret_hygiene;
 mod smoke;

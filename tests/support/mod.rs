@@ -13,6 +13,7 @@ pub mod faults;
 pub mod fixture;
 pub mod invariants;
 pub mod policies;
+pub mod proxy;
 pub mod receiver;
 pub mod sharing;
 

@@ -197,8 +197,11 @@ impl Scanner {
     }
 
     /// After a reconcile that needs no retry: a workload a list put in the store is forgotten,
-    /// unless a newer list queued it again meanwhile.
+    /// unless a newer list queued it again meanwhile, or its kind is watched now (a right
+    /// granted since: the watch keeps it).
     pub(super) fn forget_scanned(&self, key: &WorkloadKey, generation: u64) {
+        let scope = self.rights.scope_of(&key.namespace).unwrap_or(None);
+        let watched = self.rights.follow_of(key.kind, scope.as_deref()) == Follow::Watch;
         let done = {
             let mut scanned = self.feed.scans.scanned.lock();
             let current = scanned.get(key) == Some(&generation);
@@ -207,7 +210,7 @@ impl Scanner {
             }
             current
         };
-        if done {
+        if done && !watched {
             self.feed.remove_workload(key);
         }
     }

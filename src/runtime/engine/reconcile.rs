@@ -52,7 +52,10 @@ impl Reconciler {
     pub(super) fn plan_options(&self, key: &WorkloadKey) -> Option<PlanOptions> {
         let hasher = self.hash_key.hasher(self.config.hash_mode).ok()?;
         // Removed once the workload's first pass really ran (see `worker`), not when deferred.
-        let first_pass = self.feed.remembered.lock().get(key).is_some_and(|m| m.startup_pass);
+        let (first_pass, triggered_by) = match self.feed.remembered.lock().get(key) {
+            Some(m) => (m.startup_pass, m.triggers.iter().cloned().collect()),
+            None => (false, Default::default()),
+        };
         let now = k8s_openapi::jiff::Timestamp::now();
         Some(PlanOptions {
             strategy: self.config.strategy,
@@ -66,6 +69,7 @@ impl Reconciler {
             key_precise: self.config.key_precise_references,
             stamp: false,
             hasher,
+            triggered_by,
         })
     }
 

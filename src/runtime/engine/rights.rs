@@ -1,16 +1,21 @@
 //! What annotation mode may do under its identity's rights (see [`crate::kube::access`]): the
-//! rights it would use, the review at start and again after a refused watch or list, one report
-//! per missing right, how each workload kind is followed (watched, listed on change, skipped),
-//! and which Events API is written to.
+//! rights it would use, the review at start and again at each resync, after a refused watch or
+//! list, and with backoff while a review goes unanswered; one report per missing right; how each
+//! workload kind is followed (watched, listed on change, skipped: the rule is
+//! [`crate::decide::rights`]), and which Events API is written to. The engine applies a change
+//! of how a kind is followed (`WatchTasks::apply` in `watches.rs`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use kube::Client;
 use parking_lot::{Mutex, RwLock};
 use tracing::{error, info, warn};
 
 use super::EngineConfig;
+use crate::decide::rights::{Answer, Switch, next_review};
 use crate::kube::access::{self, Access, Follow, Resource, Right, Verb};
 use crate::model::source::SourceKind;
 use crate::model::workload::WorkloadKind;
@@ -42,6 +47,22 @@ pub(super) struct Rights {
     refusals: Mutex<HashSet<(WorkloadKind, Option<String>)>>,
     /// Whether ReloadPolicies may be read anywhere (`None` until the review at start).
     policy_mode: tokio::sync::watch::Sender<Option<bool>>,
+    /// Sources (kind and scope) followed: watched since start, or since a review found them
+    /// readable.
+    sources: Mutex<HashSet<(SourceKind, Option<String>)>>,
+    /// Reviews in a row that left some right unanswered (see [`next_review`]).
+    unanswered: AtomicU32,
+    /// Kinds whose API may not exist (Rollouts, DeploymentConfigs) that were found served.
+    found: Mutex<HashSet<WorkloadKind>>,
+    /// Woken to ask every right again now (a resync, a refusal).
+    ask_again: tokio::sync::Notify,
+}
+
+/// What a review changed: how workload kinds are followed, and sources now readable.
+#[derive(Debug, Default)]
+pub(super) struct Changes {
+    pub(super) kinds: Vec<(WorkloadKind, Option<String>, Switch)>,
+    pub(super) sources: Vec<(SourceKind, Option<String>)>,
 }
 
 impl Rights {
@@ -66,7 +87,130 @@ impl Rights {
             unable: RwLock::default(),
             refusals: Mutex::default(),
             policy_mode: tokio::sync::watch::channel(None).0,
+            sources: Mutex::default(),
+            unanswered: AtomicU32::new(0),
+            found: Mutex::default(),
+            ask_again: tokio::sync::Notify::new(),
         }
+    }
+
+    /// The sources (ConfigMaps, Secrets) annotation mode is set to follow, per scope.
+    fn wanted_sources(&self) -> Vec<(SourceKind, Option<String>)> {
+        let kinds = [
+            (SourceKind::ConfigMap, self.watch_configmaps),
+            (SourceKind::Secret, self.watch_secrets),
+        ];
+        let scopes = self.scopes();
+        scopes
+            .iter()
+            .flat_map(|s| kinds.iter().filter(|(_, on)| *on).map(move |(k, _)| (*k, s.clone())))
+            .collect()
+    }
+
+    /// Asks every right annotation mode uses (the answers replacing those known), says what is
+    /// newly missing or granted again, and returns how that changes what is followed: a kind
+    /// found watchable is watched, one whose watch is denied is listed on change, one skipped
+    /// is followed once it may be (see [`Follow::next`]), a source found readable is watched.
+    pub(super) async fn review_again(&self) -> Changes {
+        let mut needed = self.needed_rights();
+        let modes_before = self.modes.read().clone();
+        // DeploymentConfigs, once found, are asked about too.
+        let found = self.found.lock().clone();
+        for (kind, scope) in modes_before.keys() {
+            if *kind == WorkloadKind::DeploymentConfig && found.contains(kind) {
+                needed.extend(kind_rights(*kind, scope.as_deref()));
+            }
+        }
+        let rights: Vec<Right> = needed.iter().map(|(r, _)| r.clone()).collect();
+        let answers = access::review(&self.client, &rights).await;
+        self.access.write().merge(answers);
+        self.note_unanswered(&rights);
+        self.clear_restored();
+        self.report_missing(&needed);
+        let access = self.access.read().clone();
+        let mut changes = Changes::default();
+        {
+            let mut modes = self.modes.write();
+            let known =
+                modes.iter_mut().filter(|((k, _), _)| k.always_served() || found.contains(k));
+            for ((kind, scope), before) in known {
+                let after = before.next(mode_of(&access, *kind, scope.as_deref()));
+                let switch = Switch::between(*before, after);
+                if !switch.is_none() {
+                    info!(kind = %kind, namespace = ?scope, from = before.as_str(), to = after.as_str(), "rights reviewed again: the kind is followed otherwise");
+                    changes.kinds.push((*kind, scope.clone(), switch));
+                }
+                *before = after;
+            }
+        }
+        if !changes.kinds.is_empty() {
+            self.publish_follow_modes();
+        }
+        {
+            let mut followed = self.sources.lock();
+            for (kind, scope) in self.wanted_sources() {
+                if !followed.contains(&(kind, scope.clone()))
+                    && self.may_follow_source(kind, scope.as_deref())
+                {
+                    info!(kind = %kind, namespace = ?scope, "rights reviewed again: the source kind may be watched now");
+                    followed.insert((kind, scope.clone()));
+                    changes.sources.push((kind, scope));
+                }
+            }
+        }
+        self.choose_events_api(&access);
+        self.judge(&access);
+        changes
+    }
+
+    /// Counts a review that left some of `rights` unanswered, or resets the count.
+    fn note_unanswered(&self, rights: &[Right]) {
+        let unknown = self.access.read().unknown_among(rights);
+        if unknown == 0 {
+            self.unanswered.store(0, Ordering::SeqCst);
+        } else {
+            let n = self.unanswered.fetch_add(1, Ordering::SeqCst).saturating_add(1);
+            info!(
+                unanswered = unknown,
+                reviews = n,
+                "the API server did not answer some access reviews; asking again"
+            );
+        }
+    }
+
+    /// How long until the rights are asked again on their own: `None` while every answer is
+    /// known (a resync or a refusal asks then).
+    pub(super) fn next_review_in(&self) -> Option<Duration> {
+        let failed = self.unanswered.load(Ordering::SeqCst);
+        next_review(usize::from(failed > 0), failed)
+    }
+
+    /// Asks for every right to be asked again now (see [`Self::asked_again`]).
+    pub(super) fn ask_again(&self) {
+        self.ask_again.notify_one();
+    }
+
+    /// Resolves when [`Self::ask_again`] was called.
+    pub(super) async fn asked_again(&self) {
+        self.ask_again.notified().await;
+    }
+
+    /// The Events API the rights allow: events.k8s.io where granted in every scope, else the
+    /// core API where granted somewhere, else none.
+    fn choose_events_api(&self, access: &Access) {
+        let scopes = self.scopes();
+        let events =
+            if scopes.iter().all(|s| access.allows(access::EVENTS, Verb::Create, s.as_deref())) {
+                EventsApi::EventsV1
+            } else if scopes
+                .iter()
+                .any(|s| access.allows(access::CORE_EVENTS, Verb::Create, s.as_deref()))
+            {
+                EventsApi::Core
+            } else {
+                EventsApi::Off
+            };
+        self.events.use_api(events);
     }
 
     /// The namespace scopes annotation mode runs in (`None`: the whole cluster).
@@ -139,50 +283,57 @@ impl Rights {
         let rights: Vec<Right> = needed.iter().map(|(r, _)| r.clone()).collect();
         let answers = access::review(&self.client, &rights).await;
         self.access.write().merge(answers);
+        self.note_unanswered(&rights);
         self.report_missing(&needed);
 
         let access = self.access.read().clone();
         let mut modes = HashMap::new();
-        let mut followed_sources = 0;
         for scope in self.scopes() {
             let ns = scope.as_deref();
             for &kind in &self.kinds {
-                let mode = mode_of(&access, kind, ns);
+                // A kind whose API may not exist is followed once found (`recheck_follow`).
+                let mode =
+                    if kind.always_served() { mode_of(&access, kind, ns) } else { Follow::Skip };
                 modes.insert((kind, scope.clone()), mode);
             }
-            followed_sources += [
-                (SourceKind::ConfigMap, self.watch_configmaps),
-                (SourceKind::Secret, self.watch_secrets),
-            ]
-            .into_iter()
-            .filter(|(kind, on)| *on && self.may_follow_source(*kind, ns))
-            .count();
         }
         for ((kind, scope), mode) in &modes {
-            if *mode != Follow::Watch {
+            if *mode != Follow::Watch && kind.always_served() {
                 info!(kind = %kind, namespace = ?scope, mode = mode.as_str(), "workload kind not watched");
             }
         }
         *self.modes.write() = modes;
         self.publish_follow_modes();
+        *self.sources.lock() = self
+            .wanted_sources()
+            .into_iter()
+            .filter(|(kind, scope)| self.may_follow_source(*kind, scope.as_deref()))
+            .collect();
 
         let scopes = self.scopes();
-        let events =
-            if scopes.iter().all(|s| access.allows(access::EVENTS, Verb::Create, s.as_deref())) {
-                EventsApi::EventsV1
-            } else if scopes
-                .iter()
-                .any(|s| access.allows(access::CORE_EVENTS, Verb::Create, s.as_deref()))
-            {
-                EventsApi::Core
-            } else {
-                EventsApi::Off
-            };
-        self.events.use_api(events);
+        self.choose_events_api(&access);
 
         let policies = scopes.iter().any(|s| self.may_read_policies(s.as_deref()));
         self.policy_mode.send_replace(Some(policies));
-        let any_workload = self.modes.read().values().any(|m| *m != Follow::Skip);
+        self.judge(&access)
+    }
+
+    /// Decides whether annotation mode can do its job under `access` and what it follows, says
+    /// so when that changes, and returns why not, if it cannot.
+    fn judge(&self, access: &Access) -> Option<String> {
+        let followed_sources = self.sources.lock().len();
+        // A kind whose rights are asked at start (DeploymentConfigs' once found) counts.
+        let scopes = self.scopes();
+        let asked_at_start = |kind: WorkloadKind| {
+            kind != WorkloadKind::DeploymentConfig
+                && scopes
+                    .iter()
+                    .any(|s| mode_of(&self.access.read(), kind, s.as_deref()) != Follow::Skip)
+        };
+        let any_workload =
+            self.modes.read().iter().any(|((k, _), m)| {
+                *m != Follow::Skip || (!k.always_served() && asked_at_start(*k))
+            });
         let namespaces_readable = !self.namespace_selector
             || (access.allows(access::NAMESPACES, Verb::List, None)
                 && access.allows(access::NAMESPACES, Verb::Watch, None));
@@ -195,10 +346,19 @@ impl Rights {
         } else {
             None
         };
-        if let Some(why) = &unable {
-            error!(reason = %why, "annotation mode cannot do its job with the rights it has; /readyz answers 503 until the missing rights are granted and the operator restarted");
+        let before = std::mem::replace(&mut *self.unable.write(), unable.clone());
+        if before == unable {
+            return unable;
         }
-        *self.unable.write() = unable.clone();
+        match &unable {
+            Some(why) => {
+                error!(reason = %why, "annotation mode cannot do its job with the rights it has; /readyz answers 503 until the missing rights are granted (they are asked again at each resync)")
+            }
+            None if before.is_some() => {
+                info!("annotation mode can do its job with the rights it has now")
+            }
+            None => {}
+        }
         unable
     }
 
@@ -311,6 +471,7 @@ impl Rights {
     /// Asks about the rights of `kind` in `scope` once its API is found (DeploymentConfigs are
     /// not asked about at start) and returns how it is followed.
     pub(super) async fn recheck_follow(&self, kind: WorkloadKind, scope: Option<&str>) -> Follow {
+        self.found.lock().insert(kind);
         self.review_kind(kind, scope, true).await;
         let mode = mode_of(&self.access.read(), kind, scope);
         let before = self.modes.write().insert((kind, scope.map(str::to_string)), mode);
@@ -339,14 +500,16 @@ impl Rights {
     }
 
     /// A request about `kind` in `scope` was refused while running: asks once about its rights
-    /// and says what is missing (once per right). How the kind is followed does not change: the
-    /// watch retries with backoff and a list on change is tried again at the next change, so a
-    /// right restored is used again without a restart.
+    /// and says what is missing (once per right), then has every right asked again, which
+    /// changes how the kind is followed: a watch denied is stopped and the kind listed on
+    /// change; a list on change is tried again at the next change, so a right restored is used
+    /// again without a restart.
     pub(super) async fn report_refusal(&self, kind: WorkloadKind, scope: Option<&str>) {
         if !self.refusals.lock().insert((kind, scope.map(str::to_string))) {
             return;
         }
         self.review_kind(kind, scope, true).await;
+        self.ask_again();
     }
 
     /// A watch of `kind` that was refused works again: its rights are asked again and the
@@ -438,8 +601,16 @@ fn kind_rights(kind: WorkloadKind, ns: Option<&str>) -> Vec<(Right, &'static str
 /// How `kind` is followed in `ns` under `access` (see [`Follow::choose`]).
 fn mode_of(access: &Access, kind: WorkloadKind, ns: Option<&str>) -> Follow {
     let r = workload_resource(kind);
-    let write = write_rights(kind).into_iter().all(|(res, v)| access.allows(res, v, ns));
-    Follow::choose(access.allows(r, Verb::List, ns), access.allows(r, Verb::Watch, ns), write)
+    let writes: Vec<Answer> =
+        write_rights(kind).into_iter().map(|(res, v)| access.answer_of(res, v, ns)).collect();
+    let write = if writes.contains(&Answer::Denied) {
+        Answer::Denied
+    } else if writes.contains(&Answer::Unknown) {
+        Answer::Unknown
+    } else {
+        Answer::Granted
+    };
+    Follow::choose(access.answer_of(r, Verb::List, ns), access.answer_of(r, Verb::Watch, ns), write)
 }
 
 pub(super) fn is_forbidden(e: &kube::Error) -> bool {
@@ -501,6 +672,41 @@ mod tests {
         rights.report_missing(&[]);
         assert_eq!(missing_series(&rights), ["shop configmaps list"]);
     }
+    #[tokio::test]
+    async fn reviews_the_api_server_does_not_answer_list_on_change_and_ask_again() {
+        // Nothing listens on the client's port: every review fails.
+        let rights = rights();
+        assert!(rights.review().await.is_none(), "unknown is not unable");
+        let shop = Some("shop");
+        assert_eq!(rights.follow_of(WorkloadKind::Deployment, shop), Follow::ListOnChange);
+        assert!(rights.may_follow_source(SourceKind::ConfigMap, shop), "tried, not skipped");
+        assert!(missing_series(&rights).is_empty(), "nothing claimed missing");
+        assert_eq!(rights.next_review_in(), Some(Duration::from_secs(1)));
+        assert!(rights.review_again().await.kinds.is_empty());
+        assert_eq!(rights.next_review_in(), Some(Duration::from_secs(2)), "backoff");
+
+        // Answered since (here: by hand): the kind is watched from the next review on, and a
+        // failed review keeps the answers known.
+        let deployments = workload_resource(WorkloadKind::Deployment);
+        let granted = [Verb::List, Verb::Watch, Verb::Patch]
+            .map(|v| (Right::new(deployments, v, shop), true));
+        rights.access.write().merge(Access::from_answers(granted));
+        let changes = rights.review_again().await;
+        let switch = changes.kinds.iter().find(|(k, _, _)| *k == WorkloadKind::Deployment);
+        let (_, scope, switch) = switch.expect("deployments switched");
+        assert_eq!(scope.as_deref(), shop);
+        assert!(switch.start_watch && !switch.list_everything);
+        assert_eq!(rights.follow_of(WorkloadKind::Deployment, shop), Follow::Watch);
+
+        // Watch denied later: listed on change again, and the missing right said.
+        let denied = [(Right::new(deployments, Verb::Watch, shop), false)];
+        rights.access.write().merge(Access::from_answers(denied));
+        let changes = rights.review_again().await;
+        let switch = changes.kinds.iter().find(|(k, _, _)| *k == WorkloadKind::Deployment);
+        assert!(switch.is_some_and(|(_, _, s)| s.stop_watch && s.list_everything));
+        assert_eq!(missing_series(&rights), ["shop deployments.apps watch"]);
+    }
+
     use kube::core::Status;
     use kube::runtime::watcher::Error as W;
 

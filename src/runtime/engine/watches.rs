@@ -11,32 +11,172 @@ use crate::kube::source_watch;
 /// time of one page.
 pub(super) const SOURCE_PAGE_SIZE: u32 = 1000;
 
+/// The workload watches running, by kind and scope, so that a review of the rights can stop
+/// one or start one (see [`WatchTasks::apply`]).
+#[derive(Default)]
+pub(super) struct WatchTasks {
+    running: Mutex<HashMap<(WorkloadKind, Option<String>), RunningWatch>>,
+    /// Source watches started after start (a right granted since).
+    sources: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Kinds whose API may not exist (Rollouts, DeploymentConfigs) that were found served.
+    served: Mutex<HashSet<WorkloadKind>>,
+}
+
+struct RunningWatch {
+    task: tokio::task::JoinHandle<()>,
+    /// True while readiness waits for its first list.
+    unsynced: Arc<AtomicBool>,
+}
+
+impl WatchTasks {
+    /// Starts the watch of `kind` in `scope` unless it runs. A `counted` watch is one of those
+    /// readiness waits for (started at start); one started later (a right granted since) is
+    /// not.
+    pub(super) fn start(
+        &self,
+        engine: &Arc<Engine>,
+        kind: WorkloadKind,
+        scope: Option<String>,
+        counted: bool,
+    ) {
+        let mut running = self.running.lock();
+        let key = (kind, scope.clone());
+        if running.contains_key(&key) {
+            return;
+        }
+        let unsynced = Arc::new(AtomicBool::new(counted));
+        let (e, u) = (engine.clone(), unsynced.clone());
+        let task = match kind {
+            WorkloadKind::Deployment => {
+                tokio::spawn(e.watch_workloads::<Deployment>(scope, kind, u))
+            }
+            WorkloadKind::DaemonSet => tokio::spawn(e.watch_workloads::<DaemonSet>(scope, kind, u)),
+            WorkloadKind::StatefulSet => {
+                tokio::spawn(e.watch_workloads::<StatefulSet>(scope, kind, u))
+            }
+            WorkloadKind::CronJob => tokio::spawn(e.watch_workloads::<CronJob>(scope, kind, u)),
+            WorkloadKind::Job => tokio::spawn(e.watch_workloads::<Job>(scope, kind, u)),
+            WorkloadKind::Rollout | WorkloadKind::DeploymentConfig => {
+                tokio::spawn(e.watch_dynamic(scope, kind, kind.api_resource()))
+            }
+        };
+        if !counted {
+            info!(kind = %kind, namespace = ?key.1, "watching the workload kind");
+        }
+        running.insert(key, RunningWatch { task, unsynced });
+    }
+
+    /// Stops the watch of `kind` in `scope`, if it runs, and forgets what it put in memory.
+    pub(super) async fn stop(&self, engine: &Engine, kind: WorkloadKind, scope: Option<String>) {
+        let Some(running) = self.running.lock().remove(&(kind, scope.clone())) else {
+            return;
+        };
+        running.task.abort();
+        // Ended before it forgets, so no event of it lands after.
+        let _ = running.task.await;
+        if running.unsynced.swap(false, Ordering::SeqCst) {
+            // Readiness waited for its first list: it waits no more.
+            engine.watcher_synced();
+        }
+        engine.feed.forget_unseen_workloads(kind, scope.as_deref(), &HashSet::new());
+        info!(kind = %kind, namespace = ?scope, "stopped watching the workload kind");
+    }
+
+    /// Applies what a review of the rights changed (see [`crate::decide::rights::Switch`]).
+    pub(super) async fn apply(&self, engine: &Arc<Engine>, changes: rights::Changes) {
+        for (kind, scope, switch) in changes.kinds {
+            if switch.stop_watch {
+                self.stop(engine, kind, scope.clone()).await;
+            }
+            let served = kind.always_served() || self.served.lock().contains(&kind);
+            if switch.start_watch && served {
+                self.start(engine, kind, scope.clone(), false);
+            }
+            if switch.list_everything
+                && engine.feed.is_synced()
+                && engine.rights.may_patch(kind, scope.as_deref())
+            {
+                engine.feed.request_scan(follow::ScanKey { kind, namespace: scope }, None);
+            }
+        }
+        for (kind, scope) in changes.sources {
+            let e = engine.clone();
+            // Counted for readiness only while the first lists are not all in (no source could
+            // be watched at start, say); otherwise readiness has passed already.
+            let counted = !engine.feed.is_synced();
+            if counted {
+                engine.pending_watchers.fetch_add(1, Ordering::SeqCst);
+            }
+            let task = match kind {
+                SourceKind::ConfigMap => {
+                    tokio::spawn(e.watch_sources::<ConfigMap>(scope, kind, counted))
+                }
+                SourceKind::Secret => tokio::spawn(e.watch_sources::<Secret>(scope, kind, counted)),
+                SourceKind::SecretProviderClass => continue,
+            };
+            self.sources.lock().push(task);
+        }
+    }
+
+    /// Asks the rights again whenever a resync or a refusal says to, and with backoff while
+    /// reviews go unanswered; applies what changed. Runs until shutdown.
+    pub(super) async fn heal(engine: Arc<Engine>) {
+        let rights = &engine.rights;
+        loop {
+            match rights.next_review_in() {
+                Some(after) => tokio::select! {
+                    _ = tokio::time::sleep(after) => {}
+                    _ = rights.asked_again() => {}
+                },
+                None => rights.asked_again().await,
+            }
+            let changes = rights.review_again().await;
+            engine.watch_tasks.apply(&engine, changes).await;
+            // What /readyz says follows the rights once the caches are synced.
+            if engine.feed.is_synced() {
+                let now = rights.readiness_after_sync();
+                engine.ready.send_if_modified(|r| {
+                    let changed = *r != now;
+                    *r = now;
+                    changed
+                });
+            }
+        }
+    }
+
+    /// At shutdown: the watches started outside the engine's task set end too.
+    pub(super) fn stop_all(&self) {
+        for (_, running) in self.running.lock().drain() {
+            running.task.abort();
+        }
+        for task in self.sources.lock().drain(..) {
+            task.abort();
+        }
+    }
+
+    /// The API of `kind` (Rollouts, DeploymentConfigs) is served: its watch may start.
+    pub(super) fn found(&self, kind: WorkloadKind) {
+        self.served.lock().insert(kind);
+    }
+}
+
 impl Engine {
-    /// Waits until the API of `kind` is served, then watches it in every scope where it may
-    /// (where it may only be listed, it is listed on change: see `follow`).
+    /// Waits until the API of `kind` is served, then follows it in every scope as its rights
+    /// say (watched, or listed on change: see `follow`).
     pub(super) async fn discover_and_watch(
         self: Arc<Self>,
         kind: WorkloadKind,
         scopes: Vec<Option<String>>,
     ) {
-        let candidates: Vec<Option<String>> = scopes
-            .into_iter()
-            .filter(|s| self.rights.follow_of(kind, s.as_deref()) != Follow::Skip)
-            .collect();
-        if candidates.is_empty() {
-            return;
-        }
         let ar = kind.api_resource();
         wait_for_api(&self.client, &ar, self.config.api_discovery_interval).await;
-        let mut watchers = tokio::task::JoinSet::new();
-        for scope in candidates {
+        self.watch_tasks.found(kind);
+        for scope in scopes {
             // Its rights now that it exists (DeploymentConfigs were not asked about before).
-            if self.rights.recheck_follow(kind, scope.as_deref()).await != Follow::Watch {
-                continue;
+            if self.rights.recheck_follow(kind, scope.as_deref()).await == Follow::Watch {
+                self.watch_tasks.start(&self, kind, scope, false);
             }
-            watchers.spawn(self.clone().watch_dynamic(scope, kind, ar.clone()));
         }
-        while watchers.join_next().await.is_some() {}
     }
 
     pub(super) async fn watch_dynamic(
@@ -188,8 +328,13 @@ impl Engine {
 
     // ---- sources -------------------------------------------------------------------------
 
-    pub(super) async fn watch_sources<K>(self: Arc<Self>, scope: Option<String>, kind: SourceKind)
-    where
+    /// Watches one source kind in `scope`; a `counted` watch is one readiness waits for.
+    pub(super) async fn watch_sources<K>(
+        self: Arc<Self>,
+        scope: Option<String>,
+        kind: SourceKind,
+        counted: bool,
+    ) where
         K: HashedKind + Send + 'static,
     {
         let config = source_watch::Config {
@@ -208,7 +353,11 @@ impl Engine {
             &kind.to_string(),
             scope.as_deref(),
             &self.metrics,
-            || self.watcher_synced(),
+            || {
+                if counted {
+                    self.watcher_synced()
+                }
+            },
             |event, after_first_list| match event {
                 WatchItem::Apply(obj) => engine.feed.apply_source(kind, obj, after_first_list),
                 WatchItem::Delete(obj) => {
@@ -237,10 +386,13 @@ impl Engine {
 
     // ---- workloads -----------------------------------------------------------------------
 
+    /// Watches one workload kind in `scope`; readiness waits for its first list while
+    /// `unsynced` is true (see [`WatchTasks::start`]).
     pub(super) async fn watch_workloads<K>(
         self: Arc<Self>,
         scope: Option<String>,
         kind: WorkloadKind,
+        unsynced: Arc<AtomicBool>,
     ) where
         K: LeanKind + WorkloadObject + Send + 'static,
     {
@@ -258,7 +410,11 @@ impl Engine {
             &kind.to_string(),
             scope.as_deref(),
             &self.metrics,
-            || self.watcher_synced(),
+            || {
+                if unsynced.swap(false, Ordering::SeqCst) {
+                    self.watcher_synced()
+                }
+            },
             |event, _| {
                 engine.feed.on_workload_item(kind, scope.as_deref(), event, |obj: &Lean<K>| {
                     obj.0.info(kind, &engine.config.keys)
