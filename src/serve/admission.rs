@@ -294,8 +294,9 @@ pub struct Caller<'a> {
 /// What answers an AdmissionReview: the engine, from its memory (`runtime::engine::admission`).
 pub trait Reviewer: Send + Sync + 'static {
     type Error: std::fmt::Display + Send;
-    /// The AdmissionReview answering `body`, sent by `caller`.
-    fn review(&self, body: &[u8], caller: &Caller<'_>) -> Result<serde_json::Value, Self::Error>;
+    /// The AdmissionReview answering `body`, sent by `caller`. The body is handed over, so the
+    /// reviewer can free it (and its pages) as soon as it is decoded.
+    fn review(&self, body: Vec<u8>, caller: &Caller<'_>) -> Result<serde_json::Value, Self::Error>;
     /// Counts a review under `result` (`reloader_webhook_reviews_total`).
     fn count(&self, result: &'static str);
 }
@@ -472,7 +473,7 @@ async fn handle(
     let work = tokio::task::spawn_blocking(move || {
         let _permits = (permit, bytes_permit);
         let caller = Caller { excluded: &excluded[..], may_learn_hashes };
-        let answer = engine.review(&body, &caller);
+        let answer = engine.review(body, &caller);
         if answer.is_err() {
             engine.count("invalid");
         }

@@ -303,8 +303,11 @@ async fn adversarial_reviews_cost_bounded_memory() {
     f.configmap("settings", json!({"a": "1"})).await;
     let registration = Registration { name: format!("reloader-flood-{}", f.name()) };
     // The worst case for memory: every caller is answered, so every body is decoded and planned.
-    let (mut op, _addr, url) =
-        start_webhook(&registration, f.name(), &["--webhook-allow-unauthenticated"]);
+    let (mut op, _addr, url) = start_webhook(
+        &registration,
+        f.name(),
+        &["--webhook-allow-unauthenticated", "--namespaces", f.name()],
+    );
     let http = anonymous_client();
     eventually("the webhook serving", TIMEOUT, || async {
         http.post(&url).body("{}").send().await.ok().map(|_| ())
@@ -316,6 +319,7 @@ async fn adversarial_reviews_cost_bounded_memory() {
     let read = adversarial_review(f.name(), "env", size);
     assert!(unread.len() <= 3584 << 10 && read.len() <= 3584 << 10);
     let before = op.rss_kib();
+    let peak_before = op.peak_rss_kib();
     let started = Instant::now();
     let mut answered = 0;
     for _round in 0..3 {
@@ -339,7 +343,8 @@ async fn adversarial_reviews_cost_bounded_memory() {
     let peak = op.peak_rss_kib();
     support::announce(&format!(
         "hostile webhook: 3 rounds of 4 concurrent {} KiB reviews ({answered} answered, the \
-         rest 429) in {:.1}s: operator RSS {before} KiB before, peak (VmHWM) {peak} KiB",
+         rest 429) in {:.1}s: operator RSS {before} KiB before (peak {peak_before} KiB), peak \
+         (VmHWM) {peak} KiB after",
         size >> 10,
         started.elapsed().as_secs_f64()
     ));
