@@ -851,6 +851,22 @@ mod tests {
     }
 
     #[test]
+    fn a_selection_parsed_outside_the_lock_is_kept_once_for_equal_inputs() {
+        let mut s = Store::default();
+        let keys = AnnotationKeys::default();
+        let info = entry("a", &[], &[("configmap.reloader.stakater.com/reload", "x-.*")]).info;
+        let inputs = SelectionInputs::of(&info.metadata_annotations, &info.template_annotations);
+        assert!(s.cached_selection(&inputs).is_none());
+        // Two callers parsed the same inputs meanwhile (no lock held): the first kept wins.
+        let first = Arc::new(inputs.parse(&keys));
+        let second = Arc::new(inputs.parse(&keys));
+        let kept = s.keep_selection(inputs.clone(), first.clone());
+        assert!(Arc::ptr_eq(&kept, &first));
+        assert!(Arc::ptr_eq(&s.keep_selection(inputs.clone(), second), &first));
+        assert!(Arc::ptr_eq(&s.cached_selection(&inputs).unwrap(), &first));
+    }
+
+    #[test]
     fn candidates_cover_references_named_matches_and_missing_sources() {
         let mut s = Store::default();
         s.upsert_source("ns", cm("a"), facts("1"));

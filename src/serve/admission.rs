@@ -6,6 +6,26 @@
 //! Certificates come either from a Secret the operator creates and renews itself (the leader
 //! writes it and the configuration's `caBundle`; every replica reads it), or from files in
 //! `--webhook-cert-dir` (cert-manager: it renews the files and its cainjector fills `caBundle`).
+//!
+//! **Who gets an answer with a patch.** A patch carries the hashes of the sources the sent
+//! object references, and anyone who reaches the port can send an object naming any Secret of
+//! any namespace: answered, they would learn its SHA-1, which can be checked against guesses
+//! offline. So only an authenticated caller gets patches: with `--webhook-client-ca` the TLS
+//! handshake asks for a client certificate and refuses connections without one that CA signed
+//! (the API server's webhook client certificate, from the kubeconfig its AdmissionConfiguration
+//! names), so no other caller can even send a body. Without a client CA no caller is
+//! authenticated and every review is admitted without a patch, unless
+//! `--webhook-allow-unauthenticated` says something else protects the answers (a NetworkPolicy
+//! admitting only the API server, or `--hash-mode hmac-sha256`, whose stamps are keyed).
+//! Refusing was chosen over answering unauthenticated callers with keyed hashes only: in the
+//! default SHA-1 mode a keyed stamp differs from what the operator writes and would roll the
+//! workload once more, which is not what a drop-in replacement may do; a properly configured
+//! cluster (client CA) gets exactly stakater/Reloader's values.
+//!
+//! **What a review may cost.** Request bytes are reserved before they are read, within
+//! [`MAX_BODY_BYTES_IN_FLIGHT`] for all reviews together (else 429); a body is read once into
+//! one buffer and decoded in place into the few fields the answer depends on
+//! (`serve::review`), a few at a time on blocking threads.
 
 use parking_lot::RwLock;
 use std::collections::BTreeMap;

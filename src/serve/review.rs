@@ -80,7 +80,8 @@ pub struct Review {
 /// sources, and the shape of both that a JSON patch needs.
 #[derive(Debug, Clone, Default)]
 pub struct Workload {
-    /// Name, generateName, namespace, annotations and labels only.
+    /// Name, generateName, namespace, uid, resourceVersion, creationTimestamp, annotations and
+    /// labels only.
     pub meta: ObjectMeta,
     /// Whether `metadata.annotations` is an object in the body (a patch adds keys to it, else
     /// adds it whole).
@@ -187,6 +188,9 @@ fn workload(raw: &RawValue) -> Result<Workload, serde_json::Error> {
         name: wire.metadata.name,
         generate_name: wire.metadata.generate_name,
         namespace: wire.metadata.namespace,
+        uid: wire.metadata.uid,
+        resource_version: wire.metadata.resource_version,
+        creation_timestamp: wire.metadata.creation_timestamp,
         annotations: wire.metadata.annotations.map(|m| m.0),
         labels: wire.metadata.labels.map(|m| m.0),
         ..Default::default()
@@ -360,6 +364,9 @@ struct WireMeta {
     name: Option<String>,
     generate_name: Option<String>,
     namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    creation_timestamp: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     annotations: Option<KeptMap>,
     labels: Option<KeptMap>,
 }
@@ -745,6 +752,7 @@ mod tests {
         json!({
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "web", "namespace": "shop",
+                         "creationTimestamp": "2026-01-02T03:04:05Z",
                          "annotations": {"reloader.stakater.com/auto": "true"},
                          "labels": {"team": "a"}, "managedFields": [{"manager": "x"}]},
             "spec": {"paused": true, "selector": {"matchLabels": {"app": "web"}}, "template": {
@@ -785,6 +793,7 @@ mod tests {
         let w = review.object.unwrap();
         assert!(w.paused && w.has_annotations);
         assert_eq!(w.meta.labels.as_ref().unwrap()["team"], "a");
+        assert!(w.meta.creation_timestamp.is_some());
         let t = w.template.unwrap();
         let pod = t.spec.unwrap();
         let env = pod.containers[0].env.as_ref().unwrap();
