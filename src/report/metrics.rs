@@ -62,7 +62,7 @@ pub struct Metrics {
     /// Objects whose values broke an input limit, by limit (see `crate::model::limits`).
     pub input_rejected: IntCounterVec,
     /// Admission reviews by result (`stamped`, `unchanged`, `unauthenticated`, `over_limit`,
-    /// `busy`, `too_large`, `invalid`).
+    /// `busy`, `timeout`, `too_large`, `invalid`).
     pub webhook_reviews: IntCounterVec,
     /// Every watch event, by kind and event type (`apply`, `delete`, `error`): the detail
     /// `reloader_events_received_total` (sources and namespaces, the other program's values)

@@ -490,6 +490,7 @@ async fn handle(
         engine.count("busy");
         return reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", b"busy".to_vec());
     };
+    let counter = engine.clone();
     let work = tokio::task::spawn_blocking(move || {
         let _permits = (permit, bytes_permit);
         let caller = Caller { excluded: &excluded[..], may_learn_hashes };
@@ -510,6 +511,7 @@ async fn handle(
             reply(StatusCode::BAD_REQUEST, "text/plain", b"expected an AdmissionReview".to_vec())
         }
         Ok(Err(_)) | Err(_) => {
+            counter.count("timeout");
             warn!(
                 "webhook: the review failed or took too long; admitted unchanged by the API server"
             );
