@@ -391,12 +391,21 @@ pub struct WebhookArgs {
     )]
     pub webhook_object_selector: String,
 
-    /// Accept webhook connections only from clients with a certificate signed by this CA
-    /// (PEM): the API server's webhook client certificate (its admission configuration's
-    /// kubeconfig). Without it, anyone who reaches the port can ask, and gets answers about the
-    /// sources of the objects they send: restrict the port with a NetworkPolicy then.
+    /// Authenticate the webhook's callers: the TLS handshake asks for a client certificate and
+    /// accepts only one signed by this CA (PEM), the API server's webhook client certificate
+    /// (its AdmissionConfiguration's kubeconfig). Without it no caller is authenticated, and
+    /// answers carry no patch (see `--webhook-allow-unauthenticated`).
     #[arg(long, env = "RELOADER_WEBHOOK_CLIENT_CA", value_name = "PATH")]
     pub webhook_client_ca: Option<std::path::PathBuf>,
+
+    /// Stamp workloads for callers without a verified client certificate too. Each answer
+    /// carries the hashes of the sources the sent object references, so any pod that reaches
+    /// the port can then learn the hash of any Secret it can name: only with a NetworkPolicy
+    /// that admits nothing but the API server, or with `--hash-mode hmac-sha256`.
+    #[arg(long, env = "RELOADER_WEBHOOK_ALLOW_UNAUTHENTICATED", num_args = 0..=1,
+          value_parser = parse_go_bool, default_missing_value = "true", default_value_t = false,
+          action = ArgAction::Set)]
+    pub webhook_allow_unauthenticated: bool,
 }
 
 /// Alerts on reload: a chat message per reloaded source (stakater/Reloader's `ALERT_*`

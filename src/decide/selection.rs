@@ -84,7 +84,7 @@ use crate::model::workload::{
 /// What a [`Selection`] is parsed from: a workload's metadata and template annotations without
 /// the ones that differ from workload to workload and that the parse never reads (the
 /// operator's records, `restartedAt`). Workloads with equal inputs (most carry the same
-/// `auto: "true"`) share one parsed selection (see `Store::shared_selection`).
+/// `auto: "true"`) share one parsed selection (see `Store::keep_selection`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct SelectionInputs {
     metadata: BTreeMap<String, String>,

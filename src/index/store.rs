@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use crate::decide::plan::SourceFacts;
 use crate::decide::selection::{Selection, SelectionInputs};
 use crate::index::sparse::shrink_when_sparse;
-use crate::model::annotations::AnnotationKeys;
 use crate::model::limits::MAX_NAMED_MATCHES;
 use crate::model::source::{SourceKind, SourceRef, SourceState};
 use crate::model::workload::{WorkloadInfo, WorkloadKey};
@@ -522,25 +521,49 @@ impl Store {
             .then(|| old.selection.clone())
     }
 
-    /// The selection of `info`'s annotations: the one already parsed for equal inputs, else
-    /// parsed now and kept for the next workload with the same.
-    pub fn shared_selection(
+    /// The selection already parsed for these inputs, if any (a read: no compile happens here).
+    pub fn cached_selection(&self, inputs: &SelectionInputs) -> Option<Arc<Selection>> {
+        self.selections.get(inputs).cloned()
+    }
+
+    /// Keeps `selection`, parsed from `inputs` by the caller before it took the store's write
+    /// lock (compiling a named-reload set takes up to [`MAX_PATTERN_BYTES`] of automaton and
+    /// must not stall every reader meanwhile); returns the one to use, which is the one
+    /// another caller kept first for equal inputs.
+    ///
+    /// [`MAX_PATTERN_BYTES`]: crate::model::limits::MAX_PATTERN_BYTES
+    pub fn keep_selection(
         &mut self,
-        keys: &AnnotationKeys,
-        info: &WorkloadInfo,
+        inputs: SelectionInputs,
+        selection: Arc<Selection>,
     ) -> Arc<Selection> {
-        let inputs = SelectionInputs::of(&info.metadata_annotations, &info.template_annotations);
-        if let Some(selection) = self.selections.get(&inputs) {
-            return selection.clone();
+        if let Some(kept) = self.selections.get(&inputs) {
+            return kept.clone();
         }
         if self.selections.len() >= 2 * self.selections_after_pruning.max(32) {
             self.selections.retain(|_, selection| Arc::strong_count(selection) > 1);
             shrink_when_sparse(&mut self.selections);
             self.selections_after_pruning = self.selections.len();
         }
-        let selection = Arc::new(inputs.parse(keys));
         self.selections.insert(inputs, selection.clone());
         selection
+    }
+
+    /// The selection of `info`'s annotations: the one already parsed for equal inputs, else
+    /// parsed now and kept for the next workload with the same (tests; the engine parses
+    /// outside the lock, see [`Store::keep_selection`]).
+    #[cfg(test)]
+    pub fn shared_selection(
+        &mut self,
+        keys: &crate::model::annotations::AnnotationKeys,
+        info: &WorkloadInfo,
+    ) -> Arc<Selection> {
+        let inputs = SelectionInputs::of(&info.metadata_annotations, &info.template_annotations);
+        if let Some(selection) = self.cached_selection(&inputs) {
+            return selection;
+        }
+        let parsed = Arc::new(inputs.parse(keys));
+        self.keep_selection(inputs, parsed)
     }
 
     pub fn workload(&self, key: &WorkloadKey) -> Option<Arc<WorkloadEntry>> {
@@ -825,6 +848,22 @@ mod tests {
             assert!(s.selections.len() <= 64, "{}", s.selections.len());
         }
         assert!(Arc::ptr_eq(&one, &s.shared_selection(&keys, &second)), "held ones are kept");
+    }
+
+    #[test]
+    fn a_selection_parsed_outside_the_lock_is_kept_once_for_equal_inputs() {
+        let mut s = Store::default();
+        let keys = AnnotationKeys::default();
+        let info = entry("a", &[], &[("configmap.reloader.stakater.com/reload", "x-.*")]).info;
+        let inputs = SelectionInputs::of(&info.metadata_annotations, &info.template_annotations);
+        assert!(s.cached_selection(&inputs).is_none());
+        // Two callers parsed the same inputs meanwhile (no lock held): the first kept wins.
+        let first = Arc::new(inputs.parse(&keys));
+        let second = Arc::new(inputs.parse(&keys));
+        let kept = s.keep_selection(inputs.clone(), first.clone());
+        assert!(Arc::ptr_eq(&kept, &first));
+        assert!(Arc::ptr_eq(&s.keep_selection(inputs.clone(), second), &first));
+        assert!(Arc::ptr_eq(&s.cached_selection(&inputs).unwrap(), &first));
     }
 
     #[test]

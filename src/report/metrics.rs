@@ -61,6 +61,9 @@ pub struct Metrics {
     pub panics: IntCounterVec,
     /// Objects whose values broke an input limit, by limit (see `crate::model::limits`).
     pub input_rejected: IntCounterVec,
+    /// Admission reviews by result (`stamped`, `unchanged`, `unauthenticated`, `over_limit`,
+    /// `busy`, `timeout`, `too_large`, `invalid`).
+    pub webhook_reviews: IntCounterVec,
     /// Every watch event, by kind and event type (`apply`, `delete`, `error`): the detail
     /// `reloader_events_received_total` (sources and namespaces, the other program's values)
     /// leaves out.
@@ -374,6 +377,11 @@ impl Metrics {
                 "reloader_input_rejected_total",
                 "Object values refused or cut to a limit, by limit.",
                 &["limit"],
+            ),
+            webhook_reviews: counter(
+                "reloader_webhook_reviews_total",
+                "Admission reviews answered by the webhook, by result.",
+                &["result"],
             ),
             leader: gauge(
                 "reloader_leader",

@@ -188,7 +188,14 @@ pub async fn run(cli: Cli) -> Result<()> {
             let guard = crate::serve::admission::Guard {
                 excluded_namespaces: excluded,
                 client_ca: cli.webhook.webhook_client_ca.clone(),
+                allow_unauthenticated: cli.webhook.webhook_allow_unauthenticated,
             };
+            if guard.client_ca.is_none() && !guard.allow_unauthenticated {
+                warn!(
+                    "the admission webhook has no --webhook-client-ca: no caller is \
+                     authenticated, so every review is admitted without a patch"
+                );
+            }
             let (bound, server) = crate::serve::admission::serve(
                 cli.webhook.webhook_addr,
                 engine.clone(),

@@ -6,6 +6,26 @@
 //! Certificates come either from a Secret the operator creates and renews itself (the leader
 //! writes it and the configuration's `caBundle`; every replica reads it), or from files in
 //! `--webhook-cert-dir` (cert-manager: it renews the files and its cainjector fills `caBundle`).
+//!
+//! **Who gets an answer with a patch.** A patch carries the hashes of the sources the sent
+//! object references, and anyone who reaches the port can send an object naming any Secret of
+//! any namespace: answered, they would learn its SHA-1, which can be checked against guesses
+//! offline. So only an authenticated caller gets patches: with `--webhook-client-ca` the TLS
+//! handshake asks for a client certificate and refuses connections without one that CA signed
+//! (the API server's webhook client certificate, from the kubeconfig its AdmissionConfiguration
+//! names), so no other caller can even send a body. Without a client CA no caller is
+//! authenticated and every review is admitted without a patch, unless
+//! `--webhook-allow-unauthenticated` says something else protects the answers (a NetworkPolicy
+//! admitting only the API server, or `--hash-mode hmac-sha256`, whose stamps are keyed).
+//! Refusing was chosen over answering unauthenticated callers with keyed hashes only: in the
+//! default SHA-1 mode a keyed stamp differs from what the operator writes and would roll the
+//! workload once more, which is not what a drop-in replacement may do; a properly configured
+//! cluster (client CA) gets exactly stakater/Reloader's values.
+//!
+//! **What a review may cost.** Request bytes are reserved before they are read, within
+//! [`MAX_BODY_BYTES_IN_FLIGHT`] for all reviews together (else 429); a body is read once into
+//! one buffer and decoded in place into the few fields the answer depends on
+//! (`serve::review`), a few at a time on blocking threads.
 
 use parking_lot::RwLock;
 use std::collections::BTreeMap;
@@ -15,7 +35,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
@@ -49,6 +69,11 @@ pub const MAX_BODY: usize = 3584 << 10;
 pub const MAX_CONNECTIONS: usize = 64;
 /// Reviews worked on at once (each on a blocking thread, off the async runtime).
 pub const MAX_REVIEWS: usize = 4;
+/// Request bytes held at once, by all reviews together (read, waiting or being decoded): two
+/// bodies of the largest size. A request that cannot reserve its declared length (or
+/// [`MAX_BODY`] when it declares none) within [`BODY_TIMEOUT`] is answered 429 unread; the
+/// API server then admits the write unchanged (`failurePolicy: Ignore`).
+pub const MAX_BODY_BYTES_IN_FLIGHT: usize = 2 * MAX_BODY;
 /// Deadlines, all below the API server's `timeoutSeconds`: a TLS handshake, the request
 /// headers, the body, and the whole answer.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -267,15 +292,33 @@ impl ResolvesServerCert for CertSlot {
 pub struct Guard {
     /// Requests about these namespaces are admitted unchanged (see [`Scope`]).
     pub excluded_namespaces: Vec<String>,
-    /// Client certificates must chain to this CA (`--webhook-client-ca`).
+    /// Client certificates must chain to this CA (`--webhook-client-ca`): the TLS handshake
+    /// asks for one and refuses connections without it.
     pub client_ca: Option<PathBuf>,
+    /// Answer callers without a verified client certificate with patches too
+    /// (`--webhook-allow-unauthenticated`); by default they are admitted without one.
+    pub allow_unauthenticated: bool,
+}
+
+/// Who sent a review, as the server established it.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller<'a> {
+    /// Requests about these namespaces are admitted unchanged.
+    pub excluded: &'a [String],
+    /// Whether the answer may carry a patch, and with it hashes of the sources' data: the
+    /// caller presented a certificate the client CA signed, or unauthenticated callers are
+    /// allowed.
+    pub may_learn_hashes: bool,
 }
 
 /// What answers an AdmissionReview: the engine, from its memory (`runtime::engine::admission`).
 pub trait Reviewer: Send + Sync + 'static {
     type Error: std::fmt::Display + Send;
-    /// The AdmissionReview answering `body`; `excluded` namespaces are admitted unchanged.
-    fn review(&self, body: &[u8], excluded: &[String]) -> Result<serde_json::Value, Self::Error>;
+    /// The AdmissionReview answering `body`, sent by `caller`. The body is handed over, so the
+    /// reviewer can free it (and its pages) as soon as it is decoded.
+    fn review(&self, body: Vec<u8>, caller: &Caller<'_>) -> Result<serde_json::Value, Self::Error>;
+    /// Counts a review under `result` (`reloader_webhook_reviews_total`).
+    fn count(&self, result: &'static str);
 }
 
 /// Binds `addr` now and returns the bound address and the server future (until `shutdown`).
@@ -313,8 +356,12 @@ pub async fn serve(
     let tls = builder.with_cert_resolver(certs);
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
     let connections_allowed = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    let reviews = Arc::new(tokio::sync::Semaphore::new(MAX_REVIEWS));
+    let limits = Arc::new(Limits {
+        reviews: Arc::new(tokio::sync::Semaphore::new(MAX_REVIEWS)),
+        body_bytes: Arc::new(tokio::sync::Semaphore::new(MAX_BODY_BYTES_IN_FLIGHT)),
+    });
     let excluded: Arc<[String]> = guard.excluded_namespaces.into();
+    let allow_unauthenticated = guard.allow_unauthenticated;
     let server = async move {
         let mut connections = tokio::task::JoinSet::new();
         let mut shutdown = std::pin::pin!(shutdown);
@@ -336,7 +383,7 @@ pub async fn serve(
                 continue;
             };
             let (acceptor, engine) = (acceptor.clone(), engine.clone());
-            let (reviews, excluded) = (reviews.clone(), excluded.clone());
+            let (limits, excluded) = (limits.clone(), excluded.clone());
             connections.spawn(async move {
                 let _permit = permit;
                 let tls =
@@ -348,8 +395,13 @@ pub async fn serve(
                         }
                         Err(_) => return,
                     };
+                // With a client CA the handshake has verified a certificate; without one, no
+                // caller is authenticated.
+                let authenticated =
+                    tls.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
+                let may_learn_hashes = authenticated || allow_unauthenticated;
                 let service = hyper::service::service_fn(move |req| {
-                    handle(engine.clone(), reviews.clone(), excluded.clone(), req)
+                    handle(engine.clone(), limits.clone(), excluded.clone(), may_learn_hashes, req)
                 });
                 let connection = hyper::server::conn::http1::Builder::new()
                     .timer(hyper_util::rt::TokioTimer::new())
@@ -366,10 +418,19 @@ pub async fn serve(
     Ok((bound, server))
 }
 
+/// What bounds the work of all reviews together.
+struct Limits {
+    /// Reviews decoded and planned at once.
+    reviews: Arc<tokio::sync::Semaphore>,
+    /// Request bytes held at once (see [`MAX_BODY_BYTES_IN_FLIGHT`]).
+    body_bytes: Arc<tokio::sync::Semaphore>,
+}
+
 async fn handle(
     engine: Arc<impl Reviewer>,
-    reviews: Arc<tokio::sync::Semaphore>,
+    limits: Arc<Limits>,
     excluded: Arc<[String]>,
+    may_learn_hashes: bool,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
@@ -393,15 +454,26 @@ async fn handle(
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > MAX_BODY) {
         warn!(bytes = declared, limit = MAX_BODY, "webhook: request body over the limit; refused");
+        engine.count("too_large");
         return reply(StatusCode::PAYLOAD_TOO_LARGE, "text/plain", b"body too large".to_vec());
     }
     let started = tokio::time::Instant::now();
-    let read =
-        tokio::time::timeout(BODY_TIMEOUT, Limited::new(req.into_body(), MAX_BODY).collect());
-    let body = match read.await {
-        Ok(Ok(b)) => b.to_bytes(),
+    // The bytes are reserved before any is read, so all bodies held together stay within
+    // MAX_BODY_BYTES_IN_FLIGHT whatever callers send.
+    let reserved = declared.unwrap_or(MAX_BODY).max(1);
+    let permits = u32::try_from(reserved).unwrap_or(u32::MAX);
+    let reserve = limits.body_bytes.clone().acquire_many_owned(permits);
+    let Ok(Ok(bytes_permit)) = tokio::time::timeout(BODY_TIMEOUT, reserve).await else {
+        debug!(bytes = reserved, "webhook: too many request bytes in flight; answered 429");
+        engine.count("busy");
+        return reply(StatusCode::TOO_MANY_REQUESTS, "text/plain", b"busy".to_vec());
+    };
+    let remaining = BODY_TIMEOUT.saturating_sub(started.elapsed());
+    let body = match tokio::time::timeout(remaining, read_body(req.into_body(), reserved)).await {
+        Ok(Ok(b)) => b,
         Ok(Err(e)) => {
-            warn!(error = %e, limit = MAX_BODY, "webhook: cannot read the request body");
+            warn!(error = %e, limit = reserved, "webhook: cannot read the request body");
+            engine.count("invalid");
             return reply(StatusCode::BAD_REQUEST, "text/plain", b"unreadable body".to_vec());
         }
         Err(_) => {
@@ -412,12 +484,21 @@ async fn handle(
     // Decoding and planning are CPU work on up to MAX_BODY bytes: a few at a time, on blocking
     // threads, so the runtime keeps serving watches, metrics and probes meanwhile.
     let remaining = REVIEW_TIMEOUT.saturating_sub(started.elapsed());
-    let Ok(Ok(permit)) = tokio::time::timeout(remaining, reviews.acquire_owned()).await else {
+    let Ok(Ok(permit)) =
+        tokio::time::timeout(remaining, limits.reviews.clone().acquire_owned()).await
+    else {
+        engine.count("busy");
         return reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", b"busy".to_vec());
     };
+    let counter = engine.clone();
     let work = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        engine.review(&body, &excluded)
+        let _permits = (permit, bytes_permit);
+        let caller = Caller { excluded: &excluded[..], may_learn_hashes };
+        let answer = engine.review(body, &caller);
+        if answer.is_err() {
+            engine.count("invalid");
+        }
+        answer
     });
     let remaining = REVIEW_TIMEOUT.saturating_sub(started.elapsed());
     match tokio::time::timeout(remaining, work).await {
@@ -430,12 +511,28 @@ async fn handle(
             reply(StatusCode::BAD_REQUEST, "text/plain", b"expected an AdmissionReview".to_vec())
         }
         Ok(Err(_)) | Err(_) => {
+            counter.count("timeout");
             warn!(
                 "webhook: the review failed or took too long; admitted unchanged by the API server"
             );
             reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", b"review failed".to_vec())
         }
     }
+}
+
+/// Reads a body of at most `limit` bytes into one buffer, allocated once.
+async fn read_body(mut body: Incoming, limit: usize) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(limit.min(MAX_BODY));
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| e.to_string())?;
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > limit {
+                return Err(format!("the body is longer than the {limit} bytes it declared"));
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok(out)
 }
 
 /// Keeps the served certificate current until `stop`: from files, or from the Secret, which

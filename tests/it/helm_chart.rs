@@ -1108,3 +1108,63 @@ fn reloader_keys_this_operator_cannot_honour_fail_the_install_naming_them() {
     render_files("reloader", "ops", RENDER_KUBE_VERSION, &defaults, &["global.team=ops".into()])
         .unwrap();
 }
+
+#[test]
+fn the_webhook_port_admits_only_authenticated_or_listed_callers_by_default() {
+    let dir = std::env::temp_dir().join(format!("reloader-webhook-np-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let values = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let render = |text: &str| {
+        render_files("reloader", "ops", RENDER_KUBE_VERSION, &[values("v.yaml", text)], &[])
+    };
+    let webhook_rules = |objects: &[DynamicObject]| -> Vec<Value> {
+        let np = serde_json::to_value(one(objects, "NetworkPolicy")).unwrap();
+        np["spec"]["ingress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["ports"][0]["port"] == "webhook")
+            .cloned()
+            .collect()
+    };
+    // The webhook alone renders the NetworkPolicy; no CA and no peers: the port is closed to
+    // everyone, the metrics port stays open.
+    let objects = render("webhook:\n  enabled: true\n").unwrap();
+    assert!(webhook_rules(&objects).is_empty(), "the webhook port is open to any pod");
+    let np = serde_json::to_value(one(&objects, "NetworkPolicy")).unwrap();
+    assert_eq!(np["spec"]["ingress"][0]["ports"][0]["port"], "metrics");
+    assert!(np["spec"]["ingress"][0].get("from").is_none());
+    // With the API server's client CA: open, the handshake authenticates the caller.
+    let objects =
+        render("webhook:\n  enabled: true\n  clientCAConfigMap: apiserver-webhook-ca\n").unwrap();
+    let rules = webhook_rules(&objects);
+    assert_eq!(rules.len(), 1);
+    assert!(rules[0].get("from").is_none());
+    assert!(has_arg(
+        &container_args(&objects),
+        "--webhook-client-ca=/etc/reloader/webhook-client-ca/ca.crt"
+    ));
+    // Listed peers only.
+    let objects = render(
+        "webhook:\n  enabled: true\nnetworkPolicy:\n  webhookFrom:\n    - ipBlock:\n        cidr: 192.0.2.0/24\n",
+    )
+    .unwrap();
+    assert_eq!(webhook_rules(&objects)[0]["from"][0]["ipBlock"]["cidr"], "192.0.2.0/24");
+    // Unauthenticated answers without a peer list are refused; with one they are passed on.
+    let refused = render("webhook:\n  enabled: true\n  allowUnauthenticated: true\n").unwrap_err();
+    assert!(refused.contains("networkPolicy.webhookFrom"), "{refused}");
+    let objects = render(
+        "webhook:\n  enabled: true\n  allowUnauthenticated: true\nnetworkPolicy:\n  webhookFrom:\n    - ipBlock:\n        cidr: 192.0.2.0/24\n",
+    )
+    .unwrap();
+    assert!(has_arg(&container_args(&objects), "--webhook-allow-unauthenticated=true"));
+    // Turned off explicitly: no NetworkPolicy (networkPolicy.enabled is false by default).
+    let objects =
+        render("webhook:\n  enabled: true\n  networkPolicy:\n    enabled: false\n").unwrap();
+    assert!(!objects.iter().any(|o| kind_of(o) == "NetworkPolicy"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -45,6 +45,9 @@ impl WebhookSetup {
             "--pod-namespace",
             f.name(),
         ];
+        // The API server presents its webhook client certificate; the operator trusts its CA.
+        let auth = support::webhook_auth_args();
+        args.extend(auth.iter().map(String::as_str));
         args.extend_from_slice(extra);
         f.operator(&args)
     }

@@ -37,6 +37,46 @@ pub struct TestEnv {
     pub local: bool,
     /// Logs of the local control plane, kept after it stops.
     pub logs: Option<PathBuf>,
+    /// The local control plane's PKI directory: its API server presents `admin.crt` (signed by
+    /// `ca.crt`) to every admission webhook, so a webhook can authenticate it. `None` for a
+    /// cluster given by `RELOADER_TEST_KUBECONFIG`.
+    pub pki: Option<PathBuf>,
+}
+
+/// The flags that let an operator's admission webhook answer this cluster's API server with
+/// patches: the CA of the API server's webhook client certificate on the local control plane;
+/// on a cluster of unknown setup, answers to unauthenticated callers.
+pub fn webhook_auth_args() -> Vec<String> {
+    match &env().pki {
+        Some(pki) => vec!["--webhook-client-ca".into(), pki.join("ca.crt").display().to_string()],
+        None => vec!["--webhook-allow-unauthenticated".into()],
+    }
+}
+
+/// Writes the API server's admission configuration: every webhook call presents the
+/// control plane's admin client certificate (files testenv creates under `data/pki` before it
+/// starts the API server). Returns the `up` flag that passes it.
+fn webhook_client_config(dir: &Path) -> String {
+    let pki = dir.join("data/pki");
+    let kubeconfig = dir.join("webhook-client.kubeconfig");
+    let users = format!(
+        "apiVersion: v1\nkind: Config\nusers:\n- name: '*'\n  user:\n    client-certificate: {}\n    client-key: {}\n",
+        pki.join("admin.crt").display(),
+        pki.join("admin.key").display()
+    );
+    let admission = dir.join("admission.yaml");
+    let mut config = String::from(
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n",
+    );
+    for plugin in ["MutatingAdmissionWebhook", "ValidatingAdmissionWebhook"] {
+        config.push_str(&format!(
+            "- name: {plugin}\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: {}\n",
+            kubeconfig.display()
+        ));
+    }
+    std::fs::write(&kubeconfig, users).expect("write the webhook client kubeconfig");
+    std::fs::write(&admission, config).expect("write the admission configuration");
+    format!("--apiserver-arg=--admission-control-config-file={}", admission.display())
 }
 
 static ENV: OnceLock<TestEnv> = OnceLock::new();
@@ -58,7 +98,12 @@ pub fn env() -> &'static TestEnv {
     ENV.get_or_init(|| {
         if let Ok(path) = std::env::var("RELOADER_TEST_KUBECONFIG") {
             announce(&format!("test cluster: RELOADER_TEST_KUBECONFIG={path}"));
-            return TestEnv { kubeconfig: PathBuf::from(path), local: false, logs: None };
+            return TestEnv {
+                kubeconfig: PathBuf::from(path),
+                local: false,
+                logs: None,
+                pki: None,
+            };
         }
         start_local_control_plane()
     })
@@ -83,15 +128,23 @@ fn start_local_control_plane() -> TestEnv {
         .unwrap_or_else(|| "tests".into());
     let dir = runs.join(format!("{name}-{}", std::process::id()));
     let started = Instant::now();
-    let (child, ready_line) = control_plane::start(&bin, &dir, &[], Duration::from_secs(300))
-        .unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir_all(&dir).expect("create the control plane's directory");
+    let admission = webhook_client_config(&dir);
+    let (child, ready_line) =
+        control_plane::start(&bin, &dir, &[&admission], Duration::from_secs(300))
+            .unwrap_or_else(|e| panic!("{e}"));
     let _ = SUPERVISOR.set(Mutex::new(child));
     announce(&format!(
         "test cluster: local control plane started in {:.1}s: {}",
         started.elapsed().as_secs_f64(),
         ready_line.trim_start_matches("testenv: ")
     ));
-    TestEnv { kubeconfig: dir.join("kubeconfig"), local: true, logs: Some(dir.join("logs")) }
+    TestEnv {
+        kubeconfig: dir.join("kubeconfig"),
+        local: true,
+        logs: Some(dir.join("logs")),
+        pki: Some(dir.join("data/pki")),
+    }
 }
 
 /// Removes the directories of earlier runs whose supervisor is gone (it deletes its pid file on a
@@ -321,6 +374,17 @@ impl Operator {
             .find_map(|l| l.strip_prefix("VmRSS:"))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .expect("VmRSS in /proc/<pid>/status")
+    }
+
+    /// The most resident memory the process has had, in KiB (`VmHWM`, Linux).
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("read /proc/<pid>/status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM in /proc/<pid>/status")
     }
 
     /// True while the process has not exited.

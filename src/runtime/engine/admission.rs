@@ -1,32 +1,32 @@
 //! The mutating admission webhook's decision (`--enable-webhook`): on CREATE and UPDATE of a
-//! selected workload, the same planner and writer the reconciler uses stamp the current hashes
-//! of its sources into the object, so the operator finds it current and rolls nothing.
+//! selected workload, the same planner the reconciler uses stamps the current hashes of its
+//! sources into the object, so the operator finds it current and rolls nothing.
 //!
-//! The answer is always "allowed": a workload the operator cannot judge passes untouched.
+//! The answer is always "allowed": a workload the operator cannot judge passes untouched. Only
+//! a caller the server authenticated (the API server's client certificate, see
+//! `serve::admission`) gets a patch, since a patch carries hashes of the sources' data; the
+//! review is read narrowly and within a budget (`serve::review`), never as a whole object.
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::PodTemplateSpec;
-use kube::core::DynamicObject;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::{Map, Value, json};
 use tracing::{debug, info, warn};
 
-use super::{Engine, WorkloadObject, convert, dynamic_info};
+use super::Engine;
 use crate::decide::plan::{Plan, TemplateWrite, plan};
-use crate::decide::template::{apply_to_template, record_annotations, template_path};
+use crate::decide::template::{record_annotations, template_path};
 use crate::model::workload::{RESTARTED_AT_ANNOTATION, WorkloadInfo, WorkloadKind};
+use crate::serve::review::{
+    self, EnvShape, Operation, ReloaderEnv, Review, TemplateShape, Workload,
+};
 
 /// Why a workload could not be stamped (it is then admitted unchanged).
 #[derive(Debug, thiserror::Error)]
 pub enum AdmissionError {
     #[error("the object has no pod template at {0}")]
     MissingTemplate(String),
-    #[error("cannot read the object: {0}")]
-    Decode(#[from] serde_json::Error),
+    #[error(transparent)]
+    Review(#[from] review::ReviewError),
     #[error("cannot encode the patch: {0}")]
-    Patch(#[from] kube::core::admission::SerializePatchError),
-    #[error("an AdmissionReview without a request")]
-    NoRequest,
+    Patch(#[from] serde_json::Error),
 }
 
 /// The workload kinds the webhook stamps: the ones whose pod template the operator patches in
@@ -55,85 +55,119 @@ pub fn admitted_kind_of(kind: WorkloadKind) -> bool {
 
 impl crate::serve::admission::Reviewer for Engine {
     type Error = AdmissionError;
-    fn review(&self, body: &[u8], excluded: &[String]) -> Result<Value, AdmissionError> {
-        self.review(body, excluded)
+    fn review(
+        &self,
+        body: Vec<u8>,
+        caller: &crate::serve::admission::Caller<'_>,
+    ) -> Result<Value, AdmissionError> {
+        let large = body.len() >= LARGE_BODY;
+        let answer = self.review(&body, caller);
+        drop(body);
+        if large {
+            // A body of megabytes freed on this blocking thread stays in its malloc arena
+            // (glibc), and each such thread has its own: hand the pages back now, so a burst of
+            // large reviews does not leave the resident size at several bodies per thread.
+            crate::runtime::memory::release_free_memory();
+        }
+        answer
     }
+    fn count(&self, result: &'static str) {
+        self.metrics.webhook_reviews.with_label_values(&[result]).inc();
+    }
+}
+
+/// Bodies from this size on are followed by handing free heap pages back to the system.
+const LARGE_BODY: usize = 1 << 20;
+
+/// The AdmissionReview answering `uid`: allowed, with `patch` when there is one.
+pub fn answer(uid: &str, patch: Option<&json_patch::Patch>) -> Result<Value, AdmissionError> {
+    let mut response = json!({"uid": uid, "allowed": true});
+    if let Some(patch) = patch {
+        use base64::Engine as _;
+        let bytes = serde_json::to_vec(patch)?;
+        response["patchType"] = json!("JSONPatch");
+        response["patch"] = json!(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
+    Ok(
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}),
+    )
 }
 
 impl Engine {
     /// Answers one serialized AdmissionReview. `Err` only when the body is not an
     /// AdmissionReview with a request (the caller answers 400; with `failurePolicy: Ignore` the
-    /// API server then admits the write unchanged). Requests about a namespace in `excluded`
-    /// are admitted unchanged: the server applies the configuration's exclusions itself, since
-    /// anyone who reaches the endpoint can write any namespace into a request.
-    pub fn review(&self, body: &[u8], excluded: &[String]) -> Result<Value, AdmissionError> {
-        let review: AdmissionReview<DynamicObject> = serde_json::from_slice(body)?;
-        let request: AdmissionRequest<DynamicObject> =
-            review.try_into().map_err(|_| AdmissionError::NoRequest)?;
-        let namespace = request.namespace.as_deref().unwrap_or_default();
-        let object_namespace =
-            request.object.as_ref().and_then(|o| o.metadata.namespace.as_deref());
-        let consistent = object_namespace.is_none_or(|ns| ns == namespace);
-        let response = if excluded.iter().any(|n| n == namespace) || !consistent {
-            AdmissionResponse::from(&request)
+    /// API server then admits the write unchanged). Requests about a namespace the caller
+    /// excludes are admitted unchanged: the server applies the configuration's exclusions
+    /// itself, since anyone who reaches the endpoint can write any namespace into a request.
+    /// A caller that may not learn hashes gets no patch.
+    pub fn review(
+        &self,
+        body: &[u8],
+        caller: &crate::serve::admission::Caller<'_>,
+    ) -> Result<Value, AdmissionError> {
+        let review = review::decode(body)?;
+        let object_namespace = review.object.as_ref().and_then(|o| o.meta.namespace.as_deref());
+        let consistent = object_namespace.is_none_or(|ns| ns == review.namespace);
+        let patch = if !caller.may_learn_hashes {
+            debug!(namespace = %review.namespace, name = %review.name,
+                   "admission review from an unauthenticated caller; admitted without a patch");
+            self.metrics.webhook_reviews.with_label_values(&["unauthenticated"]).inc();
+            None
+        } else if caller.excluded.contains(&review.namespace) || !consistent {
+            None
+        } else if review.over_limit {
+            warn!(namespace = %review.namespace, name = %review.name, limit = review::MAX_KEPT_ITEMS,
+                  "admission review with more containers, references, annotations or labels than the webhook reads; admitted unchanged");
+            self.metrics.webhook_reviews.with_label_values(&["over_limit"]).inc();
+            None
         } else {
-            self.admit(&request)
+            let patch = self.admit(&review);
+            let result = if patch.is_some() { "stamped" } else { "unchanged" };
+            self.metrics.webhook_reviews.with_label_values(&[result]).inc();
+            patch
         };
-        Ok(serde_json::to_value(response.into_review())?)
+        answer(&review.uid, patch.as_ref())
     }
 
-    /// Always allowed; with a JSON patch when a selected workload's reload field or record is
-    /// not current.
-    pub fn admit(&self, request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
-        let allowed = AdmissionResponse::from(request);
-        let Some(kind) = admitted_kind(&request.kind.group, &request.kind.kind) else {
-            return allowed;
-        };
-        let creating = match request.operation {
-            Operation::Create => true,
-            Operation::Update => false,
-            _ => return allowed,
-        };
-        let namespace = request.namespace.clone().unwrap_or_default();
-        let name = request
-            .object
-            .as_ref()
-            .and_then(|o| o.metadata.name.clone().or(o.metadata.generate_name.clone()))
-            .unwrap_or_else(|| request.name.clone());
+    /// A JSON patch when a selected workload's reload field or record is not current.
+    pub fn admit(&self, review: &Review) -> Option<json_patch::Patch> {
+        let kind = admitted_kind(&review.group, &review.kind)?;
+        if !matches!(review.operation, Operation::Create | Operation::Update) {
+            return None;
+        }
+        let namespace = review.namespace.as_str();
+        let object = review.object.as_ref()?;
+        let name = object
+            .meta
+            .name
+            .clone()
+            .or(object.meta.generate_name.clone())
+            .unwrap_or_else(|| review.name.clone());
         let workload = format!("{kind} {namespace}/{name}");
-        if !self.serves(kind, &namespace) {
-            return allowed;
+        if !self.serves(kind, namespace) {
+            return None;
         }
         if !self.feed.is_synced() {
             // Sources not all in memory yet: stamping now could write a partial record.
             debug!(workload = %workload, "admission before the caches synced; admitted unchanged");
-            return allowed;
+            return None;
         }
-        let Some(object) = &request.object else { return allowed };
-        if !creating && !template_changed(kind, object, request.old_object.as_ref()) {
+        if !review.template_changed {
             // Stamping now would start a rollout nobody asked for (the operator's own baseline
             // write, a label change): an unchanged template is left to the reconciler.
-            return allowed;
+            return None;
         }
-        match self.stamp(kind, object) {
-            Ok(None) => allowed,
+        match self.stamp(kind, namespace, object) {
+            Ok(None) => None,
             Ok(Some((patch, sources))) => {
-                let ops = patch.0.len();
-                match allowed.clone().with_patch(patch) {
-                    Ok(response) => {
-                        info!(workload = %workload, operation = ?request.operation, sources = ?sources, ops,
-                              dry_run = request.dry_run, "stamped the current source hashes at admission");
-                        response
-                    }
-                    Err(e) => {
-                        warn!(workload = %workload, error = %AdmissionError::from(e), "admitted unchanged");
-                        allowed
-                    }
-                }
+                info!(workload = %workload, operation = ?review.operation, sources = ?sources,
+                      ops = patch.0.len(), dry_run = review.dry_run,
+                      "stamped the current source hashes at admission");
+                Some(patch)
             }
             Err(e) => {
                 warn!(workload = %workload, error = %e, "cannot stamp source hashes; admitted unchanged");
-                allowed
+                None
             }
         }
     }
@@ -152,31 +186,23 @@ impl Engine {
     fn stamp(
         &self,
         kind: WorkloadKind,
-        object: &DynamicObject,
+        namespace: &str,
+        object: &Workload,
     ) -> Result<Option<(json_patch::Patch, Vec<String>)>, AdmissionError> {
-        let keys = &self.config.keys;
-        let info = match kind {
-            WorkloadKind::Deployment => {
-                convert::<Deployment>(object).and_then(|o| o.info(kind, keys))
-            }
-            WorkloadKind::StatefulSet => {
-                convert::<StatefulSet>(object).and_then(|o| o.info(kind, keys))
-            }
-            WorkloadKind::DaemonSet => {
-                convert::<DaemonSet>(object).and_then(|o| o.info(kind, keys))
-            }
-            _ => dynamic_info(object, kind, keys),
-        };
-        let Some(info) = info else { return Ok(None) };
-        if info.workload_ref.is_some() {
+        let mut meta = object.meta.clone();
+        // The request's namespace (checked to agree with the object's when it has one).
+        meta.namespace = Some(namespace.to_string());
+        let mut info =
+            WorkloadInfo::extract(kind, &meta, object.template.as_ref(), &self.config.keys);
+        info.paused = object.paused;
+        if kind == WorkloadKind::Rollout && object.workload_ref.is_some() {
             // A Rollout running a Deployment's template is restarted, never stamped.
             return Ok(None);
         }
         let Some(plan) = self.stamping_plan(info) else { return Ok(None) };
         let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
-        let object = serde_json::to_value(object)?;
         let patch =
-            admission_patch(kind, &object, plan.template.as_ref(), &record_annotations(&plan))?;
+            admission_patch(kind, object, plan.template.as_ref(), &record_annotations(&plan))?;
         Ok(patch.map(|p| (p, sources)))
     }
 
@@ -186,7 +212,7 @@ impl Engine {
         let mut opts = self.reconciler.plan_options(&info.key)?;
         opts.stamp = true;
         opts.sync_after_restart = false;
-        let entry = self.feed.entry(info);
+        let entry = self.feed.transient_entry(info);
         let mut candidates = self.feed.store.read().candidates(&entry).sources;
         // Admission answers go to whoever can reach the webhook: they name and hash only
         // sources the object itself references (named patterns may match any source of the
@@ -200,15 +226,6 @@ impl Engine {
         (plan.template.is_some() || plan.record.is_some() || plan.policy_record.is_some())
             .then_some(plan)
     }
-}
-
-/// Whether an UPDATE changes the pod template (so the workload rolls anyway).
-fn template_changed(kind: WorkloadKind, new: &DynamicObject, old: Option<&DynamicObject>) -> bool {
-    let Some(old) = old else { return true };
-    let path: String = template_path(kind).iter().map(|s| format!("/{s}")).collect();
-    let template =
-        |o: &DynamicObject| serde_json::to_value(o).ok().and_then(|v| v.pointer(&path).cloned());
-    template(new) != template(old)
 }
 
 /// Drops `restartedAt` writes; says whether there was one.
@@ -241,54 +258,46 @@ fn pointer_segment(s: &str) -> String {
     s.replace('~', "~0").replace('/', "~1")
 }
 
-/// The JSON patch that carries `write` (applied to the pod template exactly as the reconciler's
-/// writer applies it) and the operator's metadata `annotations` into `object`; `None` when the
-/// object already holds them.
+/// The JSON patch that writes `write` into the pod template (as `apply_to_template` would)
+/// and the operator's metadata `annotations` into `object`; `None` when the object already
+/// holds them. Written against the object's shape as read (`serve::review`), so no copy of the
+/// object is made.
 pub fn admission_patch(
     kind: WorkloadKind,
-    object: &Value,
+    object: &Workload,
     write: Option<&TemplateWrite>,
     annotations: &Map<String, Value>,
 ) -> Result<Option<json_patch::Patch>, AdmissionError> {
     let mut ops: Vec<Value> = Vec::new();
     if let Some(write) = write {
         let prefix: String = template_path(kind).iter().map(|s| format!("/{s}")).collect();
-        let raw = object
-            .pointer(&prefix)
-            .ok_or_else(|| AdmissionError::MissingTemplate(prefix.clone()))?;
-        let mut template: PodTemplateSpec = serde_json::from_value(raw.clone())?;
-        // Both sides go through the same typed form, so the diff holds only the write.
-        let before = serde_json::to_value(&template)?;
-        apply_to_template(&mut template, write);
-        let after = serde_json::to_value(&template)?;
-        for op in serde_json::to_value(json_patch::diff(&before, &after))?
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            let mut op = op.clone();
-            let path = op["path"].as_str().unwrap_or_default().to_string();
-            op["path"] = json!(format!("{prefix}{path}"));
-            ops.push(op);
-        }
+        let Some(template) = &object.template else {
+            return Err(AdmissionError::MissingTemplate(prefix));
+        };
+        let mut shape = TemplateState {
+            shape: object.shape.clone(),
+            annotations: template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.annotations.clone())
+                .unwrap_or_default(),
+        };
+        shape.ops(&prefix, write, &mut ops);
     }
-    let existing = object.pointer("/metadata/annotations").and_then(Value::as_object);
+    let existing = object.meta.annotations.as_ref().filter(|_| object.has_annotations);
     let changed: Map<String, Value> = annotations
         .iter()
-        .filter(|(k, v)| existing.and_then(|e| e.get(*k)) != Some(*v))
+        .filter(|(k, v)| existing.and_then(|e| e.get(*k)).map(|e| json!(e)) != Some((*v).clone()))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     if !changed.is_empty() {
-        match existing {
-            Some(_) => {
-                for (k, v) in changed {
-                    let path = format!("/metadata/annotations/{}", pointer_segment(&k));
-                    ops.push(json!({"op": "add", "path": path, "value": v}));
-                }
+        if existing.is_some() {
+            for (k, v) in changed {
+                let path = format!("/metadata/annotations/{}", pointer_segment(&k));
+                ops.push(json!({"op": "add", "path": path, "value": v}));
             }
-            None => {
-                ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": changed}))
-            }
+        } else {
+            ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": changed}))
         }
     }
     if ops.is_empty() {
@@ -297,10 +306,120 @@ pub fn admission_patch(
     Ok(Some(serde_json::from_value(Value::Array(ops))?))
 }
 
+/// The pod template as the ops written so far leave it: its shape and its annotations.
+struct TemplateState {
+    shape: TemplateShape,
+    annotations: std::collections::BTreeMap<String, String>,
+}
+
+impl TemplateState {
+    /// Appends the ops of `write` under `prefix` (the template's path), updating the state so
+    /// that the next ops are written against the object as these leave it.
+    fn ops(&mut self, prefix: &str, write: &TemplateWrite, ops: &mut Vec<Value>) {
+        match write {
+            TemplateWrite::Combined(parts) => {
+                for part in parts {
+                    self.ops(prefix, part, ops);
+                }
+            }
+            TemplateWrite::Annotation { key, value } => {
+                if self.annotations.get(key) == Some(value) {
+                    return;
+                }
+                let shape = &mut self.shape;
+                if shape.has_annotations {
+                    let path = format!("{prefix}/metadata/annotations/{}", pointer_segment(key));
+                    ops.push(json!({"op": "add", "path": path, "value": value}));
+                } else if shape.has_metadata {
+                    ops.push(json!({"op": "add", "path": format!("{prefix}/metadata/annotations"),
+                                    "value": {key.as_str(): value}}));
+                } else {
+                    ops.push(json!({"op": "add", "path": format!("{prefix}/metadata"),
+                                    "value": {"annotations": {key.as_str(): value}}}));
+                }
+                shape.has_metadata = true;
+                shape.has_annotations = true;
+                self.annotations.insert(key.clone(), value.clone());
+            }
+            TemplateWrite::EnvVars { set, remove } => {
+                if !self.shape.has_spec {
+                    return;
+                }
+                for w in set {
+                    let Some((i, c)) = self
+                        .shape
+                        .containers
+                        .iter_mut()
+                        .enumerate()
+                        .find(|(_, c)| c.name == w.container)
+                    else {
+                        continue;
+                    };
+                    let path = format!("{prefix}/spec/containers/{i}/env");
+                    let entry = json!({"name": w.name, "value": w.value});
+                    if c.env.is_none() {
+                        ops.push(json!({"op": "add", "path": path, "value": [entry]}));
+                        c.env = Some(EnvShape {
+                            len: 1,
+                            reloader: vec![ReloaderEnv {
+                                index: 0,
+                                name: w.name.clone(),
+                                value: Some(w.value.clone()),
+                            }],
+                        });
+                        continue;
+                    }
+                    let Some(env) = c.env.as_mut() else { continue };
+                    match env.reloader.iter_mut().find(|e| e.name == w.name) {
+                        Some(e) if e.value.as_deref() == Some(w.value.as_str()) => {}
+                        Some(e) => {
+                            ops.push(json!({"op": "replace", "path": format!("{path}/{}", e.index), "value": entry}));
+                            e.value = Some(w.value.clone());
+                        }
+                        None => {
+                            ops.push(
+                                json!({"op": "add", "path": format!("{path}/-"), "value": entry}),
+                            );
+                            env.reloader.push(ReloaderEnv {
+                                index: env.len,
+                                name: w.name.clone(),
+                                value: Some(w.value.clone()),
+                            });
+                            env.len += 1;
+                        }
+                    }
+                }
+                for r in remove {
+                    let Some((i, env)) = self
+                        .shape
+                        .containers
+                        .iter_mut()
+                        .enumerate()
+                        .find(|(_, c)| c.name == r.container)
+                        .and_then(|(i, c)| Some((i, c.env.as_mut()?)))
+                    else {
+                        continue;
+                    };
+                    // Last first, so the indices of the ones still to remove hold.
+                    while let Some(at) = env.reloader.iter().rposition(|e| e.name == r.name) {
+                        let index = env.reloader.remove(at).index;
+                        ops.push(json!({"op": "remove", "path": format!("{prefix}/spec/containers/{i}/env/{index}")}));
+                        for later in env.reloader.iter_mut().filter(|e| e.index > index) {
+                            later.index -= 1;
+                        }
+                        env.len -= 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::decide::plan::EnvWrite;
+    use crate::serve::admission::Caller;
 
     fn deployment(annotations: Value, env: Value) -> Value {
         json!({
@@ -333,6 +452,11 @@ mod tests {
         m
     }
 
+    /// The object as the webhook reads it from a review.
+    fn read(object: &Value) -> Workload {
+        request("CREATE", object, None).object.expect("an object")
+    }
+
     fn patched(object: &Value, patch: &json_patch::Patch) -> Value {
         let mut out = object.clone();
         json_patch::patch(&mut out, patch).expect("the patch applies");
@@ -347,7 +471,7 @@ mod tests {
         );
         let patch = admission_patch(
             WorkloadKind::Deployment,
-            &object,
+            &read(&object),
             Some(&env_write("app", "h1")),
             &record(r#"{"configmap/app-config":"h1"}"#),
         )
@@ -378,7 +502,7 @@ mod tests {
         );
         let patch = admission_patch(
             WorkloadKind::Deployment,
-            &object,
+            &read(&object),
             Some(&env_write("app", "h2")),
             &record(r#"{"configmap/app-config":"h2"}"#),
         )
@@ -391,7 +515,7 @@ mod tests {
         );
         let current = admission_patch(
             WorkloadKind::Deployment,
-            &out,
+            &read(&out),
             Some(&env_write("app", "h2")),
             &record(r#"{"configmap/app-config":"h2"}"#),
         )
@@ -408,9 +532,10 @@ mod tests {
             key: "reloader.stakater.com/last-reloaded-from".into(),
             value: "{}".into(),
         };
-        let patch = admission_patch(WorkloadKind::Deployment, &object, Some(&write), &record("{}"))
-            .unwrap()
-            .unwrap();
+        let patch =
+            admission_patch(WorkloadKind::Deployment, &read(&object), Some(&write), &record("{}"))
+                .unwrap()
+                .unwrap();
         let out = patched(&object, &patch);
         assert_eq!(out["metadata"]["annotations"], json!({"reloader.rs/source-hashes": "{}"}));
         assert_eq!(
@@ -427,7 +552,7 @@ mod tests {
         let object = json!({"metadata": {"name": "x"}, "spec": {}});
         let err = admission_patch(
             WorkloadKind::StatefulSet,
-            &object,
+            &read(&object),
             Some(&env_write("app", "h")),
             &Map::new(),
         );
@@ -482,11 +607,7 @@ mod tests {
         engine
     }
 
-    fn request(
-        operation: &str,
-        object: &Value,
-        old: Option<&Value>,
-    ) -> AdmissionRequest<DynamicObject> {
+    fn request(operation: &str, object: &Value, old: Option<&Value>) -> Review {
         let review = json!({
             "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
             "request": {
@@ -496,8 +617,11 @@ mod tests {
                 "userInfo": {"username": "flux"}, "object": object, "oldObject": old,
             }
         });
-        let review: AdmissionReview<DynamicObject> = serde_json::from_value(review).unwrap();
-        review.try_into().unwrap()
+        review::decode(&serde_json::to_vec(&review).unwrap()).unwrap()
+    }
+
+    fn caller<'a>(excluded: &'a [String], may_learn_hashes: bool) -> Caller<'a> {
+        Caller { excluded, may_learn_hashes }
     }
 
     fn with_env_from(mut d: Value) -> Value {
@@ -511,10 +635,7 @@ mod tests {
         let engine = engine(&[]);
         let selected =
             with_env_from(deployment(json!({"reloader.stakater.com/auto": "true"}), json!([])));
-        let response = engine.admit(&request("CREATE", &selected, None));
-        assert!(response.allowed);
-        let patch: json_patch::Patch =
-            serde_json::from_slice(&response.patch.expect("a patch")).unwrap();
+        let patch = engine.admit(&request("CREATE", &selected, None)).expect("a patch");
         let out = patched(&selected, &patch);
         assert_eq!(
             out["spec"]["template"]["spec"]["containers"][0]["env"],
@@ -526,23 +647,18 @@ mod tests {
         );
 
         // The stamped object again: current, nothing to add.
-        let again = engine.admit(&request("UPDATE", &out, Some(&selected)));
-        assert!(again.allowed && again.patch.is_none());
+        assert!(engine.admit(&request("UPDATE", &out, Some(&selected))).is_none());
         // Not selected (no annotation): allowed, untouched.
         let plain = with_env_from(deployment(json!({}), json!([])));
-        let r = engine.admit(&request("CREATE", &plain, None));
-        assert!(r.allowed && r.patch.is_none());
+        assert!(engine.admit(&request("CREATE", &plain, None)).is_none());
         // An update that leaves the template alone is left to the reconciler.
         let mut relabelled = selected.clone();
         relabelled["metadata"]["labels"] = json!({"team": "a"});
-        let r = engine.admit(&request("UPDATE", &relabelled, Some(&selected)));
-        assert!(r.allowed && r.patch.is_none());
+        assert!(engine.admit(&request("UPDATE", &relabelled, Some(&selected))).is_none());
         // A namespace the operator does not serve.
-        let scoped =
-            super::super::Engine::admit(&engine_scoped(), &request("CREATE", &selected, None));
-        assert!(scoped.allowed && scoped.patch.is_none());
+        assert!(engine_scoped().admit(&request("CREATE", &selected, None)).is_none());
         // Garbage is an error for the HTTP layer (400), never a denial.
-        assert!(engine.review(b"{}", &[]).is_err());
+        assert!(engine.review(b"{}", &caller(&[], true)).is_err());
     }
 
     #[tokio::test]
@@ -551,7 +667,7 @@ mod tests {
         // A named pattern over the whole namespace: the unreferenced match is not stamped.
         let named = deployment(json!({"configmap.reloader.stakater.com/reload": ".*"}), json!([]));
         let r = engine.admit(&request("CREATE", &named, None));
-        assert!(r.allowed && r.patch.is_none(), "app-config is not referenced: {r:?}");
+        assert!(r.is_none(), "app-config is not referenced: {r:?}");
 
         let selected =
             with_env_from(deployment(json!({"reloader.stakater.com/auto": "true"}), json!([])));
@@ -567,17 +683,72 @@ mod tests {
             }))
             .unwrap()
         };
-        let answer = engine.review(&review("shop", &selected), &[]).unwrap();
+        let answer = engine.review(&review("shop", &selected), &caller(&[], true)).unwrap();
         assert!(!answer["response"]["patch"].is_null(), "served: {answer}");
+        assert_eq!(answer["response"]["uid"], "u1");
+        assert_eq!(answer["response"]["patchType"], "JSONPatch");
+        // The same request from a caller who may not learn hashes: allowed, no patch.
+        let answer = engine.review(&review("shop", &selected), &caller(&[], false)).unwrap();
+        assert!(answer["response"]["patch"].is_null(), "{answer}");
+        assert_eq!(answer["response"]["allowed"], json!(true));
         // The same request about an excluded namespace gets nothing.
-        let answer = engine.review(&review("shop", &selected), &["shop".into()]).unwrap();
+        let answer =
+            engine.review(&review("shop", &selected), &caller(&["shop".into()], true)).unwrap();
         assert!(answer["response"]["patch"].is_null(), "{answer}");
         assert_eq!(answer["response"]["allowed"], json!(true));
         // An object claiming another namespace than its request gets nothing.
         let mut elsewhere = selected.clone();
         elsewhere["metadata"]["namespace"] = json!("kube-system");
-        let answer = engine.review(&review("shop", &elsewhere), &[]).unwrap();
+        let answer = engine.review(&review("shop", &elsewhere), &caller(&[], true)).unwrap();
         assert!(answer["response"]["patch"].is_null(), "{answer}");
+    }
+
+    #[test]
+    fn env_ops_follow_the_lists_as_earlier_ops_leave_them() {
+        // Two stale copies of the variable (one from valueFrom), another variable to remove,
+        // and a second write appended after the first.
+        let object = deployment(
+            json!({}),
+            json!([
+                {"name": "STAKATER_X_CONFIGMAP", "value": "old"},
+                {"name": "KEEP", "value": "1"},
+                {"name": "STAKATER_GONE_SECRET", "value": "g"},
+                {"name": "STAKATER_GONE_SECRET", "value": "g2"},
+                {"name": "LAST", "value": "2"}
+            ]),
+        );
+        let write = TemplateWrite::Combined(vec![
+            TemplateWrite::EnvVars {
+                set: vec![
+                    crate::decide::plan::EnvWrite {
+                        container: "app".into(),
+                        name: "STAKATER_X_CONFIGMAP".into(),
+                        value: "new".into(),
+                    },
+                    crate::decide::plan::EnvWrite {
+                        container: "side".into(),
+                        name: "STAKATER_X_CONFIGMAP".into(),
+                        value: "new".into(),
+                    },
+                ],
+                remove: vec![crate::decide::plan::EnvRemoval {
+                    container: "app".into(),
+                    name: "STAKATER_GONE_SECRET".into(),
+                }],
+            },
+            env_write("app", "h9"),
+        ]);
+        let patch =
+            admission_patch(WorkloadKind::Deployment, &read(&object), Some(&write), &Map::new())
+                .unwrap()
+                .unwrap();
+        let out = patched(&object, &patch);
+        // The same write through the typed template, as the reconciler makes it.
+        let mut template: k8s_openapi::api::core::v1::PodTemplateSpec =
+            serde_json::from_value(object["spec"]["template"].clone()).unwrap();
+        crate::decide::template::apply_to_template(&mut template, &write);
+        let want = serde_json::to_value(&template).unwrap();
+        assert_eq!(out["spec"]["template"], want);
     }
 
     fn engine_scoped() -> std::sync::Arc<Engine> {

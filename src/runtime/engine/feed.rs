@@ -4,6 +4,7 @@
 //! workloads a change concerns (and the policies it touches). Nothing here calls the API.
 
 use super::*;
+use crate::decide::selection::SelectionInputs;
 use crate::runtime::engine::follow::{ScanKey, ScanState};
 use crate::runtime::engine::policies::Policies;
 use crate::runtime::engine::rights::Rights;
@@ -314,8 +315,30 @@ impl Feed {
         let stored = self.store.read().selection_if_unchanged(&info);
         let selection = match stored {
             Some(selection) => selection,
-            None => self.store.write().shared_selection(&self.keys, &info),
+            None => {
+                let inputs =
+                    SelectionInputs::of(&info.metadata_annotations, &info.template_annotations);
+                let cached = self.store.read().cached_selection(&inputs);
+                match cached {
+                    Some(selection) => selection,
+                    // Compiled before the write lock: readers never wait on a regex build.
+                    None => {
+                        let parsed = Arc::new(inputs.parse(&self.keys));
+                        self.store.write().keep_selection(inputs, parsed)
+                    }
+                }
+            }
         };
+        WorkloadEntry { info, selection }
+    }
+
+    /// A summary with its selection annotations parsed, for a caller that keeps nothing (an
+    /// admission review): a selection not cached yet is compiled without the lock and not
+    /// kept, so requests nobody stores cannot fill the store's cache.
+    pub(super) fn transient_entry(&self, info: WorkloadInfo) -> WorkloadEntry {
+        let inputs = SelectionInputs::of(&info.metadata_annotations, &info.template_annotations);
+        let cached = self.store.read().cached_selection(&inputs);
+        let selection = cached.unwrap_or_else(|| Arc::new(inputs.parse(&self.keys)));
         WorkloadEntry { info, selection }
     }
 
