@@ -23,12 +23,20 @@ fn tool(name: &str) -> PathBuf {
 
 /// `helm template` of the chart with `--set` pairs (pinned helm: `make helm`), every document.
 fn render(set: &[&str]) -> Vec<Value> {
+    render_with(&[], NAMESPACE, set)
+}
+
+/// `helm template` with values files, into `namespace`, with `--set` pairs.
+fn render_with(files: &[&str], namespace: &str, set: &[&str]) -> Vec<Value> {
     let helm = support::repo_root().join("target/tools/bin/helm");
     assert!(helm.exists(), "{} is missing: run `make helm`", helm.display());
     let mut cmd = Command::new(helm);
     cmd.args(["template", RELEASE])
         .arg(support::repo_root().join("helm/reloader"))
-        .args(["--namespace", NAMESPACE]);
+        .args(["--namespace", namespace]);
+    for file in files {
+        cmd.args(["--values", file]);
+    }
     for pair in set {
         cmd.args(["--set", pair]);
     }
@@ -264,6 +272,57 @@ fn the_dashboard_covers_reloads_latency_rollouts_api_cost_and_memory() {
         "process_resident_memory_bytes",
     ] {
         assert!(all.contains(needed), "no panel reads {needed}");
+    }
+}
+
+/// The rendered PrometheusRule and dashboard ConfigMap, with every value of
+/// helm/reloader/ci/observability-values.yaml, are accepted by the API server's server-side apply
+/// (the rule against a stand-in CRD with the rule's shape, unless the cluster has the real one).
+#[tokio::test]
+async fn the_rule_and_the_dashboard_are_accepted_by_the_api_server() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use kube::core::{ApiResource, GroupVersionKind};
+    use kube::discovery::pinned_kind;
+
+    let f = Fixture::new("obs-apply").await;
+    let crds: Api<CustomResourceDefinition> = Api::all(f.client.clone());
+    if crds.get_opt("prometheusrules.monitoring.coreos.com").await.unwrap().is_none() {
+        support::install_crds(&f.client, include_str!("../fixtures/prometheusrule-crd.yaml")).await;
+    }
+    let values = support::repo_root().join("helm/reloader/ci/observability-values.yaml");
+    let (rule_ns, dash_ns) = (
+        format!("prometheusRule.namespace={}", f.name()),
+        format!("grafanaDashboard.namespace={}", f.name()),
+    );
+    let objects = render_with(&[values.to_str().unwrap()], f.name(), &[&rule_ns, &dash_ns]);
+    let rule = of_kind(&objects, "PrometheusRule")[0].clone();
+    let dash = of_kind(&objects, "ConfigMap")
+        .into_iter()
+        .find(|c| c["data"].get("reloader.json").is_some())
+        .unwrap()
+        .clone();
+    assert_eq!(dash["metadata"]["labels"]["team"], "platform");
+    assert!(alerts(&rule).iter().any(|a| a["alert"] == "ReloaderQueueBacklog"));
+    let params = PatchParams::apply("reloader-tests").force();
+    for obj in [rule, dash] {
+        let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+        let types = obj.types.clone().unwrap();
+        let (group, version) =
+            types.api_version.rsplit_once('/').unwrap_or(("", &types.api_version));
+        let gvk = GroupVersionKind::gvk(group, version, &types.kind);
+        let (ar, _): (ApiResource, _) = support::eventually(
+            &format!("{} to be discoverable", types.kind),
+            std::time::Duration::from_secs(60),
+            || async { pinned_kind(&f.client, &gvk).await.ok() },
+        )
+        .await;
+        let api: Api<DynamicObject> = Api::namespaced_with(f.client.clone(), f.name(), &ar);
+        let name = obj.metadata.name.clone().unwrap();
+        api.patch(&name, &params, &Patch::Apply(&obj))
+            .await
+            .unwrap_or_else(|e| panic!("{} {name} was rejected: {e}", types.kind));
+        assert!(api.get_opt(&name).await.unwrap().is_some());
     }
 }
 
