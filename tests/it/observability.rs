@@ -334,7 +334,7 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
     for m in token.find_iter(expr) {
         let (name, after) = (m.as_str(), &expr[m.end()..]);
         // `$job`, `$__rate_interval`: Grafana's variables, not metrics.
-        if expr[..m.start()].ends_with('$') || expr[..m.start()].ends_with("$__") {
+        if expr[..m.start()].ends_with('$') {
             continue;
         }
         let selector = after.starts_with('{');
