@@ -32,18 +32,18 @@ pub struct Cli {
     #[arg(long, env = "RELOADER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Plain)]
     pub log_format: LogFormat,
 
-    /// Accepted for compatibility with the other program and ignored: profiling is never
+    /// Accepted for compatibility with stakater/Reloader and ignored: profiling is never
     /// served (a warning says so at start).
     #[arg(long, env = "RELOADER_ENABLE_PPROF", num_args = 0..=1, value_parser = parse_go_bool,
           default_missing_value = "true", default_value_t = false, action = ArgAction::Set)]
     pub enable_pprof: bool,
 
-    /// Accepted for compatibility with the other program and ignored (see `--enable-pprof`).
+    /// Accepted for compatibility with stakater/Reloader and ignored (see `--enable-pprof`).
     #[arg(long, env = "RELOADER_PPROF_ADDR")]
     pub pprof_addr: Option<String>,
 
     /// Log level or `tracing` filter directive (e.g. `info`, `debug`, `reloader=debug,kube=info`).
-    /// The other program's level names work too (`warning`, `fatal`, `panic`).
+    /// stakater/Reloader's level names work too (`warning`, `fatal`, `panic`).
     #[arg(long, env = "RELOADER_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
 
@@ -154,7 +154,7 @@ pub struct ReloadArgs {
 
     /// Only namespaces whose labels match are served: a label selector (comma = AND), where the
     /// legacy forms `key:value` and `key:*` (key exists) are accepted too. Repeatable, and
-    /// quotes around terms are dropped, as the other program reads it (a CSV string list). An
+    /// quotes around terms are dropped, as stakater/Reloader reads it (a CSV string list). An
     /// invalid selector stops the operator at start.
     #[arg(long, env = "RELOADER_NAMESPACE_SELECTOR", action = ArgAction::Append)]
     pub namespace_selector: Vec<String>,
@@ -207,8 +207,8 @@ pub struct ReloadArgs {
     #[arg(long, env = "RELOADER_RESYNC_PERIOD", value_parser = parse_duration, default_value = "10m")]
     pub resync_period: Duration,
 
-    /// Also count reloads per namespace (`reloader_reload_executed_total_by_namespace`); the
-    /// other program's `METRICS_COUNT_BY_NAMESPACE=enabled`.
+    /// Also count reloads per namespace (`reloader_reload_executed_total_by_namespace`);
+    /// stakater/Reloader's `METRICS_COUNT_BY_NAMESPACE=enabled`.
     #[arg(long, env = "METRICS_COUNT_BY_NAMESPACE", value_parser = parse_enabled,
           num_args = 0..=1, require_equals = true, default_missing_value = "enabled",
           default_value = "disabled", action = ArgAction::Set)]
@@ -288,23 +288,23 @@ pub struct HaArgs {
     pub ha_lease_name: String,
 
     /// How long the Lease holds after its last renewal; a standby takes over at most this long
-    /// after the leader goes silent. Whole seconds. (`--leader-election-lease-duration` is the
-    /// other program's name for it.)
+    /// after the leader goes silent. Whole seconds. (`--leader-election-lease-duration` is
+    /// stakater/Reloader's name for it.)
     #[arg(long, alias = "leader-election-lease-duration", env = "RELOADER_HA_LEASE_DURATION",
           value_parser = parse_period, default_value = "15s")]
     pub ha_lease_duration: Duration,
 
     /// The leader renews the Lease this long after its last renewal. Whole seconds, shorter
-    /// than the lease duration. (`--leader-election-renew-deadline` is the other program's name
+    /// than the lease duration. (`--leader-election-renew-deadline` is stakater/Reloader's name
     /// for it.)
     #[arg(long, alias = "leader-election-renew-deadline", env = "RELOADER_HA_RENEW_DEADLINE",
           value_parser = parse_period, default_value = "10s")]
     pub ha_renew_deadline: Duration,
 
-    /// How often the Lease is read when the identity may only get and update it (the other
-    /// program's RBAC; default 2s, at most half the time between the renew deadline and the
-    /// lease's end). Where it may watch the Lease, standbys try the moment it runs out and this
-    /// is not used.
+    /// How often the Lease is read when the identity may only get and update it
+    /// (stakater/Reloader's RBAC; default 2s, at most half the time between the renew deadline
+    /// and the lease's end). Where it may watch the Lease, standbys try the moment it runs out
+    /// and this is not used.
     #[arg(long = "leader-election-retry-period", value_parser = parse_period)]
     pub leader_election_retry_period: Option<Duration>,
 
@@ -631,7 +631,7 @@ where
 }
 
 /// A boolean as Go's `strconv.ParseBool` reads it (`1`, `t`, `T`, `TRUE`, `true`, `True`, and
-/// the same for false), since the other program's flags and env vars take those.
+/// the same for false), since stakater/Reloader's flags and env vars take those.
 pub fn parse_go_bool(text: &str) -> Result<bool, String> {
     crate::model::annotations::parse_bool(text.trim())
         .ok_or_else(|| format!("expected a boolean (true, false, 1, 0, t, f, ...), got {text:?}"))
@@ -649,7 +649,7 @@ pub fn namespace_selector(values: &[String]) -> Option<String> {
     (!joined.is_empty()).then_some(joined)
 }
 
-/// `enabled`/`true` or `disabled`/`false` (the other program's `METRICS_COUNT_BY_NAMESPACE`).
+/// `enabled`/`true` or `disabled`/`false` (stakater/Reloader's `METRICS_COUNT_BY_NAMESPACE`).
 pub fn parse_enabled(text: &str) -> Result<bool, String> {
     match text.trim() {
         "enabled" | "true" => Ok(true),
@@ -695,7 +695,7 @@ pub fn parse_listen_addr(text: &str) -> Result<std::net::SocketAddr, String> {
     full.parse().map_err(|e| format!("invalid listen address {text:?}: {e}"))
 }
 
-/// A Go duration (`1500ms`, `1.5m`, `1h30m`, `0`), as the other program's flags take them.
+/// A Go duration (`1500ms`, `1.5m`, `1h30m`, `0`), as stakater/Reloader's flags take them.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     crate::model::duration::parse(text.trim()).map_err(|e| e.to_string())
 }
@@ -929,7 +929,7 @@ mod tests {
         assert_eq!(namespace_label_selector("env=prod, team:*,tier!=db"), "env=prod,team,tier!=db");
         assert_eq!(namespace_label_selector("env in (a,b),x:y"), "env in (a,b),x=y");
         assert_eq!(namespace_label_selector(""), "");
-        // The other program's chart renders `--namespace-selector="env=test"`.
+        // stakater/Reloader's chart renders `--namespace-selector="env=test"`.
         assert_eq!(namespace_label_selector("\"env=test\""), "env=test");
         assert_eq!(namespace_label_selector("\"env=test\",'team:*'"), "env=test,team");
     }

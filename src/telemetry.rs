@@ -5,7 +5,7 @@ use crate::{Error, Result};
 use tracing_subscriber::EnvFilter;
 
 /// Parses a level or filter directive such as `info` or `reloader=debug,kube=warn`. A bare
-/// level name of logrus (the other program's logger) means that level: `warning` is `warn`,
+/// level name of logrus (stakater/Reloader's logger) means that level: `warning` is `warn`,
 /// `fatal` and `panic` are `error`; any other bare word would be read as a target and silence
 /// everything else.
 pub fn filter(level: &str) -> Result<EnvFilter> {

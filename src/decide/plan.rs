@@ -61,7 +61,7 @@ pub struct SourceFacts {
     /// Creation time, seconds since the epoch.
     pub created: i64,
     /// When the operator saw the data change while running (seconds since the epoch): a
-    /// workload that existed then and has no stored hash yet is rolled, as the other program
+    /// workload that existed then and has no stored hash yet is rolled, as stakater/Reloader
     /// would have on that update, instead of taking the new hash as its baseline.
     pub changed_at: Option<i64>,
     /// The source's labels (for ReloadPolicy selectors).
@@ -266,7 +266,7 @@ impl Plan {
     }
 }
 
-/// The `last-reloaded-from` annotation value, field for field as the other program writes it.
+/// The `last-reloaded-from` annotation value, field for field as stakater/Reloader writes it.
 #[derive(Debug, Serialize)]
 pub(crate) struct ReloadSource<'a> {
     #[serde(rename = "type")]
@@ -706,7 +706,7 @@ mod tests {
 
     #[test]
     fn a_variable_left_by_the_other_program_is_the_stored_hash() {
-        // Migrating: the variable is where the other program put it, and current.
+        // Migrating: the variable is where stakater/Reloader put it, and current.
         let w = with_env(workload(), 0, "STAKATER_APP_CONFIG_CONFIGMAP", "h1");
         let p = run(&w, &[(cm("app-config"), facts("h1"))], &opts(Strategy::EnvVars));
         assert!(p.template.is_none(), "current variable: no rollout");
@@ -887,7 +887,7 @@ mod tests {
             value,
             r#"{"type":"CONFIGMAP","name":"app-config","namespace":"shop","hash":"h2","containerRefs":["sidecar"],"observedAt":1700000000}"#
         );
-        // A workload the other program reloaded: kind, name and hash match, nothing is written.
+        // A workload stakater/Reloader reloaded: kind, name and hash match, nothing is written.
         let mut migrated = workload();
         migrated.template_annotations.insert(LRF.into(), value.clone());
         let p = run(&migrated, &[(cm("app-config"), facts("h2"))], &opts(Strategy::Annotations));
@@ -1017,7 +1017,7 @@ mod tests {
             &[(cm("app-config"), keyed("h2").as_str())],
         );
         assert!(run(&w, &[(cm("app-config"), facts("h2"))], &o).is_noop());
-        // A SHA-1 left by the other program (or by sha1 mode) rolls once, to the keyed value.
+        // A SHA-1 left by stakater/Reloader (or by sha1 mode) rolls once, to the keyed value.
         let w = with_env(workload(), 1, "STAKATER_APP_CONFIG_CONFIGMAP", "h2");
         let p = run(&w, &[(cm("app-config"), facts("h2"))], &o);
         let Some(TemplateWrite::EnvVars { set, .. }) = &p.template else { panic!("{p:?}") };

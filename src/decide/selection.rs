@@ -121,8 +121,8 @@ pub struct Selection {
     per_kind: [KindSelection; 3],
     /// Named-reload items that are not valid regular expressions (for a log line).
     pub invalid_patterns: Vec<String>,
-    /// `auto` annotations whose value is no boolean, as `key=value` (read as false, as the
-    /// other program does; for a log line).
+    /// `auto` annotations whose value is no boolean, as `key=value` (read as false, as
+    /// stakater/Reloader does; for a log line).
     pub invalid_booleans: BTreeSet<String>,
     /// Values that broke a limit of [`crate::model::limits`] (reported once per change).
     pub violations: Vec<LimitViolation>,
@@ -206,7 +206,7 @@ impl Selection {
                 named.exact.insert(item.to_string());
                 continue;
             }
-            // `^item$` without a group, as the other program builds it: `a|b` therefore
+            // `^item$` without a group, as stakater/Reloader builds it: `a|b` therefore
             // means "starts with a, or ends with b", and stays that way for compatibility.
             let pattern = format!("^{item}$");
             match regex_syntax::Parser::new().parse(&pattern) {
@@ -581,7 +581,7 @@ mod tests {
                 Ok(Via::Named),
             ),
             row(
-                "alternation is not grouped, as in the other program",
+                "alternation is not grouped, as in stakater/Reloader",
                 &[("configmap.reloader.stakater.com/reload", "a|b")],
                 CM,
                 "abc",
@@ -782,7 +782,7 @@ mod tests {
         let sel = Selection::parse(&keys, &meta, &BTreeMap::new());
         let named = |name| sel.named_matches(CM, name);
         assert!(named("app-config") && !named("app-config-2") && !named("xapp-config"));
-        // `.` is a regex character, as in the other program: `db.conf` also matches `dbXconf`.
+        // `.` is a regex character, as in stakater/Reloader: `db.conf` also matches `dbXconf`.
         assert!(named("db.conf") && named("dbXconf"));
         // `^q|z$`: starts with q, or ends with z.
         assert!(named("qbc") && named("xxz") && !named("xzx"));

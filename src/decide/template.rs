@@ -1,10 +1,11 @@
 //! Turns a [`Plan`] into the patch sent to the API server (pure), per workload kind.
 //!
-//! Workload writes are strategic merge patches with the field manager `Reloader`, as the other
-//! program makes them: GitOps setups that ignore that manager's fields keep working, and a merge
-//! patch touches only the named variable, annotation or record (server-side apply would instead
-//! remove every field of ours it is not re-sent). The patch carries the resourceVersion the plan
-//! was made from, so a stale plan fails with 409 and is redone on fresh state.
+//! Workload writes are strategic merge patches with the field manager `Reloader`, as
+//! stakater/Reloader makes them: GitOps setups that ignore that manager's fields keep working,
+//! and a merge patch touches only the named variable, annotation or record (server-side apply
+//! would instead remove every field of ours it is not re-sent). The patch carries the
+//! resourceVersion the plan was made from, so a stale plan fails with 409 and is redone on fresh
+//! state.
 
 use k8s_openapi::api::core::v1::{EnvVar, PodTemplateSpec};
 use serde_json::{Map, Value, json};
@@ -14,7 +15,7 @@ use crate::model::workload::{
     RECORD_ANNOTATION, ROLLED_GENERATION_ANNOTATION, WorkloadInfo, WorkloadKind, format_record,
 };
 
-/// The field manager of every workload write (the other program's, on purpose).
+/// The field manager of every workload write (stakater/Reloader's, on purpose).
 pub const WORKLOAD_FIELD_MANAGER: &str = "Reloader";
 
 /// Where a kind keeps its pod template, as a JSON path from the object root.

@@ -385,8 +385,8 @@ fn env_sources(c: &Container) -> Vec<SourceRef> {
     out
 }
 
-/// Every referenced source with the container the env-vars strategy writes to, chosen as the
-/// other program does: the first container that mounts the source's (first) volume, else the
+/// Every referenced source with the container the env-vars strategy writes to, chosen as
+/// stakater/Reloader does: the first container that mounts the source's (first) volume, else the
 /// first that uses it through env/envFrom; when only an init container uses it, the first
 /// container. Ephemeral containers, image pull secrets and unmounted volumes do not count.
 ///

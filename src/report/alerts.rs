@@ -99,7 +99,7 @@ pub struct Payload {
     pub body: String,
 }
 
-// Structs rather than `json!` so the keys keep the order the other program sends them in.
+// Structs rather than `json!` so the keys keep the order stakater/Reloader sends them in.
 #[derive(Serialize)]
 struct SlackMessage<'a> {
     attachments: [SlackAttachment<'a>; 1],

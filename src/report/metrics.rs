@@ -1,8 +1,8 @@
-//! Prometheus metrics, with the other program's names where they mean the same here.
+//! Prometheus metrics, with stakater/Reloader's names where they mean the same here.
 //!
 //! Labels are bounded: kinds, results and reasons. Object names never appear, with two
 //! opt-in or small exceptions: the namespace of `reloader_reload_executed_total_by_namespace`
-//! (only with `METRICS_COUNT_BY_NAMESPACE=enabled`, as in the other program) and the
+//! (only with `METRICS_COUNT_BY_NAMESPACE=enabled`, as in stakater/Reloader) and the
 //! namespace/name of `reloader_policy_reloads_total` (one series per ReloadPolicy, removed with
 //! the policy).
 
@@ -16,7 +16,7 @@ const WRITE_BUCKETS: &[f64] =
     &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 /// Buckets for waits that include the debounce window (seconds to minutes).
 const WAIT_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0];
-/// The other program's buckets where a family is shared: `le` values are label values too, and
+/// stakater/Reloader's buckets where a family is shared: `le` values are label values too, and
 /// dashboards' `histogram_quantile` panels read them.
 const ACTION_BUCKETS: &[f64] = &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 const ROLLOUT_BUCKETS: &[f64] =
@@ -65,7 +65,7 @@ pub struct Metrics {
     /// `busy`, `timeout`, `too_large`, `invalid`).
     pub webhook_reviews: IntCounterVec,
     /// Every watch event, by kind and event type (`apply`, `delete`, `error`): the detail
-    /// `reloader_events_received_total` (sources and namespaces, the other program's values)
+    /// `reloader_events_received_total` (sources and namespaces, stakater/Reloader's values)
     /// leaves out.
     pub watch_events: IntCounterVec,
     /// What a source event led to, by event type, resource type and result (`queued`,
@@ -88,7 +88,7 @@ pub struct Metrics {
     pub policy_status_writes: IntCounterVec,
 }
 
-/// The other program's `resource_type` label value for a watched kind (`configmaps`,
+/// stakater/Reloader's `resource_type` label value for a watched kind (`configmaps`,
 /// `secrets`, `namespaces`, `secretproviderclasspodstatuses`).
 /// Counted on every source event, so the known kinds cost no allocation.
 pub fn resource_type(kind: &str) -> std::borrow::Cow<'static, str> {
@@ -302,7 +302,7 @@ impl Metrics {
             ),
             events_processed: counter(
                 "reloader_events_processed_total",
-                "Source watch events handled, by event type (unknown, as the other program), resource type and result (success).",
+                "Source watch events handled, by event type (unknown, as stakater/Reloader), resource type and result (success).",
                 &["event_type", "resource_type", "result"],
             ),
             workloads_scanned: counter(
@@ -467,7 +467,7 @@ impl Metrics {
             .registry
             .register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))
             .expect("unique metric");
-        // Both series exist from the start, as in the other program, so `rate()` panels show
+        // Both series exist from the start, as in stakater/Reloader, so `rate()` panels show
         // data (zero) before the first reload.
         for success in ["true", "false"] {
             metrics.reload_executed.with_label_values(&[success]);
@@ -501,8 +501,9 @@ impl Metrics {
         self.registry.register(Box::new(requests.duration.clone())).expect("unique metric");
     }
 
-    /// A watch event of `kind` (`ConfigMap`, `Secret`, `Namespace`, ...): in the other
-    /// program's `events_received` when it watches that kind too, and in `watch_events`.
+    /// A watch event of `kind` (`ConfigMap`, `Secret`, `Namespace`, ...): in
+    /// stakater/Reloader's `events_received` when it watches that kind too, and in
+    /// `watch_events`.
     pub fn event_received(&self, event_type: &str, kind: &str) {
         self.events_received.with_label_values(&[event_type, &resource_type(kind)]).inc();
     }
@@ -514,7 +515,7 @@ impl Metrics {
         self.source_events.with_label_values(&[event_type, &resource, result]).inc();
     }
 
-    /// A failed reconcile: the other program's `handler_error`, with our reason beside it.
+    /// A failed reconcile: stakater/Reloader's `handler_error`, with our reason beside it.
     pub fn reconcile_failed(&self, reason: &str) {
         self.errors_total.with_label_values(&["handler_error"]).inc();
         self.reconcile_errors.with_label_values(&[reason]).inc();

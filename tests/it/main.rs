@@ -27,6 +27,7 @@ mod hostile_tenant;
 mod hostile_webhook;
 mod keyed_hashes;
 mod migration;
+mod observability;
 mod operations;
 mod packaging;
 mod policy_crd;
