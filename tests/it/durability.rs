@@ -236,7 +236,7 @@ async fn a_job_deleted_for_a_reload_is_created_after_a_kill_once_creation_is_all
     let _op = f.operator(&[]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(jobs.get_opt("migrate").await.unwrap().is_none(), "created despite the freeze");
-    freeze.lift(&f).await;
+    freeze.lift();
     let new = eventually("the Job created again by the new operator", TIMEOUT, || async {
         jobs.get_opt("migrate").await.ok()?
     })

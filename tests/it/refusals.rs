@@ -7,88 +7,20 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
-};
 use k8s_openapi::api::core::v1::Event as CoreEvent;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use serde_json::{Value, json};
+use serde_json::json;
+use support::admission::Denial;
 use support::fixture::{Fixture, TIMEOUT, env_from_cm};
 use support::policies::{condition, create_policy, status_where};
 use support::{Operator, eventually, install_policy_crd};
 
-/// A ValidatingAdmissionPolicy and its binding that deny `rules` in one namespace with
-/// `reason: Forbidden` (a 403, as a tenant's Kyverno policy or webhook would answer);
-/// deleted when lifted or dropped (they are cluster-scoped).
-struct Denial {
-    name: String,
-}
-
-impl Denial {
-    async fn install(client: &Client, name: &str, namespace: &str, rules: Value) -> Self {
-        let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": rules},
-                "validations": [{"expression": "false", "reason": "Forbidden",
-                    "message": "denied by the tenant's policy"}]
-            }
-        }))
-        .unwrap();
-        let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": name},
-            "spec": {
-                "policyName": name,
-                "validationActions": ["Deny"],
-                "matchResources": {"namespaceSelector": {
-                    "matchLabels": {"kubernetes.io/metadata.name": namespace}}}
-            }
-        }))
-        .unwrap();
-        Api::<ValidatingAdmissionPolicy>::all(client.clone())
-            .create(&PostParams::default(), &policy)
-            .await
-            .unwrap();
-        Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
-            .create(&PostParams::default(), &binding)
-            .await
-            .unwrap();
-        Denial { name: name.to_string() }
-    }
-
-    fn lift(&self) {
-        let name = self.name.clone();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            rt.block_on(async {
-                let client = support::client().await;
-                let _ = Api::<ValidatingAdmissionPolicyBinding>::all(client.clone())
-                    .delete(&name, &DeleteParams::default())
-                    .await;
-                let _ = Api::<ValidatingAdmissionPolicy>::all(client)
-                    .delete(&name, &DeleteParams::default())
-                    .await;
-            });
-        })
-        .join()
-        .unwrap();
-    }
-}
-
-impl Drop for Denial {
-    fn drop(&mut self) {
-        self.lift();
-    }
-}
+/// The message of the tenant's denials.
+const DENIED: &str = "denied by the tenant's policy";
 
 fn is_denial(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 403 && s.message.contains("denied by the tenant's policy"))
+    matches!(e, kube::Error::Api(s) if s.code == 403 && s.message.contains(DENIED))
 }
 
 /// Creates a core Event in `namespace`: `Err` with the answer when refused.
@@ -170,7 +102,7 @@ async fn events_denied_in_one_namespace_are_still_written_in_the_others() {
     let name = format!("deny-events-{}", refused.name());
     let rules = json!([{"apiGroups": ["", "events.k8s.io"], "apiVersions": ["v1"],
         "operations": ["CREATE"], "resources": ["events"]}]);
-    let denial = Denial::install(&refused.client, &name, refused.name(), rules).await;
+    let denial = Denial::install(&refused.client, &name, refused.name(), rules, DENIED).await;
     eventually("the Event denial in force", TIMEOUT, || async {
         probe_event(&refused.client, refused.name()).await.err().filter(is_denial)
     })
@@ -421,7 +353,7 @@ async fn denied_status_writes_back_off_per_policy_and_others_are_written() {
     let name = format!("deny-status-{}", refused.name());
     let rules = json!([{"apiGroups": ["reloader.rs"], "apiVersions": ["*"],
         "operations": ["UPDATE"], "resources": ["reloadpolicies/status"]}]);
-    let denial = Denial::install(&refused.client, &name, refused.name(), rules).await;
+    let denial = Denial::install(&refused.client, &name, refused.name(), rules, DENIED).await;
     for i in 0..DENIED_POLICIES {
         create_policy(
             &refused,
