@@ -335,6 +335,14 @@ fn container_args(objects: &[DynamicObject]) -> Vec<String> {
         .expect("container args")
 }
 
+/// A Role of the rules that follow workloads and sources in its namespace (not the one for the
+/// records of Jobs being re-created, which also grants ConfigMaps, in the release namespace).
+fn workload_role(obj: &DynamicObject) -> bool {
+    kind_of(obj) == "Role"
+        && rules_grant(obj, "configmaps")
+        && !obj.name_any().ends_with("-pending-jobs")
+}
+
 fn rules_grant(obj: &DynamicObject, resource: &str) -> bool {
     obj.data["rules"]
         .as_array()
@@ -553,12 +561,15 @@ async fn cluster_scope_chart_is_accepted_and_its_rbac_runs_the_operator() {
     for (verb, resource) in [
         ("get", "secrets"),
         ("update", "secrets"),
-        ("update", "configmaps"),
         ("delete", "deployments.apps"),
         ("create", "pods"),
     ] {
         assert_denied(&client, &user, verb, resource, Some(&ns.name)).await;
     }
+    // ConfigMaps are written in the release namespace only (the records of Jobs being
+    // re-created), nowhere else.
+    wait_allowed(&client, &user, "update", "configmaps", Some(&ns.name), None).await;
+    assert_denied(&client, &user, "update", "configmaps", Some("default")).await;
     // No Secret is created by the operator: the chart creates the hash key's, and the
     // operator reads and fills in that one by name.
     let key = format!("{release}-hash-key");
@@ -886,7 +897,7 @@ async fn reloaders_default_values_file_installs_this_charts_defaults() {
     let _cluster = apply_all(&client, &theirs, &ns.name).await;
     let user = format!("system:serviceaccount:{}:{release}", ns.name);
     wait_allowed(&client, &user, "watch", "configmaps", None, None).await;
-    assert_denied(&client, &user, "update", "configmaps", Some(&ns.name)).await;
+    assert_denied(&client, &user, "update", "configmaps", Some("default")).await;
     run_operator_as_chart(&client, &theirs, &ns.name, &user, &release).await;
 }
 
@@ -911,8 +922,7 @@ async fn a_scoped_reloader_values_file_runs_namespaced_with_its_annotations() {
         !objects.iter().any(|o| kind_of(o) == "ClusterRole"),
         "no cluster-wide rules in scoped mode"
     );
-    let roles: Vec<_> =
-        objects.iter().filter(|o| kind_of(o) == "Role" && rules_grant(o, "configmaps")).collect();
+    let roles: Vec<_> = objects.iter().filter(|o| workload_role(o)).collect();
     assert_eq!(roles.len(), 1);
     assert_eq!(roles[0].namespace().as_deref(), Some(ns.name.as_str()));
     assert!(
@@ -1058,11 +1068,8 @@ async fn a_ha_reloader_values_file_keeps_alerts_monitoring_and_leader_election()
 fn reloaders_scoped_namespace_list_gets_a_role_in_each_and_the_release_namespace() {
     let files = [stakater_values("defaults"), stakater_values("namespaces")];
     let objects = render_files("reloader", "ops", RENDER_KUBE_VERSION, &files, &[]).unwrap();
-    let mut role_namespaces: Vec<String> = objects
-        .iter()
-        .filter(|o| kind_of(o) == "Role" && rules_grant(o, "configmaps"))
-        .filter_map(|o| o.namespace())
-        .collect();
+    let mut role_namespaces: Vec<String> =
+        objects.iter().filter(|o| workload_role(o)).filter_map(|o| o.namespace()).collect();
     role_namespaces.sort();
     assert_eq!(role_namespaces, ["ops", "team-a", "team-b"]);
     assert!(!objects.iter().any(|o| kind_of(o) == "ClusterRole" && rules_grant(o, "secrets")));
