@@ -27,7 +27,7 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION
 	-X helm.sh/helm/v3/pkg/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))
 
 .PHONY: help build release test lint fmt-check clippy unit integration testenv cluster-up \
-	cluster-down cluster-status demo bench crd docs zigbuild clean kubectl helm chart-lint chart-docs deny prereqs promtool \
+	cluster-down cluster-status demo bench crd docs zigbuild clean kubectl helm chart chart-lint chart-docs workflows-lint deny prereqs promtool \
 	stakater-reloader bench-compare bench-curve
 
 help: ## list the targets
@@ -59,14 +59,14 @@ $(ZIG):
 $(ZIGBUILD):
 	$(CARGO) install --locked --quiet --root $(CURDIR)/target/tools cargo-zigbuild --version $(ZIGBUILD_VERSION)
 
-test: prereqs lint deny chart-lint unit integration ## every test: fmt, clippy, cargo deny, unit tests, integration tests on a real control plane
+test: prereqs lint deny chart-lint workflows-lint unit integration ## every test: fmt, clippy, cargo deny, chart and workflow lint, unit tests, integration tests on a real control plane
 	@echo "make test: all checks passed"
 
 lint: fmt-check clippy
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
-	@out=$$(gofmt -l testenv tools/helm tools/helm-docs tools/promtool tools/gitops-health tools/kwok); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	@out=$$(gofmt -l testenv tools/helm tools/helm-docs tools/promtool tools/gitops-health tools/kwok tools/actionlint); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
 clippy:
 	$(CARGO) clippy --locked --all-targets -- -D warnings
@@ -87,6 +87,15 @@ prereqs: ## check the toolchains and system tools `make test` needs, naming what
 	command -v musl-gcc >/dev/null || command -v x86_64-linux-musl-gcc >/dev/null \
 		|| missing="$$missing\n  musl-gcc, for the image's static build (Debian/Ubuntu: apt-get install musl-tools)"; \
 	if [ -n "$$missing" ]; then printf "make test needs:$$missing\n"; exit 1; fi
+
+# actionlint checks .github/workflows, built from the version tools/actionlint pins.
+ACTIONLINT := $(CURDIR)/target/tools/bin/actionlint
+$(ACTIONLINT): tools/actionlint/go.mod tools/actionlint/go.sum
+	@mkdir -p $(dir $@)
+	cd tools/actionlint && $(GO) build -buildvcs=false -ldflags "-s -w" -o $@ github.com/rhysd/actionlint/cmd/actionlint
+
+workflows-lint: $(ACTIONLINT) ## lint the GitHub Actions workflows (.github/workflows) with actionlint
+	$(ACTIONLINT) -color=false .github/workflows/*.yml
 
 # promtool checks the /metrics exposition (tests/it/operations.rs), built from the pinned module.
 PROMTOOL := $(CURDIR)/target/tools/bin/promtool
@@ -125,8 +134,9 @@ deny: $(CARGO_DENY) ## supply chain (deny.toml): licences, bans, sources, and ad
 docs: ## regenerate docs/flags.md from the clap definition (src/cli.rs)
 	UPDATE_DOCS=1 $(CARGO) test --locked --lib the_flags_reference_is_current
 
-crd: ## regenerate crd/reloadpolicy.yaml from the Rust types
+crd: ## regenerate crd/reloadpolicy.yaml (and the chart's copy) from the Rust types
 	$(CARGO) run --locked --quiet -- crd > crd/reloadpolicy.yaml
+	cp crd/reloadpolicy.yaml helm/reloader/files/reloadpolicy.yaml
 
 helm: $(HELM) ## build the helm CLI pinned in tools/helm (no-op when up to date)
 
@@ -142,6 +152,13 @@ $(HELM_DOCS): tools/helm-docs/go.mod tools/helm-docs/go.sum
 
 chart-docs: $(HELM_DOCS) ## regenerate helm/reloader/README.md from the values comments
 	$(HELM_DOCS) --chart-search-root helm --template-files README.md.gotmpl --sort-values-order file
+
+# The chart as released: packaged with the versions of Cargo.toml (tests/support/chart.rs
+# packages it the same way, and the chart tests render and install that package).
+CRATE_VERSION := $(shell awk -F'"' '/^version *=/{print $$2; exit}' Cargo.toml)
+chart: $(HELM) ## package the Helm chart (versions from Cargo.toml): target/chart/reloader-<version>.tgz
+	@mkdir -p target/chart
+	$(HELM) package helm/reloader --version $(CRATE_VERSION) --app-version $(CRATE_VERSION) --destination target/chart
 
 chart-lint: $(HELM) $(HELM_DOCS) ## lint the Helm chart with its default, CI and example values (both RBAC modes)
 	$(HELM) lint --strict helm/reloader

@@ -29,19 +29,7 @@ use support::{Operator, TestNamespace, client, eventually, within};
 const TIMEOUT: Duration = Duration::from_secs(60);
 const FIELD_MANAGER: &str = "reloader-tests";
 
-fn chart_dir() -> PathBuf {
-    support::repo_root().join("helm/reloader")
-}
-
-fn helm_bin() -> PathBuf {
-    let bin = support::repo_root().join("target/tools/bin/helm");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `make helm` (it builds helm from tools/helm)",
-        bin.display()
-    );
-    bin
-}
+use support::chart::{chart_dir, helm_bin};
 
 /// `helm template` with the chart's CI values file for `mode` (plus `--set-string` pairs),
 /// CRDs included, every document parsed.
@@ -66,7 +54,7 @@ fn render_files(
     set: &[String],
 ) -> Result<Vec<DynamicObject>, String> {
     let mut cmd = Command::new(helm_bin());
-    cmd.arg("template").arg(release).arg(chart_dir()).args([
+    cmd.arg("template").arg(release).arg(support::chart::package()).args([
         "--namespace",
         namespace,
         "--include-crds",
@@ -1034,7 +1022,7 @@ async fn a_ha_reloader_values_file_keeps_alerts_monitoring_and_leader_election()
     // would be): each translated key with its new name.
     let out = Command::new(helm_bin())
         .args(["install", &release, "--dry-run=server", "--namespace", &ns.name])
-        .arg(chart_dir())
+        .arg(support::chart::package())
         .arg("--values")
         .arg(&files[0])
         .arg("--values")
@@ -1102,7 +1090,10 @@ fn reloader_keys_this_operator_cannot_honour_fail_the_install_naming_them() {
     ] {
         let set: Vec<String> = set.iter().map(|s| s.to_string()).collect();
         let mut cmd = Command::new(helm_bin());
-        cmd.args(["template", "reloader"]).arg(chart_dir()).arg("--values").arg(&defaults[0]);
+        cmd.args(["template", "reloader"])
+            .arg(support::chart::package())
+            .arg("--values")
+            .arg(&defaults[0]);
         for pair in &set {
             cmd.args(["--set", pair]);
         }

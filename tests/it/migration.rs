@@ -113,11 +113,9 @@ pub(crate) async fn bind_reloader_rbac(f: &Fixture, fixture: &str) -> String {
 /// Renders this project's chart (release `<ns>` in `<ns>`) and applies its RBAC and
 /// ServiceAccount. Returns the ServiceAccount's name.
 async fn bind_chart_rbac(f: &Fixture) -> String {
-    let helm = support::repo_root().join("target/tools/bin/helm");
-    assert!(helm.exists(), "{} is missing: run `make helm`", helm.display());
-    let out = std::process::Command::new(helm)
+    let out = std::process::Command::new(support::chart::helm_bin())
         .args(["template", f.name()])
-        .arg(support::repo_root().join("helm/reloader"))
+        .arg(support::chart::package())
         .args(["--namespace", f.name(), "--show-only", "templates/rbac.yaml"])
         .args(["--show-only", "templates/hash-key-rbac.yaml"])
         .output()

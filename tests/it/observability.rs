@@ -28,12 +28,8 @@ fn render(set: &[&str]) -> Vec<Value> {
 
 /// `helm template` with values files, into `namespace`, with `--set` pairs.
 fn render_with(files: &[&str], namespace: &str, set: &[&str]) -> Vec<Value> {
-    let helm = support::repo_root().join("target/tools/bin/helm");
-    assert!(helm.exists(), "{} is missing: run `make helm`", helm.display());
-    let mut cmd = Command::new(helm);
-    cmd.args(["template", RELEASE])
-        .arg(support::repo_root().join("helm/reloader"))
-        .args(["--namespace", namespace]);
+    let mut cmd = Command::new(support::chart::helm_bin());
+    cmd.args(["template", RELEASE]).arg(support::chart::package()).args(["--namespace", namespace]);
     for file in files {
         cmd.args(["--values", file]);
     }

@@ -8,6 +8,7 @@
 #![allow(dead_code)] // the soak test uses a part of the harness
 
 pub mod admission;
+pub mod chart;
 pub mod control_plane;
 pub mod faults;
 pub mod fixture;
