@@ -500,12 +500,8 @@ async fn under_reloaders_namespaced_roles_rollouts_reload_too() {
     );
 }
 
-#[tokio::test]
-async fn without_rights_on_sources_readyz_says_why() {
-    let _cluster = support::sharing::cluster_wide("migration");
-    let f = Fixture::new("swap-none").await;
-    // Workloads only: no source can be watched, so annotation mode has nothing to follow.
-    let rbac = "
+/// Reloader's namespaced Role cut down to Deployments: no source may be read.
+pub(crate) const DEPLOYMENTS_ONLY_RBAC: &str = "
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {name: reloader-reloader-role, namespace: reloader-system}
@@ -521,7 +517,13 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: reloader-reload
 subjects:
   - {kind: ServiceAccount, name: reloader-reloader, namespace: reloader-system}
 ";
-    let account = bind_reloader_rbac(&f, rbac).await;
+
+#[tokio::test]
+async fn without_rights_on_sources_readyz_says_why() {
+    let _cluster = support::sharing::cluster_wide("migration");
+    let f = Fixture::new("swap-none").await;
+    // Workloads only: no source can be watched, so annotation mode has nothing to follow.
+    let account = bind_reloader_rbac(&f, DEPLOYMENTS_ONLY_RBAC).await;
     let kubeconfig = token_kubeconfig(&f, &account).await;
     let op = Operator::start_serving(
         &["--namespaces", f.name()],

@@ -353,23 +353,7 @@ async fn sources_granted_after_start_are_watched_and_readyz_turns_ready() {
     let f = Fixture::new("heal-sources").await;
     f.configmap("app-config", json!({"a": "1"})).await;
     f.deployment("web", json!({AUTO: "true"}), support::fixture::env_from_cm("app-config")).await;
-    let rbac = "
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: reloader-reloader-role, namespace: reloader-system}
-rules:
-  - apiGroups: [apps]
-    resources: [deployments]
-    verbs: [list, get, watch, patch]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: reloader-reloader-role-binding, namespace: reloader-system}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: reloader-reloader-role}
-subjects:
-  - {kind: ServiceAccount, name: reloader-reloader, namespace: reloader-system}
-";
-    let account = bind_reloader_rbac(&f, rbac).await;
+    let account = bind_reloader_rbac(&f, crate::migration::DEPLOYMENTS_ONLY_RBAC).await;
     let kubeconfig = token_kubeconfig(&f, &account).await;
     let op = Operator::start_serving(
         &["--namespaces", f.name(), "--debounce=200ms", "--resync-period=3s"],
