@@ -311,7 +311,9 @@ impl Engine {
             let leading = *leadership.borrow_and_update();
             self.metrics.leader.set(i64::from(leading));
             if leading {
-                self.reconciler.resume_pending_jobs().await;
+                // In the background: a slow or failing read must not hold up the takeover.
+                let engine = self.clone();
+                tokio::spawn(async move { engine.reconciler.resume_pending_jobs().await });
             }
             if leading && self.feed.is_synced() {
                 self.enqueue_everything();

@@ -42,6 +42,12 @@ impl Reconciler {
                     }
                     return;
                 }
+                Err(kube::Error::Api(s)) if s.code == 403 => {
+                    // Without the right there are no records of ours either (they are written
+                    // under the same Role): nothing to resume, and said once.
+                    warn!(error = %s.message, "may not list the records of Jobs deleted for a reload (ConfigMaps in the operator's namespace); none are resumed");
+                    return;
+                }
                 Err(e) => {
                     attempt = attempt.saturating_add(1);
                     let retry = crate::decide::rollout::retry_delay(attempt);
