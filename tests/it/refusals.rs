@@ -55,16 +55,27 @@ fn sample(metrics: &str, name: &str, labels: &[&str]) -> f64 {
 /// How many times a `Reloaded` Event about the Deployment `name` in the fixture's namespace was
 /// written by now (a repeat within minutes is a series: one Event, counted up).
 async fn reloaded_events(f: &Fixture, name: &str) -> i32 {
+    reloaded_events_about(f, name)
+        .await
+        .iter()
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum()
+}
+
+/// The `Reloaded` Events about the Deployment `name` in the fixture's namespace, listed now.
+async fn reloaded_events_about(
+    f: &Fixture,
+    name: &str,
+) -> Vec<k8s_openapi::api::events::v1::Event> {
     Api::<k8s_openapi::api::events::v1::Event>::namespaced(f.client.clone(), f.name())
         .list(&ListParams::default())
         .await
         .unwrap()
         .items
-        .iter()
+        .into_iter()
         .filter(|e| e.reason.as_deref() == Some("Reloaded"))
         .filter(|e| e.regarding.as_ref().is_some_and(|r| r.name.as_deref() == Some(name)))
-        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
-        .sum()
+        .collect()
 }
 
 /// An operator over both fixtures' namespaces.
@@ -176,14 +187,9 @@ async fn events_denied_in_one_namespace_are_still_written_in_the_others() {
 /// Which API wrote each `Reloaded` Event about `name` in the fixture's namespace:
 /// `events.k8s.io` Events carry an `eventTime`, core ones only the deprecated timestamps.
 async fn reloaded_written_by(f: &Fixture, name: &str) -> Vec<&'static str> {
-    Api::<k8s_openapi::api::events::v1::Event>::namespaced(f.client.clone(), f.name())
-        .list(&ListParams::default())
+    reloaded_events_about(f, name)
         .await
-        .unwrap()
-        .items
         .iter()
-        .filter(|e| e.reason.as_deref() == Some("Reloaded"))
-        .filter(|e| e.regarding.as_ref().is_some_and(|r| r.name.as_deref() == Some(name)))
         .map(|e| if e.event_time.is_some() { "events.k8s.io" } else { "core" })
         .collect()
 }
