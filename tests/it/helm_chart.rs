@@ -1097,6 +1097,10 @@ fn reloader_keys_this_operator_cannot_honour_fail_the_install_naming_them() {
         (&["image.tag=v1.4.20"], "stakater/Reloader's image"),
         (&["image.repository=docker.io/stakater/reloader"], "stakater/Reloader's image"),
         (&["namespace=elsewhere"], "namespace: elsewhere is not the release namespace"),
+        (
+            &["image.digest=sha256:0123"],
+            "image.digest: sha256:0123 is a digest of stakater/Reloader's",
+        ),
         // Unknown keys, with the schema's message naming them.
         (&["reloader.enableFoo=true"], "enableFoo"),
         (&["reloader.custom_annotations.bogus=x"], "bogus"),

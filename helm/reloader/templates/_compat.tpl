@@ -42,6 +42,9 @@ translation lives in one file and no template needs to know it exists.
 {{- end }}
 {{- $image := $V.image }}
 {{- $registry := $global.imageRegistry | default "" }}
+{{- if and $image.digest (or (contains "stakater/reloader" (toString $image.repository)) (eq (toString $image.name) "stakater/reloader")) }}
+{{- fail (printf "image.digest: %s is a digest of stakater/Reloader's image; remove image.digest (or give this chart's image's digest with its repository)" $image.digest) }}
+{{- end }}
 {{- /* Reloader's default image, with its default tag, is Reloader's default: this chart's image. */}}
 {{- if and (eq (toString $image.repository) "ghcr.io/stakater/reloader") (has (toString $image.tag) (list "v1.4.21" "" "<nil>")) }}
 {{- $_ := set $image "repository" "ghcr.io/reloader-rs/reloader" }}
