@@ -1427,6 +1427,19 @@ fn reloaders_values_keep_its_names_and_keys_without_effect_are_named() {
     assert_eq!(chosen["metadata"]["name"], "reloader", "naming: chart wins over the values");
     let chosen = deployment_of(&[], &["naming=reloader"]);
     assert_eq!(chosen["metadata"]["name"], "reloader-reloader");
+    // The container is named as Reloader's chart names it; the VPA follows it.
+    let vpa_values = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reloader-vpa-values.yaml");
+    std::fs::write(&vpa_values, "reloader:\n  verticalPodAutoscaler:\n    enabled: true\n")
+        .unwrap();
+    let files = [upgrade[0].clone(), vpa_values];
+    let with_vpa = render_files("reloader", "ops", RENDER_KUBE_VERSION, &files, &[]).unwrap();
+    let vpa = serde_json::to_value(one(&with_vpa, "VerticalPodAutoscaler")).unwrap();
+    let container = &theirs["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["name"], "reloader-reloader");
+    assert_eq!(
+        vpa["spec"]["resourcePolicy"]["containerPolicies"][0]["containerName"],
+        container["name"]
+    );
 
     let out = Command::new(helm_bin())
         .args(["template", "reloader"])
