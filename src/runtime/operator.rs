@@ -137,13 +137,13 @@ pub async fn run(cli: Cli) -> Result<()> {
             crate::kube::hash_key::maintain(client.clone(), key_slot, key_leadership, async move {
                 stop.notified().await
             });
-        // In sha1 mode the key serves keyed ReloadPolicies only: not looked for when policy
+        // In sha1 mode the key serves keyed ReloadPolicies only: not looked for while policy
         // mode is off (an identity that may not read policies, such as Reloader's).
         let keyed_annotations = cli.reload.hash_mode == HashMode::HmacSha256;
         let mut policy_mode = engine.policy_mode();
         tokio::spawn(async move {
-            let needed = keyed_annotations
-                || matches!(policy_mode.wait_for(Option::is_some).await.as_deref(), Ok(Some(true)));
+            let needed =
+                keyed_annotations || policy_mode.wait_for(|on| *on == Some(true)).await.is_ok();
             if needed {
                 maintain.await;
             }

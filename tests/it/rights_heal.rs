@@ -466,3 +466,86 @@ async fn a_write_refused_for_a_missing_right_asks_the_rights_again() {
     })
     .await;
 }
+
+/// Policy mode is not decided once at start: an identity that may not read ReloadPolicies
+/// (Reloader's ClusterRole) runs annotation mode only, and once it is granted them (and the
+/// hash key and the watch of its targets' kind, as the chart's Roles grant) the next review (a
+/// resync) starts the policy watch and the hash key, without a restart.
+#[tokio::test]
+async fn policy_mode_starts_once_reload_policies_are_granted() {
+    let f = Fixture::new("heal-policies").await;
+    support::install_policy_crd(&f.client).await;
+    f.configmap("app-config", json!({"a": "1"})).await;
+    f.deployment("web", json!({}), support::fixture::env_from_cm("app-config")).await;
+    let account = bind_reloader_rbac(&f, RELOADER_CLUSTER_ROLE).await;
+    let kubeconfig = token_kubeconfig(&f, &account).await;
+    let op = Operator::start_with_env(
+        &["--namespaces", f.name(), "--debounce=200ms", "--resync-period=3s"],
+        &[("KUBECONFIG", kubeconfig.as_str()), ("POD_NAMESPACE", f.name())],
+    );
+    support::eventually("policy mode said off", Duration::from_secs(20), || async {
+        op.logs_mentioning("policy mode off").first().map(drop)
+    })
+    .await;
+    support::policies::create_policy(
+        &f,
+        "web",
+        json!({
+            "sources": [{"kind": "ConfigMap", "name": "app-config"}],
+            "targets": [{"kind": "Deployment", "name": "web"}],
+            "hashMode": "SHA1"
+        }),
+    )
+    .await;
+    let rbac = format!(
+        r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: policies
+rules:
+  - apiGroups: ["reloader.rs"]
+    resources: ["reloadpolicies"]
+    verbs: ["get", "list", "watch"]
+  - apiGroups: ["reloader.rs"]
+    resources: ["reloadpolicies/status"]
+    verbs: ["patch"]
+  # Targets resolve from the watched workloads (Reloader's ClusterRole lists on change).
+  - apiGroups: ["apps"]
+    resources: ["deployments"]
+    verbs: ["watch"]
+  # The key of the hashes a status shows (as the chart's hash-key Role grants).
+  - apiGroups: [""]
+    resources: ["secrets"]
+    verbs: ["create"]
+  - apiGroups: [""]
+    resources: ["secrets"]
+    resourceNames: ["reloader-hash-key"]
+    verbs: ["get", "update"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: policies
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: policies}}
+subjects:
+  - {{kind: ServiceAccount, name: {account}, namespace: {ns}}}
+"#,
+        ns = f.name()
+    );
+    crate::migration::apply_rbac(&f, &rbac).await;
+    support::policies::status_where(&f, "web", "the policy's status written", |s| {
+        support::policies::condition(s, "Ready") == Some(("True", "Ready"))
+    })
+    .await;
+    assert!(
+        !op.lines_with("rights reviewed again: ReloadPolicies may be read now; policy mode on")
+            .is_empty()
+    );
+    // And the policy reloads its target.
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    let want = sha1_hex(b"a=2");
+    support::eventually("web reloaded by the policy", Duration::from_secs(30), || async {
+        (f.env_of("web").await.get("STAKATER_APP_CONFIG_CONFIGMAP") == Some(&want)).then_some(())
+    })
+    .await;
+}

@@ -66,7 +66,7 @@ impl Engine {
         let ar = kube::core::ApiResource::erase::<ReloadPolicy>(&());
         super::watches::wait_for_api(&self.client, &ar, self.config.api_discovery_interval).await;
         let mut watchers = tokio::task::JoinSet::new();
-        self.policies.watches_start(scopes.len());
+        self.policies.watches_added(scopes.len());
         for scope in scopes {
             watchers.spawn(self.clone().watch_policies(scope));
         }
@@ -195,9 +195,12 @@ impl Policies {
         self.unlisted.load(Ordering::SeqCst) == 0
     }
 
-    /// The policy watches start, `scopes` of them.
-    fn watches_start(&self, scopes: usize) {
-        self.unlisted.store(scopes, Ordering::SeqCst);
+    /// Policy watches start, `scopes` more of them (at start, or once a review found policies
+    /// readable in more scopes).
+    fn watches_added(&self, scopes: usize) {
+        let _ = self.unlisted.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            Some(if n == usize::MAX { scopes } else { n.saturating_add(scopes) })
+        });
     }
 
     /// One policy watch has done its first list.

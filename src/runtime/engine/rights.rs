@@ -50,6 +50,9 @@ pub(super) struct Rights {
     /// Sources (kind and scope) followed: watched since start, or since a review found them
     /// readable.
     sources: Mutex<HashSet<(SourceKind, Option<String>)>>,
+    /// Scopes whose ReloadPolicies are followed: since start, or since a review found them
+    /// readable.
+    policy_scopes: Mutex<HashSet<Option<String>>>,
     /// Reviews in a row that left some right unanswered (see [`next_review`]).
     unanswered: AtomicU32,
     /// Kinds whose API may not exist (Rollouts, DeploymentConfigs) that were found served.
@@ -58,11 +61,13 @@ pub(super) struct Rights {
     ask_again: tokio::sync::Notify,
 }
 
-/// What a review changed: how workload kinds are followed, and sources now readable.
+/// What a review changed: how workload kinds are followed, and sources and ReloadPolicies
+/// (per scope) now readable.
 #[derive(Debug, Default)]
 pub(super) struct Changes {
     pub(super) kinds: Vec<(WorkloadKind, Option<String>, Switch)>,
     pub(super) sources: Vec<(SourceKind, Option<String>)>,
+    pub(super) policies: Vec<Option<String>>,
 }
 
 impl Rights {
@@ -88,6 +93,7 @@ impl Rights {
             refusals: Mutex::default(),
             policy_mode: tokio::sync::watch::channel(None).0,
             sources: Mutex::default(),
+            policy_scopes: Mutex::default(),
             unanswered: AtomicU32::new(0),
             found: Mutex::default(),
             ask_again: tokio::sync::Notify::new(),
@@ -157,6 +163,19 @@ impl Rights {
                     changes.sources.push((kind, scope));
                 }
             }
+        }
+        {
+            let mut followed = self.policy_scopes.lock();
+            for scope in self.scopes() {
+                if !followed.contains(&scope) && self.may_read_policies(scope.as_deref()) {
+                    info!(namespace = ?scope, "rights reviewed again: ReloadPolicies may be read now; policy mode on");
+                    followed.insert(scope.clone());
+                    changes.policies.push(scope);
+                }
+            }
+        }
+        if !changes.policies.is_empty() {
+            self.policy_mode.send_replace(Some(true));
         }
         self.choose_events_api(&access);
         self.judge(&access);
@@ -313,8 +332,10 @@ impl Rights {
         let scopes = self.scopes();
         self.choose_events_api(&access);
 
-        let policies = scopes.iter().any(|s| self.may_read_policies(s.as_deref()));
-        self.policy_mode.send_replace(Some(policies));
+        let readable: HashSet<Option<String>> =
+            scopes.iter().filter(|s| self.may_read_policies(s.as_deref())).cloned().collect();
+        self.policy_mode.send_replace(Some(!readable.is_empty()));
+        *self.policy_scopes.lock() = readable;
         self.judge(&access)
     }
 
@@ -458,7 +479,8 @@ impl Rights {
         self.may_patch(kind, scope.as_deref())
     }
 
-    /// Whether policy mode is on: `None` until the rights were reviewed at start.
+    /// Whether policy mode is on: `None` until the rights were reviewed at start; turns true
+    /// when a later review finds ReloadPolicies readable.
     pub(super) fn policy_mode(&self) -> tokio::sync::watch::Receiver<Option<bool>> {
         self.policy_mode.subscribe()
     }

@@ -16,7 +16,7 @@ pub(super) const SOURCE_PAGE_SIZE: u32 = 1000;
 #[derive(Default)]
 pub(super) struct WatchTasks {
     running: Mutex<HashMap<(WorkloadKind, Option<String>), RunningWatch>>,
-    /// Source watches started after start (a right granted since).
+    /// Source and ReloadPolicy watches started after start (a right granted since).
     sources: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Kinds whose API may not exist (Rollouts, DeploymentConfigs) that were found served.
     served: Mutex<HashSet<WorkloadKind>>,
@@ -114,6 +114,10 @@ impl WatchTasks {
                 SourceKind::Secret => tokio::spawn(e.watch_sources::<Secret>(scope, kind, counted)),
                 SourceKind::SecretProviderClass => continue,
             };
+            self.sources.lock().push(task);
+        }
+        if !changes.policies.is_empty() {
+            let task = tokio::spawn(engine.clone().discover_and_watch_policies(changes.policies));
             self.sources.lock().push(task);
         }
     }
