@@ -136,6 +136,163 @@ impl<K: Clone + Eq + Hash, S: Default + PartialEq> Remembered<K, S> {
     }
 }
 
+/// Every workload's memory, behind the operations the engine's parts need: the feed marks and
+/// forgets, the reconciler counts failures, follows rollouts and says each episode once. One
+/// lock, never held across a call out (the store's lock is never taken under it).
+#[derive(Debug, Default)]
+pub struct WorkloadMemories {
+    map: parking_lot::Mutex<Remembered<WorkloadKey, WorkloadMemory>>,
+}
+
+impl WorkloadMemories {
+    fn read<R>(&self, key: &WorkloadKey, read: impl FnOnce(&WorkloadMemory) -> R) -> Option<R> {
+        self.map.lock().get(key).map(read)
+    }
+
+    fn change<R>(&self, key: &WorkloadKey, change: impl FnOnce(&mut WorkloadMemory) -> R) -> R {
+        self.map.lock().update(key, change)
+    }
+
+    /// The workload is gone: everything about it goes.
+    pub fn forget(&self, key: &WorkloadKey) {
+        self.map.lock().forget(key);
+    }
+
+    /// The caches synced: each workload waits for its first pass (`--sync-after-restart`) and,
+    /// when this replica leads, for one look at a rollout under way.
+    pub fn mark_first_pass(&self, keys: &[WorkloadKey], leading: bool) {
+        let mut map = self.map.lock();
+        for key in keys {
+            map.update(key, |m| {
+                m.startup_pass = true;
+                m.look_for_rollout = leading;
+            });
+        }
+    }
+
+    /// Leadership changed: only `keys` (every workload of a new leader, none for a standby)
+    /// keep a look at their rollout under way.
+    pub fn look_for_rollouts_of(&self, keys: &[WorkloadKey]) {
+        let mut map = self.map.lock();
+        map.update_all(|_, m| m.look_for_rollout = false);
+        for key in keys {
+            map.update(key, |m| m.look_for_rollout = true);
+        }
+    }
+
+    /// Whether the look at a rollout under way is due; taken, so it happens once.
+    pub fn take_look_for_rollout(&self, key: &WorkloadKey) -> bool {
+        self.change(key, |m| std::mem::take(&mut m.look_for_rollout))
+    }
+
+    /// The first pass after the caches synced ran (or is not needed).
+    pub fn first_pass_done(&self, key: &WorkloadKey) {
+        self.change(key, |m| m.startup_pass = false);
+    }
+
+    /// `source`'s change queued the workload.
+    pub fn add_trigger(&self, key: &WorkloadKey, source: &SourceRef) {
+        self.change(key, |m| m.triggers.insert(source.clone()));
+    }
+
+    /// What planning needs: whether this is its first pass, and the sources whose change queued
+    /// it.
+    pub fn plan_inputs(&self, key: &WorkloadKey) -> (bool, HashSet<SourceRef>) {
+        self.read(key, |m| (m.startup_pass, m.triggers.clone())).unwrap_or_default()
+    }
+
+    /// The sources whose change queued it, taken: the reconcile says what came of them.
+    pub fn take_triggers(&self, key: &WorkloadKey) -> HashSet<SourceRef> {
+        self.change(key, |m| std::mem::take(&mut m.triggers))
+    }
+
+    /// One more consecutive failed write; returns how many now.
+    pub fn count_failure(&self, key: &WorkloadKey) -> u32 {
+        self.change(key, |m| {
+            m.failures = m.failures.saturating_add(1);
+            m.failures
+        })
+    }
+
+    pub fn failures(&self, key: &WorkloadKey) -> u32 {
+        self.read(key, |m| m.failures).unwrap_or(0)
+    }
+
+    pub fn write_succeeded(&self, key: &WorkloadKey) {
+        self.change(key, |m| m.failures = 0);
+    }
+
+    /// Since when its rollout waits for its sources to settle.
+    pub fn deferred_since(&self, key: &WorkloadKey) -> Option<Instant> {
+        self.read(key, |m| m.deferred_since).flatten()
+    }
+
+    pub fn set_deferred_since(&self, key: &WorkloadKey, since: Option<Instant>) {
+        self.change(key, |m| m.deferred_since = since);
+    }
+
+    /// A churn limit holds its rollout back: true for the first hold of the episode.
+    pub fn throttled_begins(&self, key: &WorkloadKey) -> bool {
+        self.change(key, |m| !std::mem::replace(&mut m.throttled, true))
+    }
+
+    pub fn throttled_ends(&self, key: &WorkloadKey) {
+        self.change(key, |m| m.throttled = false);
+    }
+
+    /// Its rollout waits for a reload window: true for the first hold of the episode.
+    pub fn pending_begins(&self, key: &WorkloadKey) -> bool {
+        self.change(key, |m| !std::mem::replace(&mut m.pending, true))
+    }
+
+    pub fn pending_ends(&self, key: &WorkloadKey) {
+        self.change(key, |m| m.pending = false);
+    }
+
+    /// The input-limit violations it breaks now: true when they differ from those last
+    /// reported (so they are reported once per change).
+    pub fn limits_changed(&self, key: &WorkloadKey, violations: &[LimitViolation]) -> bool {
+        self.change(key, |m| {
+            if m.reported_limits == violations {
+                return false;
+            }
+            m.reported_limits = violations.to_vec();
+            true
+        })
+    }
+
+    /// The rollout of its last reload being followed, if one is.
+    pub fn following(&self, key: &WorkloadKey) -> Option<Following> {
+        self.read(key, |m| m.following.clone()).flatten()
+    }
+
+    pub fn is_following(&self, key: &WorkloadKey) -> bool {
+        self.read(key, |m| m.following.is_some()).unwrap_or(false)
+    }
+
+    pub fn set_following(&self, key: &WorkloadKey, following: Option<Following>) {
+        self.change(key, |m| m.following = following);
+    }
+
+    /// The followed rollout failed (reported once).
+    pub fn following_failed(&self, key: &WorkloadKey) {
+        self.change(key, |m| {
+            if let Some(f) = m.following.as_mut() {
+                f.failed = true;
+            }
+        });
+    }
+
+    /// How many workloads have something remembered.
+    pub fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.lock().is_empty()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +330,64 @@ mod tests {
         memory.update(&"web", |m| m.throttled = true);
         memory.forget(&"web");
         assert!(memory.get(&"web").is_none());
+    }
+
+    fn key(name: &str) -> WorkloadKey {
+        WorkloadKey { kind: WorkloadKind::Deployment, namespace: "ns".into(), name: name.into() }
+    }
+
+    #[test]
+    fn episodes_are_said_once_and_leave_nothing_behind() {
+        let memories = WorkloadMemories::default();
+        let api = key("api");
+        assert!(memories.throttled_begins(&api));
+        assert!(!memories.throttled_begins(&api), "the same episode");
+        memories.throttled_ends(&api);
+        assert!(memories.pending_begins(&api));
+        assert!(!memories.pending_begins(&api));
+        memories.pending_ends(&api);
+        assert!(memories.is_empty(), "every episode over: nothing remembered");
+        let limit = LimitViolation::new("references", "too many");
+        assert!(memories.limits_changed(&api, std::slice::from_ref(&limit)));
+        assert!(!memories.limits_changed(&api, std::slice::from_ref(&limit)));
+        assert!(memories.limits_changed(&api, &[]), "back within limits is news too");
+        assert!(memories.is_empty());
+    }
+
+    #[test]
+    fn failures_triggers_and_passes_are_counted_and_taken() {
+        let memories = WorkloadMemories::default();
+        let api = key("api");
+        assert_eq!((memories.count_failure(&api), memories.count_failure(&api)), (1, 2));
+        assert_eq!(memories.failures(&api), 2);
+        memories.write_succeeded(&api);
+        assert_eq!(memories.failures(&api), 0);
+        let source = SourceRef::new(crate::model::source::SourceKind::ConfigMap, "cfg");
+        memories.add_trigger(&api, &source);
+        memories.mark_first_pass(std::slice::from_ref(&api), true);
+        assert_eq!(memories.plan_inputs(&api), (true, HashSet::from([source.clone()])));
+        assert_eq!(memories.take_triggers(&api), HashSet::from([source]));
+        assert!(memories.take_look_for_rollout(&api));
+        assert!(!memories.take_look_for_rollout(&api), "looked at once");
+        memories.first_pass_done(&api);
+        assert!(memories.is_empty());
+    }
+
+    #[test]
+    fn a_new_leader_looks_at_its_rollouts_a_standby_at_none() {
+        let memories = WorkloadMemories::default();
+        let (api, web) = (key("api"), key("web"));
+        memories.look_for_rollouts_of(&[api.clone(), web.clone()]);
+        assert_eq!(memories.len(), 2);
+        memories.look_for_rollouts_of(&[]);
+        assert!(memories.is_empty(), "a standby keeps no mark");
+        memories
+            .set_following(&api, Some(Following { started_ms: 1, failed: false, resumed: false }));
+        assert!(memories.is_following(&api));
+        memories.following_failed(&api);
+        assert!(memories.following(&api).is_some_and(|f| f.failed));
+        memories.set_following(&api, None);
+        assert!(memories.is_empty());
     }
 
     #[test]

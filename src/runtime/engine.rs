@@ -50,7 +50,7 @@ use crate::decide::jobs::is_controlled;
 use crate::decide::pause;
 use crate::decide::plan::{Cause, Plan, PlanOptions, SourceFacts, Strategy, plan};
 use crate::index::relist;
-use crate::index::remembered::{Remembered, WorkloadMemory};
+use crate::index::remembered::WorkloadMemories;
 use crate::index::store::{Candidates, SourceUpdate, Store, WorkloadEntry};
 use crate::kube::access::Follow;
 use crate::kube::hashed::{Hashed, HashedKind};
@@ -191,13 +191,14 @@ impl Engine {
         ));
         let rights =
             Arc::new(rights::Rights::new(client.clone(), &config, metrics.clone(), events.clone()));
+        let memory = Arc::new(WorkloadMemories::default());
         let feed = Arc::new(feed::Feed {
             keys: config.keys.clone(),
             kinds: config.kinds.clone(),
             debounce: config.debounce,
             reload_on_delete: config.reload_on_delete,
             store,
-            remembered: Mutex::new(Remembered::default()),
+            memory: memory.clone(),
             namespaces: RwLock::new(crate::index::namespaces::Namespaces::new(
                 config.namespaces_to_ignore.clone(),
                 config.namespace_selector.is_some(),
@@ -214,6 +215,7 @@ impl Engine {
         let reconciler = Reconciler {
             config: config.clone(),
             feed: feed.clone(),
+            memory,
             policies: policies.clone(),
             rights: rights.clone(),
             writer: WorkloadWriter::new(

@@ -22,7 +22,7 @@ pub(super) struct Feed {
     pub(super) store: Arc<RwLock<Store>>,
     /// What is remembered about each workload between its reconciles (see
     /// [`crate::index::remembered`]); forgotten with the workload.
-    pub(super) remembered: Mutex<Remembered<WorkloadKey, WorkloadMemory>>,
+    pub(super) memory: Arc<WorkloadMemories>,
     /// Which namespaces are served (ignored ones, and the `--namespace-selector` matches).
     pub(super) namespaces: RwLock<crate::index::namespaces::Namespaces>,
     pub(super) queue: Arc<WorkQueue<WorkloadKey>>,
@@ -89,7 +89,7 @@ impl Feed {
         if !self.store.write().remove_workload(key) {
             return;
         }
-        self.remembered.lock().forget(key);
+        self.memory.forget(key);
         self.rollouts.lock().forget(key);
         self.policies.forget_target(key);
     }
@@ -97,13 +97,7 @@ impl Feed {
     /// Marks every workload for its first pass after the caches synced (`startup_pass`) and,
     /// when this replica leads, for one look at a rollout under way (`look_for_rollout`).
     pub(super) fn mark_first_pass(&self, keys: &[WorkloadKey], leading: bool) {
-        let mut remembered = self.remembered.lock();
-        for key in keys {
-            remembered.update(key, |m| {
-                m.startup_pass = true;
-                m.look_for_rollout = leading;
-            });
-        }
+        self.memory.mark_first_pass(keys, leading);
     }
 
     /// On a change of leadership: a new leader looks once at every workload's rollout under
@@ -111,11 +105,12 @@ impl Feed {
     pub(super) fn mark_rollouts_to_look_at(&self, leading: bool) {
         // The keys first: the store's lock is never taken under the memory's.
         let keys = if leading { self.store.read().workload_keys() } else { Vec::new() };
-        let mut remembered = self.remembered.lock();
-        remembered.update_all(|_, m| m.look_for_rollout = false);
-        for key in &keys {
-            remembered.update(key, |m| m.look_for_rollout = true);
-        }
+        self.memory.look_for_rollouts_of(&keys);
+    }
+
+    /// `source`'s change queued `key` (through a list on change).
+    pub(super) fn note_trigger(&self, key: &WorkloadKey, source: &SourceRef) {
+        self.memory.add_trigger(key, source);
     }
 
     pub(super) fn is_synced(&self) -> bool {
@@ -237,7 +232,7 @@ impl Feed {
         let affected = self.store.read().affected_by(ns, source);
         for key in affected {
             self.metrics.workloads_scanned.with_label_values(&[key.kind.as_str()]).inc();
-            self.remembered.lock().update(&key, |m| m.triggers.insert(source.clone()));
+            self.memory.add_trigger(&key, source);
             self.queue.add(key, self.debounce);
         }
         // Kinds that may be listed but not watched are listed now (Reloader's model).
@@ -295,8 +290,7 @@ impl Feed {
         let changed = self.store.write().upsert_workload(entry);
         if !changed && self.is_synced() {
             // Its controller reported on a rollout a reload started (runtime/engine/outcome.rs).
-            let followed = self.remembered.lock().get(&key).is_some_and(|m| m.following.is_some());
-            if followed {
+            if self.memory.is_following(&key) {
                 self.queue.schedule(key.clone(), Duration::ZERO);
             }
         }

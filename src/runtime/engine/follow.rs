@@ -165,7 +165,7 @@ impl Scanner {
                 let mut queued = HashSet::new();
                 for (k, source) in affected {
                     self.metrics.workloads_scanned.with_label_values(&[k.kind.as_str()]).inc();
-                    self.feed.remembered.lock().update(&k, |m| m.triggers.insert(source.clone()));
+                    self.feed.note_trigger(&k, source);
                     queued.insert(k);
                 }
                 (queued, self.feed.debounce)

@@ -22,7 +22,7 @@ impl Reconciler {
         }
         let started_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
         let following = Following { started_ms, failed: false, resumed: false };
-        self.feed.remembered.lock().update(key, |m| m.following = Some(following));
+        self.memory.set_following(key, Some(following));
         let _ = self.policies.report_rollout(key, RolloutState::Progressing, None).await;
         // Its controller may have finished before the watch event that says so is seen.
         self.feed.queue.schedule(key.clone(), Duration::ZERO);
@@ -39,18 +39,14 @@ impl Reconciler {
             return None;
         }
         let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
-        let remembered = self.feed.remembered.lock().get(key).and_then(|m| m.following.clone());
+        let remembered = self.memory.following(key);
         let following = match remembered {
             Some(f) => f,
             None => {
                 // Under way when this replica began to lead (a start or a takeover): a
                 // policy's status says so, or (annotation mode too) the workload's generation
                 // is still the one its last reload wrote down.
-                let look = self
-                    .feed
-                    .remembered
-                    .lock()
-                    .update(key, |m| std::mem::take(&mut m.look_for_rollout));
+                let look = self.memory.take_look_for_rollout(key);
                 let failed = match self.policies.rollout_claimed(key) {
                     Some(claimed) => claimed == RolloutState::Failed,
                     None if look
@@ -62,7 +58,7 @@ impl Reconciler {
                     None => return None,
                 };
                 let resumed = Following { started_ms: now, failed, resumed: true };
-                self.feed.remembered.lock().update(key, |m| m.following = Some(resumed.clone()));
+                self.memory.set_following(key, Some(resumed.clone()));
                 resumed
             }
         };
@@ -73,11 +69,11 @@ impl Reconciler {
             Step::Wait { recheck, .. } => recheck,
             Step::StillFailed => None,
             Step::NotFollowed => {
-                self.feed.remembered.lock().update(key, |m| m.following = None);
+                self.memory.set_following(key, None);
                 None
             }
             Step::RolledOut { recovered } => {
-                self.feed.remembered.lock().update(key, |m| m.following = None);
+                self.memory.set_following(key, None);
                 self.count_finished(
                     if recovered { "recovered" } else { "rolled_out" },
                     &following,
@@ -94,11 +90,7 @@ impl Reconciler {
                 None
             }
             Step::Failed { reason, message } => {
-                self.feed.remembered.lock().update(key, |m| {
-                    if let Some(f) = m.following.as_mut() {
-                        f.failed = true;
-                    }
-                });
+                self.memory.following_failed(key);
                 self.count_finished("failed", &following, took);
                 let why = format!("{reason}: {message}");
                 warn!(workload = %key, reason = %reason, message = %message, "rollout after a reload failed");

@@ -11,6 +11,9 @@ use crate::report::alerts::Alerter;
 pub(super) struct Reconciler {
     pub(super) config: EngineConfig,
     pub(super) feed: Arc<feed::Feed>,
+    /// What is remembered about each workload between its reconciles (shared with the feed,
+    /// which marks and forgets).
+    pub(super) memory: Arc<WorkloadMemories>,
     pub(super) policies: Arc<policies::Policies>,
     pub(super) rights: Arc<rights::Rights>,
     /// Every workload write goes through it (kube/write.rs).
@@ -31,15 +34,12 @@ use crate::decide::rollout::{self, AfterWrite, Decision, Next, WriteResult};
 impl Reconciler {
     /// Counts one more consecutive failure of `key` and returns the backoff before its retry.
     pub(super) fn next_retry(&self, key: &WorkloadKey) -> Duration {
-        self.feed.remembered.lock().update(key, |m| {
-            m.failures = m.failures.saturating_add(1);
-            rollout::retry_delay(m.failures)
-        })
+        rollout::retry_delay(self.memory.count_failure(key))
     }
 
     /// Consecutive failed writes of `key` so far.
     pub(super) fn failures_of(&self, key: &WorkloadKey) -> u32 {
-        self.feed.remembered.lock().get(key).map_or(0, |m| m.failures)
+        self.memory.failures(key)
     }
 
     /// A write of `key` went through: if its kind's requests were refused in its scope, the
@@ -53,7 +53,7 @@ impl Reconciler {
 
     /// `key` had its first pass after start (or needs none).
     fn first_pass_done(&self, key: &WorkloadKey) {
-        self.feed.remembered.lock().update(key, |m| m.startup_pass = false);
+        self.memory.first_pass_done(key);
     }
 
     /// `None` while `--hash-mode hmac-sha256` waits for its key (a standby before the leader
@@ -61,10 +61,8 @@ impl Reconciler {
     pub(super) fn plan_options(&self, key: &WorkloadKey) -> Option<PlanOptions> {
         let hasher = self.hash_key.hasher(self.config.hash_mode).ok()?;
         // Removed once the workload's first pass really ran (see `worker`), not when deferred.
-        let (first_pass, triggered_by) = match self.feed.remembered.lock().get(key) {
-            Some(m) => (m.startup_pass, m.triggers.iter().cloned().collect()),
-            None => (false, Default::default()),
-        };
+        let (first_pass, triggers) = self.memory.plan_inputs(key);
+        let triggered_by = triggers.into_iter().collect();
         let now = k8s_openapi::jiff::Timestamp::now();
         Some(PlanOptions {
             strategy: self.config.strategy,
@@ -187,16 +185,16 @@ impl Reconciler {
                 budgets: &budgets,
                 admitted,
             };
-            let mut deferred = self.feed.remembered.lock().get(key).and_then(|m| m.deferred_since);
+            let mut deferred = self.memory.deferred_since(key);
             let now = tokio::time::Instant::now().into_std();
             let decision =
                 rollout::decide(&gates, &mut deferred, &mut self.feed.rollouts.lock(), now);
-            self.feed.remembered.lock().update(key, |m| m.deferred_since = deferred);
+            self.memory.set_deferred_since(key, deferred);
             match decision {
                 Decision::UpToDate => {
                     self.first_pass_done(key);
                     // A pending change undone before its window: the next hold is news again.
-                    self.feed.remembered.lock().update(key, |m| m.pending = false);
+                    self.memory.pending_ends(key);
                     self.policies.report(parts, None).await;
                     self.count_triggers(&entry, &candidates, &plan, &opts);
                     return Next::done(revisit);
@@ -229,9 +227,9 @@ impl Reconciler {
                 Decision::Write { admitted: just_now } => {
                     if just_now {
                         admitted = true;
-                        self.feed.remembered.lock().update(key, |m| m.throttled = false);
+                        self.memory.throttled_ends(key);
                     }
-                    self.feed.remembered.lock().update(key, |m| m.pending = false);
+                    self.memory.pending_ends(key);
                     // Taken now, under the policies' lock: another worker may have taken the
                     // last slot since the look above.
                     if rolls && let Some(wait) = self.policies.turn(&parts, &entry.info, true) {
@@ -261,7 +259,7 @@ impl Reconciler {
                 executed.as_ref().map_or_else(ExecError::result, |()| WriteResult::Applied);
             let error = match rollout::after_write(result, attempt) {
                 AfterWrite::Report => {
-                    self.feed.remembered.lock().update(key, |m| m.failures = 0);
+                    self.memory.write_succeeded(key);
                     self.rights_work_again(key).await;
                     self.count_triggers(&entry, &candidates, &plan, &opts);
                     if let Some(latency) = since_change {
@@ -355,18 +353,8 @@ impl Reconciler {
                 ),
             ));
         }
-        {
-            let mut remembered = self.feed.remembered.lock();
-            let unchanged = remembered.update(&info.key, |m| {
-                if m.reported_limits == violations {
-                    return true;
-                }
-                m.reported_limits = violations.clone();
-                false
-            });
-            if unchanged || violations.is_empty() {
-                return;
-            }
+        if !self.memory.limits_changed(&info.key, &violations) || violations.is_empty() {
+            return;
         }
         self.metrics.rejected(&violations);
         let (limits, note) = crate::model::limits::describe(&violations);
@@ -400,8 +388,7 @@ impl Reconciler {
                 held.group.as_deref().unwrap_or_default()
             ),
         };
-        let first =
-            self.feed.remembered.lock().update(key, |m| !std::mem::replace(&mut m.throttled, true));
+        let first = self.memory.throttled_begins(key);
         self.policies.report_throttled(parts, &why, first).await;
         if first {
             let sources: Vec<String> = plan.changes.iter().map(|c| c.source.to_string()).collect();
@@ -428,8 +415,7 @@ impl Reconciler {
         pending: &rollout::Pending,
     ) {
         let key = &info.key;
-        let first =
-            self.feed.remembered.lock().update(key, |m| !std::mem::replace(&mut m.pending, true));
+        let first = self.memory.pending_begins(key);
         self.policies.report_pending(parts, pending, first).await;
         if !first {
             return;
@@ -454,11 +440,7 @@ impl Reconciler {
         plan: &Plan,
         opts: &PlanOptions,
     ) {
-        let triggers = self
-            .feed
-            .remembered
-            .lock()
-            .update(&entry.info.key, |m| std::mem::take(&mut m.triggers));
+        let triggers = self.memory.take_triggers(&entry.info.key);
         if triggers.is_empty() {
             return;
         };
