@@ -185,6 +185,7 @@ CRATE_LICENSE   := $(shell awk -F'"' '/^license *=/{print $$2; exit}' Cargo.toml
 CRATE_REPOSITORY := $(shell awk -F'"' '/^repository *=/{print $$2; exit}' Cargo.toml)
 GIT_REVISION     = $(shell git rev-parse HEAD)$(if $(shell git status --porcelain --untracked-files=no),-dirty)
 GIT_TIME         = $(shell git log -1 --format=%cI)
+GIT_EPOCH        = $(shell git log -1 --format=%ct)
 CYCLONEDX         := $(CURDIR)/target/tools/bin/cargo-cyclonedx
 CYCLONEDX_VERSION := 0.5.9
 
@@ -206,7 +207,7 @@ image: $(IMAGE_BUILD) $(CYCLONEDX) ## OCI image (linux/amd64 + linux/arm64 index
 	@for a in $(IMAGE_ARCHS); do echo "$(MAKE) release TARGETARCH=$${a%%=*}"; $(MAKE) release TARGETARCH=$${a%%=*}; done
 	@rm -rf $(IMAGE_DIR) && mkdir -p $(IMAGE_DIR)
 	@for a in $(IMAGE_ARCHS); do \
-		SOURCE_DATE_EPOCH=$$(git log -1 --format=%ct) $(CYCLONEDX) cyclonedx --quiet --format json --spec-version 1.5 \
+		SOURCE_DATE_EPOCH=$(GIT_EPOCH) $(CYCLONEDX) cyclonedx --quiet --format json --spec-version 1.5 \
 			--target $${a#*=} --override-filename reloader-sbom-$${a%%=*} && \
 		mv reloader-sbom-$${a%%=*}.json $(IMAGE_DIR)/reloader-$(CRATE_VERSION)-$${a%%=*}.cdx.json || exit 1; done
 	$(IMAGE_BUILD) --out $(IMAGE_DIR) --name reloader --created $(GIT_TIME) \

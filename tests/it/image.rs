@@ -219,6 +219,11 @@ fn the_archive_is_one_index_over_linux_amd64_and_arm64() {
     assert_eq!(layout.json("oci-layout")["imageLayoutVersion"], "1.0.0");
     let index = layout.index();
     assert_eq!(index["mediaType"], "application/vnd.oci.image.index.v1+json");
+    // The release workflow checks the pushed digest against the file `make image` writes.
+    let written = archive().unwrap().with_file_name("index-digest");
+    let written =
+        std::fs::read_to_string(&written).unwrap_or_else(|e| panic!("{}: {e}", written.display()));
+    assert_eq!(written.trim(), layout.json("index.json")["manifests"][0]["digest"], "index-digest");
     let platforms: BTreeSet<String> = layout.platforms().into_iter().map(|(p, _, _)| p).collect();
     assert_eq!(
         platforms,
