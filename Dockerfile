@@ -8,6 +8,9 @@ FROM rust:1.95-bookworm AS build
 ARG TARGETARCH
 RUN apt-get update && apt-get install -y --no-install-recommends make musl-tools \
  && rm -rf /var/lib/apt/lists/*
+# ring's C code is compiled with musl-gcc (musl-tools), which targets the build platform's own CPU;
+# cc-rs would look for aarch64-linux-musl-gcc, which Debian does not ship, on arm64.
+ENV CC_x86_64_unknown_linux_musl=musl-gcc CC_aarch64_unknown_linux_musl=musl-gcc
 WORKDIR /src
 COPY Makefile Cargo.toml Cargo.lock ./
 COPY src ./src

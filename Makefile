@@ -36,8 +36,8 @@ help: ## list the targets
 build: ## debug build of the operator
 	$(CARGO) build --locked
 
-# The one definition of the release build: CI and the Dockerfile (TARGET=x86_64-unknown-linux-musl)
-# both run it.
+# The one definition of the release build: `make image` (for every architecture of the image, as
+# CI runs it) and the Dockerfile (for the platform buildx builds) both run it.
 # Another architecture (TARGET=aarch64-unknown-linux-musl) links with zig (cargo-zigbuild): ring and
 # mimalloc have C code, and zig carries every target's C toolchain and musl headers.
 # The image's architectures: Docker's TARGETARCH and the musl triple built for it. The Dockerfile
