@@ -14,6 +14,8 @@
 //! `RELOADER_TEST_KUBECONFIG` pointing at a `make cluster-up` control plane the same faults are
 //! injected into it; on any other cluster the API server faults are skipped.
 
+#[path = "soak/held.rs"]
+mod held;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -189,6 +191,8 @@ struct Ctx {
     notes: Mutex<Vec<String>>,
     sentinel: tokio::sync::Mutex<u64>,
     stop: AtomicBool,
+    /// The uid of the Job the `JobKilled` fault saw created again.
+    job_created: Mutex<Option<String>>,
 }
 
 impl Ctx {
@@ -279,6 +283,16 @@ impl Ctx {
                 }
                 Err(e) => panic!("seed {}: writing {what} failed for {WAIT:?}: {e}", self.seed),
             }
+        }
+    }
+
+    /// SIGKILLs every live replica (kept for its logs).
+    fn kill_all_replicas(&self) {
+        let mut r = self.replicas.lock().unwrap();
+        let live: Vec<(String, Operator)> = r.live.drain(..).collect();
+        for (id, mut op) in live {
+            op.kill();
+            r.retired.push((id, op, Timestamp::now()));
         }
     }
 
@@ -400,6 +414,7 @@ enum Fault {
     OperatorsKilled,
     LeaderKilled,
     RbacRevoked,
+    JobKilled,
 }
 
 impl Fault {
@@ -410,6 +425,7 @@ impl Fault {
             Fault::OperatorsKilled => "both operators SIGKILLed mid-burst",
             Fault::LeaderKilled => "HA leader killed",
             Fault::RbacRevoked => "statefulsets RBAC revoked",
+            Fault::JobKilled => "both operators SIGKILLed between a Job's delete and its create",
         }
     }
 }
@@ -443,14 +459,7 @@ async fn inject(ctx: Arc<Ctx>, fault: Fault, seed: u64) -> Result<(), String> {
             // Literally mid-burst: one change before the kill, one right after it.
             let src = rng.below(ctx.source_locks.len());
             ctx.change(src).await;
-            {
-                let mut r = ctx.replicas.lock().unwrap();
-                let live: Vec<(String, Operator)> = r.live.drain(..).collect();
-                for (id, mut op) in live {
-                    op.kill();
-                    r.retired.push((id, op, Timestamp::now()));
-                }
-            }
+            ctx.kill_all_replicas();
             ctx.change(src).await;
             // The stream goes on while no operator runs: these changes must be caught up.
             tokio::time::sleep(rng.range_ms(1000, 3000)).await;
@@ -477,6 +486,12 @@ async fn inject(ctx: Arc<Ctx>, fault: Fault, seed: u64) -> Result<(), String> {
             ctx.flush().await?;
         }
         Fault::RbacRevoked => rbac_revoked(&ctx, &mut rng).await?,
+        Fault::JobKilled => {
+            let uid = held::job_killed_between_delete_and_create(&ctx, &mut rng).await?;
+            *ctx.job_created.lock().unwrap() = Some(uid);
+            ctx.note(format!("  the Job came back once allowed, after {:?}", start.elapsed()));
+            ctx.flush().await?;
+        }
     }
     // A standby that takes over has watched all along; revoked RBAC only delays writes.
     let gap = !matches!(fault, Fault::LeaderKilled | Fault::RbacRevoked);
@@ -487,6 +502,8 @@ async fn inject(ctx: Arc<Ctx>, fault: Fault, seed: u64) -> Result<(), String> {
 fn role(with_statefulsets: bool) -> Value {
     let mut rules = vec![
         json!({"apiGroups": [""], "resources": ["configmaps", "secrets"], "verbs": ["get", "list", "watch"]}),
+        // Records of Jobs pending re-creation (the operator's namespace is the soak's).
+        json!({"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "update", "delete"]}),
         // The operator creates its hash key Secret once (keyed hashes).
         json!({"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}),
         json!({"apiGroups": ["apps"], "resources": ["deployments", "daemonsets"],
@@ -1370,6 +1387,9 @@ async fn soak_under_faults_keeps_every_invariant() {
     )
     .await;
 
+    // What the faults must not lose: a staged policy to halt, a Job to re-create (see `held`).
+    held::create_objects(&client, &ns.name).await;
+
     let receiver = Receiver::hanging().await;
     let operator_args: Vec<String> = [
         "--namespaces",
@@ -1411,6 +1431,7 @@ async fn soak_under_faults_keeps_every_invariant() {
         notes: Mutex::new(Vec::new()),
         sentinel: tokio::sync::Mutex::new(0),
         stop: AtomicBool::new(false),
+        job_created: Mutex::new(None),
     });
     apply_role(&ctx, true).await;
     let counts = |k: WKind| ctx.workloads.iter().filter(|w| w.kind == k).count();
@@ -1482,9 +1503,13 @@ async fn soak_under_faults_keeps_every_invariant() {
         .map(|(w, g)| format!("{} {} generation {g}", w.kind.as_str(), w.name))
         .collect();
     say(&format!("baselines recorded after {:?}", began.elapsed()));
+    held::wait_baselines(&ctx).await.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    // Halted before the stream, the policy stays halted through every fault.
+    let held_halt = held::halt(&ctx).await.unwrap_or_else(|e| panic!("seed {seed}: {e}"));
 
     // ---- the stream, with faults ----
-    let mut plan_faults = vec![Fault::OperatorsKilled, Fault::LeaderKilled, Fault::RbacRevoked];
+    let mut plan_faults =
+        vec![Fault::OperatorsKilled, Fault::LeaderKilled, Fault::RbacRevoked, Fault::JobKilled];
     if local {
         plan_faults.extend([Fault::ApiServerKilled, Fault::Compacted410]);
     }
@@ -1607,6 +1632,10 @@ async fn soak_under_faults_keeps_every_invariant() {
             ctx.workloads.iter().flat_map(|w| check_current(&ctx, w, &snap, &changed)).collect();
     }
     violations.extend(stale.iter().map(|s| format!("(1) not current: {s}")));
+    let (halt_report, halt_violations) = held_halt.finish(&ctx).await;
+    violations.extend(halt_violations);
+    let job_created = ctx.job_created.lock().unwrap().clone();
+    violations.extend(held::check_job(&ctx, job_created.as_deref()).await);
 
     let (terms, split_brain) = leadership_overlaps(&ctx);
     violations.extend(split_brain);
@@ -1680,6 +1709,7 @@ async fn soak_under_faults_keeps_every_invariant() {
          notes:\n    {}\n\
          observed: {watch_failures} watch failures ({gone} of them 410 Gone), {conflicts} write conflicts (409), {rbac_reports} forbidden StatefulSet writes reported, {terms} leadership terms (never two at once), {} connections to the hanging alert receiver, {reloads} 'reloaded workload' lines\n\
          rollouts: {total_rollouts} (controller objects {total_children}); debounced-change bound {total_debounced}, allowed with fault windows {total_allowed}; {over_debounced} workloads above the strict debounced bound (all in fault windows); {history_checked} hashes in {} revisions, each one its source really had\n\
+         held: {halt_report}\n\
          converged {converged_after:?} after the stream ({stream_took:?}); wall time {:?}\n\
          violations: {}",
         ctx.data_changes.load(Ordering::SeqCst),

@@ -87,6 +87,14 @@ pub fn classify<'a>(
     Refusal::Other
 }
 
+/// [`classify`] of an API server's answer; `None` for an error that is no answer (a timeout, a
+/// connection refused).
+pub fn refusal_of(e: &kube::Error) -> Option<Refusal> {
+    let kube::Error::Api(s) = e else { return None };
+    let causes = s.details.iter().flat_map(|d| d.causes.iter().map(|c| c.reason.as_str()));
+    Some(classify(s.code, &s.reason, &s.message, causes))
+}
+
 /// What an access review said of a right a 403 looked like the lack of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RightVerdict {

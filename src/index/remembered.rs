@@ -33,6 +33,9 @@ pub struct WorkloadMemory {
     pub reported_limits: Vec<LimitViolation>,
     /// The rollout of its last reload, followed until it has rolled out.
     pub following: Option<Following>,
+    /// A rollout under way may be a reload's that another process or leader wrote: looked at
+    /// once when this replica leads with synced caches (after a start or a takeover).
+    pub look_for_rollout: bool,
     /// Its rollout waits for a reload window now (one Event per episode).
     pub pending: bool,
 }

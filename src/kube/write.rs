@@ -75,6 +75,14 @@ pub enum ExecError {
     JobPending { error: kube::Error, first: bool },
 }
 
+impl ExecError {
+    /// Whether the API server's authorizer refused the write (not an admission policy or a
+    /// quota): a right of the operator may be missing.
+    pub fn refused_by_rbac(&self) -> bool {
+        matches!(self, ExecError::Kube(e) if crate::decide::refusal::refusal_of(e) == Some(crate::decide::refusal::Refusal::ForbiddenRbac))
+    }
+}
+
 impl From<kube::Error> for ExecError {
     fn from(error: kube::Error) -> Self {
         match error {
@@ -462,5 +470,23 @@ mod tests {
         assert_eq!(ExecError::Webhook("receiver answered 500".into()).reason(), "webhook");
         let pending = ExecError::JobPending { error: api_error(500, "InternalError"), first: true };
         assert_eq!(pending.result(), WriteResult::Failed);
+    }
+
+    #[test]
+    fn only_the_authorizers_refusal_is_a_missing_right() {
+        assert!(ExecError::from(api_error(403, "Forbidden")).refused_by_rbac());
+        let denied = kube::Error::Api(
+            kube::core::Status::failure(
+                "ValidatingAdmissionPolicy 'freeze' with binding 'freeze' denied request",
+                "Forbidden",
+            )
+            .with_code(403)
+            .boxed(),
+        );
+        assert!(!ExecError::from(denied).refused_by_rbac());
+        assert!(!ExecError::from(api_error(409, "Conflict")).refused_by_rbac());
+        assert!(!ExecError::from(api_error(500, "InternalError")).refused_by_rbac());
+        let pending = ExecError::JobPending { error: api_error(403, "Forbidden"), first: true };
+        assert!(!pending.refused_by_rbac(), "a pending Job's creation is reported on its own");
     }
 }

@@ -27,7 +27,7 @@ use prometheus::IntCounterVec;
 use tracing::{debug, info, warn};
 
 use crate::decide::policy_part::PolicyKey;
-use crate::decide::refusal::{Backoffs, Refusal, RightVerdict, classify, rights_verdict};
+use crate::decide::refusal::{Backoffs, Refusal, RightVerdict, refusal_of, rights_verdict};
 use crate::kube::access::{self, Right, Verb};
 use crate::model::limits::{MAX_EVENT_NOTE, truncate};
 use crate::model::workload::WorkloadInfo;
@@ -482,12 +482,6 @@ impl EventWriter {
 }
 
 /// What refused an Event, when the API server answered at all.
-fn refusal_of(e: &kube::Error) -> Option<Refusal> {
-    let kube::Error::Api(s) = e else { return None };
-    let causes = s.details.iter().flat_map(|d| d.causes.iter().map(|c| c.reason.as_str()));
-    Some(classify(s.code, &s.reason, &s.message, causes))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -315,6 +315,10 @@ impl Engine {
                 let engine = self.clone();
                 tokio::spawn(async move { engine.reconciler.resume_pending_jobs().await });
             }
+            if self.feed.is_synced() {
+                // Marked before anything is queued (runtime/engine/outcome.rs).
+                self.feed.mark_rollouts_to_look_at(leading);
+            }
             if leading && self.feed.is_synced() {
                 self.enqueue_everything();
             }

@@ -6,6 +6,8 @@
 //! - a staged policy halted by a failed target stays halted across a restart and a leader
 //!   change, and the targets not yet rolled keep their version (`maxConcurrent: 1` holds); a new
 //!   `resume` value still lifts it;
+//! - an annotation-mode reload's rollout under way at a restart or a leader change is followed
+//!   on by the replica that leads next, which reports its failure;
 //! - a Job deleted for a reload whose creation is refused survives a SIGKILL of the operator:
 //!   the next one creates it once creation is allowed again;
 //! - Jobs held by a tenant's finalizers wait in the queue, not in a worker: another namespace's
@@ -378,6 +380,60 @@ async fn a_reload_rollout_under_way_at_a_restart_is_followed_on() {
     let notes = f.wait_events("Deployment", "api", "RolloutFailed").await;
     assert!(notes.iter().any(|n| n.contains("ProgressDeadlineExceeded")), "{notes:?}");
     assert!(
-        !op.lines_with("following on the rollout of a reload written before this start").is_empty()
+        !op.lines_with("following on the rollout of a reload written before this replica led")
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn a_reload_rollout_under_way_at_a_leader_change_is_followed_on_by_the_new_leader() {
+    if !support::env().local {
+        return;
+    }
+    let f = Fixture::new("durable-follow-ha").await;
+    let mut leader = replica(&f, "replica-a");
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(f.client.clone(), f.name());
+    let holder = || async {
+        let lease = leases.get_opt("durable-ha").await.ok()??;
+        lease.spec?.holder_identity
+    };
+    eventually("replica-a leads", TIMEOUT, || async {
+        (holder().await.as_deref() == Some("replica-a")).then_some(())
+    })
+    .await;
+    // The standby has synced long before it takes over.
+    let standby = replica(&f, "replica-b");
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let bad = sha1_hex(b"mode=bad");
+    let mut d = fragile_deployment("api", &bad);
+    d["metadata"]["annotations"] = json!({"reloader.stakater.com/auto": "true"});
+    d["spec"]["progressDeadlineSeconds"] = json!(10);
+    f.create::<Deployment>(d).await;
+    f.wait_baseline("api").await;
+    f.patch_configmap("settings", json!({"data": {"mode": "bad"}})).await;
+    let api: Api<Deployment> = Api::namespaced(f.client.clone(), f.name());
+    eventually("the reload written", TIMEOUT, || async {
+        let d = api.get("api").await.ok()?;
+        (env_hash(&d, "STAKATER_SETTINGS_CONFIGMAP").as_deref() == Some(&bad)).then_some(())
+    })
+    .await;
+    // The leader dies before the rollout can fail; the new leader reports how it ends.
+    leader.kill();
+    eventually("replica-b leads", TIMEOUT, || async {
+        (holder().await.as_deref() == Some("replica-b")).then_some(())
+    })
+    .await;
+    let notes = f.wait_events("Deployment", "api", "RolloutFailed").await;
+    assert!(notes.iter().any(|n| n.contains("ProgressDeadlineExceeded")), "{notes:?}");
+    assert!(
+        !standby
+            .lines_with("following on the rollout of a reload written before this replica led")
+            .is_empty(),
+        "the new leader followed on"
+    );
+    assert!(
+        leader.lines_with("rollout after a reload failed").is_empty(),
+        "the old leader could not have seen the failure"
     );
 }

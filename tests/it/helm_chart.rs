@@ -356,15 +356,16 @@ fn impersonating_kubeconfig(user: &str, file: &str) -> PathBuf {
 
 /// Runs the operator with the chart's arguments as the chart's ServiceAccount and checks that
 /// it becomes ready, takes the chart's Lease and reloads a Deployment when its ConfigMap
-/// changes: the RBAC rules are enough for what the arguments turn on.
+/// changes: the RBAC rules are enough for what the arguments turn on. `fullname` is the prefix
+/// of the chart's object names (the release name, or `<release>-reloader` with Reloader's names).
 async fn run_operator_as_chart(
     client: &Client,
     objects: &[DynamicObject],
     ns: &str,
     user: &str,
-    release: &str,
+    fullname: &str,
 ) {
-    let kubeconfig = impersonating_kubeconfig(user, &format!("{release}.kubeconfig"));
+    let kubeconfig = impersonating_kubeconfig(user, &format!("{fullname}.kubeconfig"));
     // The harness sets the log format, level and a free port itself.
     let args: Vec<String> = container_args(objects)
         .into_iter()
@@ -373,7 +374,7 @@ async fn run_operator_as_chart(
         })
         .collect();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let pod_name = format!("{release}-pod-0");
+    let pod_name = format!("{fullname}-pod-0");
     let kubeconfig_text = kubeconfig.to_string_lossy().into_owned();
     let operator = Operator::start_with_env(
         &args,
@@ -385,7 +386,7 @@ async fn run_operator_as_chart(
 
     let ha = args.contains(&"--enable-ha=true");
     let leases: Api<Lease> = Api::namespaced(client.clone(), ns);
-    let lease = format!("{release}-leader");
+    let lease = format!("{fullname}-leader");
     if ha {
         eventually("the operator to hold the chart's Lease", TIMEOUT, || async {
             let held = leases.get_opt(&lease).await.unwrap()?.spec?.holder_identity?;
@@ -459,7 +460,7 @@ async fn run_operator_as_chart(
     // The hash key loaded under the chart's RBAC (in either hash mode).
     let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
     eventually("the hash key Secret", TIMEOUT, || async {
-        secrets.get_opt(&format!("{release}-hash-key")).await.unwrap().map(|_| ())
+        secrets.get_opt(&format!("{fullname}-hash-key")).await.unwrap().map(|_| ())
     })
     .await;
     assert!(
@@ -472,7 +473,11 @@ async fn run_operator_as_chart(
         // Releasing the Lease at shutdown is a write the Role must allow too.
         let lease_now = leases.get(&lease).await.unwrap();
         let holder = lease_now.spec.and_then(|s| s.holder_identity);
-        assert_ne!(holder.as_deref(), Some(pod_name.as_str()), "the Lease is released at shutdown");
+        assert_ne!(
+            holder.as_deref(),
+            Some(pod_name.as_str()),
+            "the Lease is fullnamed at shutdown"
+        );
     }
     let _ = std::fs::remove_file(kubeconfig);
 }
@@ -842,11 +847,16 @@ async fn reloaders_default_values_file_installs_this_charts_defaults() {
     let release = format!("reloader-sd-{}", std::process::id());
     // Serve only this test's namespace (a Reloader key, same name and meaning).
     let selector = format!("reloader.namespaceSelector=kubernetes.io/metadata.name={}", ns.name);
-    let set = [selector];
+    let set = [selector.clone()];
     let theirs =
         render_files(&release, &ns.name, &kube_version, &[stakater_values("defaults")], &set)
             .unwrap();
-    let ours = render_files(&release, &ns.name, &kube_version, &[], &set).unwrap();
+    // Reloader's values keep its chart's names (`<release>-reloader`, `app`/`release`, `http`).
+    let ours =
+        render_files(&release, &ns.name, &kube_version, &[], &[selector, "naming=reloader".into()])
+            .unwrap();
+    let fullname = format!("{release}-reloader");
+    assert_eq!(one(&theirs, "Deployment").name_any(), fullname);
     check_crd(&theirs);
 
     // Reloader's defaults carry no intent but two: it keeps 2 old ReplicaSets, and logs text.
@@ -883,10 +893,10 @@ async fn reloaders_default_values_file_installs_this_charts_defaults() {
 
     // It runs as its ServiceAccount with the RBAC it rendered.
     let _cluster = apply_all(&client, &theirs, &ns.name).await;
-    let user = format!("system:serviceaccount:{}:{release}", ns.name);
+    let user = format!("system:serviceaccount:{}:{fullname}", ns.name);
     wait_allowed(&client, &user, "watch", "configmaps", None, None).await;
     assert_denied(&client, &user, "update", "configmaps", Some("default")).await;
-    run_operator_as_chart(&client, &theirs, &ns.name, &user, &release).await;
+    run_operator_as_chart(&client, &theirs, &ns.name, &user, &fullname).await;
 }
 
 #[tokio::test]
@@ -946,11 +956,12 @@ async fn a_scoped_reloader_values_file_runs_namespaced_with_its_annotations() {
     assert_eq!(pod["securityContext"]["runAsUser"], 65532);
 
     let _cluster = apply_all(&client, &objects, &ns.name).await;
-    let user = format!("system:serviceaccount:{}:{release}", ns.name);
+    let fullname = format!("{release}-reloader");
+    let user = format!("system:serviceaccount:{}:{fullname}", ns.name);
     wait_allowed(&client, &user, "watch", "configmaps", Some(&ns.name), None).await;
     assert_denied(&client, &user, "list", "configmaps", Some("default")).await;
     assert_denied(&client, &user, "list", "secrets", None).await;
-    run_operator_as_chart(&client, &objects, &ns.name, &user, &release).await;
+    run_operator_as_chart(&client, &objects, &ns.name, &user, &fullname).await;
 }
 
 #[tokio::test]
@@ -985,7 +996,9 @@ async fn a_ha_reloader_values_file_keeps_alerts_monitoring_and_leader_election()
     let anti =
         &pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"];
     assert_eq!(anti[0]["podAffinityTerm"]["topologyKey"], "kubernetes.io/hostname", "{pod}");
-    // env.secret: the values in a Secret named as the release, read through secretKeyRef.
+    // env.secret: the values in a Secret named as Reloader's chart names it, read through
+    // secretKeyRef.
+    let fullname = format!("{release}-reloader");
     let env = pod["containers"][0]["env"].as_array().unwrap();
     let by_name = |name: &str| {
         env.iter().find(|e| e["name"] == name).unwrap_or_else(|| panic!("no {name}: {env:?}"))
@@ -994,12 +1007,12 @@ async fn a_ha_reloader_values_file_keeps_alerts_monitoring_and_leader_election()
     for name in ["ALERT_ON_RELOAD", "ALERT_SINK", "ALERT_WEBHOOK_URL", "ALERT_ADDITIONAL_INFO"] {
         let var = by_name(name);
         assert!(var.get("value").is_none(), "{name} comes from the Secret");
-        assert_eq!(var["valueFrom"]["secretKeyRef"]["name"], json!(release));
+        assert_eq!(var["valueFrom"]["secretKeyRef"]["name"], json!(fullname));
         assert_eq!(var["valueFrom"]["secretKeyRef"]["key"], name);
     }
     let secret = objects
         .iter()
-        .find(|o| kind_of(o) == "Secret" && o.name_any() == release)
+        .find(|o| kind_of(o) == "Secret" && o.name_any() == fullname)
         .expect("the env.secret Secret");
     assert_eq!(secret.data["data"]["ALERT_SINK"], "c2xhY2s=", "slack, base64");
     let monitor = serde_json::to_value(one(&objects, "ServiceMonitor")).unwrap();
@@ -1044,12 +1057,12 @@ async fn a_ha_reloader_values_file_keeps_alerts_monitoring_and_leader_election()
     }
 
     let _cluster = apply_all(&client, &objects, &ns.name).await;
-    let user = format!("system:serviceaccount:{}:{release}", ns.name);
+    let user = format!("system:serviceaccount:{}:{fullname}", ns.name);
     wait_allowed(&client, &user, "list", "secrets", None, None).await;
     wait_allowed(&client, &user, "create", "leases.coordination.k8s.io", Some(&ns.name), None)
         .await;
 
-    run_operator_as_chart(&client, &objects, &ns.name, &user, &release).await;
+    run_operator_as_chart(&client, &objects, &ns.name, &user, &fullname).await;
 }
 
 #[test]
@@ -1083,6 +1096,11 @@ fn reloader_keys_this_operator_cannot_honour_fail_the_install_naming_them() {
         (&["reloader.namespaces=team-a"], "reloader.namespaces"),
         (&["image.tag=v1.4.20"], "stakater/Reloader's image"),
         (&["image.repository=docker.io/stakater/reloader"], "stakater/Reloader's image"),
+        (&["namespace=elsewhere"], "namespace: elsewhere is not the release namespace"),
+        (
+            &["image.digest=sha256:0123"],
+            "image.digest: sha256:0123 is a digest of stakater/Reloader's",
+        ),
         // Unknown keys, with the schema's message naming them.
         (&["reloader.enableFoo=true"], "enableFoo"),
         (&["reloader.custom_annotations.bogus=x"], "bogus"),
@@ -1105,6 +1123,349 @@ fn reloader_keys_this_operator_cannot_honour_fail_the_install_naming_them() {
     // `global` is left open: umbrella charts put their own keys there.
     render_files("reloader", "ops", RENDER_KUBE_VERSION, &defaults, &["global.team=ops".into()])
         .unwrap();
+}
+
+/// The pinned helm against the test cluster; panics with helm's output when it fails.
+fn helm_on_cluster(args: &[&str]) -> String {
+    let out = Command::new(helm_bin())
+        .args(args)
+        .env("KUBECONFIG", &support::env().kubeconfig)
+        .output()
+        .expect("run helm");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "helm {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// A Helm release a test installed, uninstalled on drop (its ClusterRoles are cluster-wide).
+struct HelmRelease {
+    name: String,
+    namespace: String,
+}
+
+impl Drop for HelmRelease {
+    fn drop(&mut self) {
+        let _ = Command::new(helm_bin())
+            .args(["uninstall", &self.name, "--namespace", &self.namespace])
+            .env("KUBECONFIG", &support::env().kubeconfig)
+            .output();
+    }
+}
+
+/// `key=value` pairs of a label selector, for a list call.
+fn selector_string(labels: &Value) -> String {
+    let map = labels.as_object().expect("a label map");
+    assert!(!map.is_empty(), "an empty selector selects everything");
+    map.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap())).collect::<Vec<_>>().join(",")
+}
+
+/// Whether every pair of `selector` is among `labels`.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    selector.as_object().unwrap().iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// A release installed from stakater/Reloader's chart (the stand-in tests/fixtures/stakater-chart
+/// renders what its chart 2.2.16 / v1.4.21 renders for these values) and upgraded in place to this
+/// chart with the same values file: the upgrade goes through (the Deployment's selector is kept),
+/// one operator Deployment is left, running this operator, and what scrapes and dashboards
+/// select is unchanged: the Service `<release>-reloader` (the job name) with its port `http`
+/// and its `app`/`release` labels, the ServiceMonitor and PodMonitor of that name, pods labelled
+/// `app`/`release` with a container port `http`. The same objects are updated, not replaced
+/// (their uids stay), so no scrape target and no RBAC binding disappears on the way. The operator
+/// then runs with the upgraded release's RBAC and reloads.
+#[tokio::test]
+async fn a_release_of_reloaders_chart_upgrades_in_place_and_scrapes_still_find_it() {
+    let _cluster = support::sharing::cluster_wide("helm_chart");
+    let client = client().await;
+    install_monitoring_crds(&client).await;
+    let ns = TestNamespace::create(&client, "helm-upgrade").await;
+    // A name containing "reloader": this chart's own names would then be just the release name.
+    let release = format!("reloader-up-{}", std::process::id());
+    let fullname = format!("{release}-reloader");
+    let values = stakater_values("upgrade");
+    let values = values.to_str().unwrap();
+    // Served: this test's namespace only (both charts read the key; the stand-in ignores it).
+    let selector = format!("reloader.namespaceSelector=kubernetes.io/metadata.name={}", ns.name);
+    let stand_in = support::repo_root().join("tests/fixtures/stakater-chart");
+    let started = std::time::Instant::now();
+    helm_on_cluster(&[
+        "install",
+        &release,
+        stand_in.to_str().unwrap(),
+        "--namespace",
+        &ns.name,
+        "--values",
+        values,
+        "--set-string",
+        &selector,
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    let _release = HelmRelease { name: release.clone(), namespace: ns.name.clone() };
+
+    let dynamic = |group: &str, version: &str, kind: &str, plural: &str| {
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let ar = ApiResource::from_gvk_with_plural(&gvk, plural);
+        Api::<DynamicObject>::namespaced_with(client.clone(), &ns.name, &ar)
+    };
+    let services = dynamic("", "v1", "Service", "services");
+    let pods = dynamic("", "v1", "Pod", "pods");
+    let deployments = dynamic("apps", "v1", "Deployment", "deployments");
+    let accounts = dynamic("", "v1", "ServiceAccount", "serviceaccounts");
+    let service_monitors =
+        dynamic("monitoring.coreos.com", "v1", "ServiceMonitor", "servicemonitors");
+    let pod_monitors = dynamic("monitoring.coreos.com", "v1", "PodMonitor", "podmonitors");
+    let cluster_roles: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", "ClusterRole"),
+            "clusterroles",
+        ),
+    );
+    let cluster_role_bindings: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding"),
+            "clusterrolebindings",
+        ),
+    );
+    let uid = |o: &DynamicObject| o.metadata.uid.clone().expect("a uid");
+    let before_service = services.get(&fullname).await.unwrap();
+    let before_deployment = deployments.get(&fullname).await.unwrap();
+    let before_account = accounts.get(&fullname).await.unwrap();
+    let before_monitor = service_monitors.get(&fullname).await.unwrap();
+    let before_pod_monitor = pod_monitors.get(&fullname).await.unwrap();
+    let before_role = cluster_roles.get(&format!("{fullname}-role")).await.unwrap();
+    let before_binding =
+        cluster_role_bindings.get(&format!("{fullname}-role-binding")).await.unwrap();
+    let old_pods: Vec<String> = pods
+        .list(&kube::api::ListParams::default().labels(&format!("app={fullname}")))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert_eq!(old_pods.len(), 1, "Reloader's pod runs before the upgrade");
+
+    // The upgrade, with the same values file. The CRD is left out only because other tests of
+    // this cluster share it (a first upgrade in a real cluster installs it).
+    let out = helm_on_cluster(&[
+        "upgrade",
+        &release,
+        support::chart::package().to_str().unwrap(),
+        "--namespace",
+        &ns.name,
+        "--values",
+        values,
+        "--set-string",
+        &selector,
+        "--set",
+        "crds.enabled=false",
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    let notes = out.split("NOTES:").nth(1).expect("NOTES");
+    assert!(
+        notes.contains("stakater/Reloader's chart's names are kept"),
+        "NOTES say the names are kept:\n{notes}"
+    );
+    support::announce(&format!(
+        "helm install of Reloader's stand-in and upgrade to this chart took {:.1}s",
+        started.elapsed().as_secs_f64()
+    ));
+
+    // One operator Deployment, the same object, now running this operator.
+    let all = deployments.list(&Default::default()).await.unwrap().items;
+    let names: Vec<String> = all.iter().map(ResourceExt::name_any).collect();
+    assert_eq!(names, [fullname.as_str()], "exactly one operator Deployment after the upgrade");
+    let deployment = serde_json::to_value(&all[0]).unwrap();
+    assert_eq!(uid(&all[0]), uid(&before_deployment), "the Deployment is updated in place");
+    assert_eq!(
+        deployment["spec"]["selector"]["matchLabels"],
+        json!({"app": fullname, "release": release}),
+        "Reloader's selector is kept (it is immutable)"
+    );
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let image = format!("ghcr.io/reloader-rs/reloader:{}", env!("CARGO_PKG_VERSION"));
+    assert_eq!(container["image"], json!(image));
+    assert_eq!(container["ports"][0]["name"], "http");
+
+    // Reloader's pod is gone once this operator's is ready (the rollout replaced it): one
+    // operator, and while the rollout ran the old one kept running.
+    let pod_selector = format!("app={fullname},release={release}");
+    let our_pods = eventually("only this operator's pod left", TIMEOUT, || async {
+        let items =
+            pods.list(&kube::api::ListParams::default().labels(&pod_selector)).await.unwrap().items;
+        let ours = items.iter().all(|p| {
+            p.data["spec"]["containers"][0]["image"] == json!(image)
+                && p.metadata.deletion_timestamp.is_none()
+        });
+        (!items.is_empty() && ours).then_some(items)
+    })
+    .await;
+    assert_eq!(our_pods.len(), 1, "one replica");
+    assert!(!old_pods.contains(&our_pods[0].name_any()));
+    let pod_labels = serde_json::to_value(our_pods[0].labels()).unwrap();
+    let pod_ports = our_pods[0].data["spec"]["containers"][0]["ports"].clone();
+
+    // The Service: same object, same name (the job name a ServiceMonitor's scrape gets), same
+    // labels a ServiceMonitor selects it by, port `http` 9090 to the pod's port `http`; and its
+    // selector picks this operator's pod, as the endpoints controller would.
+    let service = services.get(&fullname).await.unwrap();
+    assert_eq!(uid(&service), uid(&before_service), "the Service is updated in place");
+    let svc = serde_json::to_value(&service).unwrap();
+    assert_eq!(svc["spec"]["ports"].as_array().unwrap().len(), 1);
+    assert_eq!(svc["spec"]["ports"][0]["name"], "http");
+    assert_eq!(svc["spec"]["ports"][0]["port"], 9090);
+    let target = svc["spec"]["ports"][0]["targetPort"].clone();
+    assert!(
+        pod_ports.as_array().unwrap().iter().any(|p| p["name"] == target),
+        "the Service's targetPort {target} is a port of the pod: {pod_ports}"
+    );
+    assert!(
+        selects(&svc["spec"]["selector"], &pod_labels),
+        "the Service selects the pod: {} vs {pod_labels}",
+        svc["spec"]["selector"]
+    );
+    let before_svc = serde_json::to_value(&before_service).unwrap();
+    for key in ["app", "release"] {
+        assert_eq!(svc["metadata"]["labels"][key], before_svc["metadata"]["labels"][key]);
+    }
+
+    // Reloader's ServiceMonitor and PodMonitor, kept by name (a PodMonitor's job is
+    // `<namespace>/<name>`), select the same Service and pods, on the port `http`.
+    for (monitor, before) in [
+        (service_monitors.get(&fullname).await.unwrap(), &before_monitor),
+        (pod_monitors.get(&fullname).await.unwrap(), &before_pod_monitor),
+    ] {
+        assert_eq!(uid(&monitor), uid(before), "{} is updated in place", monitor.name_any());
+        let spec = &monitor.data["spec"];
+        let selector = &spec["selector"]["matchLabels"];
+        assert_eq!(*selector, before.data["spec"]["selector"]["matchLabels"], "same selector");
+        let (labels, endpoints) = if spec.get("endpoints").is_some() {
+            (&svc["metadata"]["labels"], &spec["endpoints"])
+        } else {
+            (&pod_labels, &spec["podMetricsEndpoints"])
+        };
+        assert!(selects(selector, labels), "{selector} must select {labels}");
+        let port = &endpoints[0];
+        assert!(
+            port["port"] == "http" || port["targetPort"] == "http",
+            "scraped on the port named http: {port}"
+        );
+        // jobLabel names a label whose value becomes the job; without one the job is the
+        // Service's name (ServiceMonitor) or `<namespace>/<name>` (PodMonitor): unchanged.
+        if let Some(job_label) = spec.get("jobLabel").and_then(Value::as_str) {
+            assert!(labels.get(job_label).is_none(), "jobLabel {job_label} would rename the job");
+        }
+    }
+    let by_app = services
+        .list(&kube::api::ListParams::default().labels(&selector_string(&json!({
+            "app": fullname, "release": release
+        }))))
+        .await
+        .unwrap()
+        .items;
+    assert_eq!(
+        by_app.iter().map(ResourceExt::name_any).collect::<Vec<_>>(),
+        [fullname.as_str()],
+        "a scrape job keyed on app/release finds the one Service"
+    );
+
+    // The ServiceAccount and the ClusterRole and its binding keep their names and objects (a
+    // binding's roleRef cannot change): the running operator never lost its rights.
+    let account = accounts.get(&fullname).await.unwrap();
+    assert_eq!(uid(&account), uid(&before_account));
+    let role = cluster_roles.get(&format!("{fullname}-role")).await.unwrap();
+    assert_eq!(uid(&role), uid(&before_role));
+    assert!(rules_grant(&role, "reloadpolicies"), "the ClusterRole now holds this chart's rules");
+    let binding = cluster_role_bindings.get(&format!("{fullname}-role-binding")).await.unwrap();
+    assert_eq!(uid(&binding), uid(&before_binding));
+
+    // The upgraded release's objects run the operator (as its ServiceAccount) and it reloads.
+    let manifest = helm_on_cluster(&["get", "manifest", &release, "--namespace", &ns.name]);
+    let objects: Vec<DynamicObject> =
+        serde_saphyr::from_multiple(&manifest).expect("the release's manifest");
+    let user = format!("system:serviceaccount:{}:{fullname}", ns.name);
+    wait_allowed(&client, &user, "watch", "configmaps", None, None).await;
+    run_operator_as_chart(&client, &objects, &ns.name, &user, &fullname).await;
+}
+
+/// Which names a render gets: Reloader's when Reloader's values are given (or `naming:
+/// reloader`), this chart's otherwise (or with `naming: chart`); and a Reloader key this chart
+/// reads but cannot use is named in the rendered manifest, for `helm template` users who never
+/// see NOTES.txt.
+#[test]
+fn reloaders_values_keep_its_names_and_keys_without_effect_are_named() {
+    let deployment_of = |values: &[PathBuf], set: &[&str]| {
+        let set: Vec<String> = set.iter().map(|s| s.to_string()).collect();
+        let objects = render_files("reloader", "ops", RENDER_KUBE_VERSION, values, &set).unwrap();
+        serde_json::to_value(one(&objects, "Deployment")).unwrap()
+    };
+    let upgrade = [stakater_values("upgrade")];
+    let theirs = deployment_of(&upgrade, &[]);
+    assert_eq!(theirs["metadata"]["name"], "reloader-reloader");
+    assert_eq!(
+        theirs["spec"]["selector"]["matchLabels"],
+        json!({"app": "reloader-reloader", "release": "reloader"})
+    );
+    let ours = deployment_of(&[], &[]);
+    assert_eq!(ours["metadata"]["name"], "reloader");
+    assert_eq!(
+        ours["spec"]["selector"]["matchLabels"],
+        json!({"app.kubernetes.io/name": "reloader", "app.kubernetes.io/instance": "reloader"})
+    );
+    assert_eq!(ours["spec"]["template"]["spec"]["containers"][0]["ports"][0]["name"], "metrics");
+    let chosen = deployment_of(&upgrade, &["naming=chart"]);
+    assert_eq!(chosen["metadata"]["name"], "reloader", "naming: chart wins over the values");
+    let chosen = deployment_of(&[], &["naming=reloader"]);
+    assert_eq!(chosen["metadata"]["name"], "reloader-reloader");
+    // The container is named as Reloader's chart names it; the VPA follows it.
+    let vpa_values = Path::new(env!("CARGO_TARGET_TMPDIR")).join("reloader-vpa-values.yaml");
+    std::fs::write(&vpa_values, "reloader:\n  verticalPodAutoscaler:\n    enabled: true\n")
+        .unwrap();
+    let files = [upgrade[0].clone(), vpa_values];
+    let with_vpa = render_files("reloader", "ops", RENDER_KUBE_VERSION, &files, &[]).unwrap();
+    let vpa = serde_json::to_value(one(&with_vpa, "VerticalPodAutoscaler")).unwrap();
+    let container = &theirs["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["name"], "reloader-reloader");
+    assert_eq!(
+        vpa["spec"]["resourcePolicy"]["containerPolicies"][0]["containerName"],
+        container["name"]
+    );
+
+    let out = Command::new(helm_bin())
+        .args(["template", "reloader"])
+        .arg(support::chart::package())
+        .arg("--values")
+        .arg(&upgrade[0])
+        .args([
+            "--set",
+            "reloader.serviceAccount.automountServiceAccountToken=false",
+            "--set",
+            "kubernetes.host=https://api.example:6443",
+            "--set-string",
+            "reloader.pprofAddr=:7070",
+        ])
+        .output()
+        .expect("run helm template");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for key in [
+        "reloader.serviceAccount.automountServiceAccountToken",
+        "kubernetes.host",
+        "reloader.pprofAddr",
+    ] {
+        let line = format!("# stakater/Reloader value with no effect here: {key} (");
+        assert!(stdout.contains(&line), "the render must name {key}:\n{stdout}");
+    }
 }
 
 #[test]

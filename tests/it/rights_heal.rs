@@ -393,3 +393,76 @@ async fn sources_granted_after_start_are_watched_and_readyz_turns_ready() {
     })
     .await;
 }
+
+/// A right taken away while running shows first as a refused write: that refusal asks about the
+/// kind's rights at once (no resync is due for ten minutes), says the missing right once, and
+/// once the right is back the retried write goes through and the right is said granted again.
+#[tokio::test]
+async fn a_write_refused_for_a_missing_right_asks_the_rights_again() {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let f = Fixture::new("heal-write").await;
+    f.configmap("app-config", json!({"a": "1"})).await;
+    f.deployment("web", json!({AUTO: "true"}), support::fixture::env_from_cm("app-config")).await;
+    let account = bind_reloader_rbac(&f, RELOADER_CLUSTER_ROLE).await;
+    let kubeconfig = token_kubeconfig(&f, &account).await;
+    let op = Operator::start_with_env(
+        &["--namespaces", f.name(), "--debounce=200ms", "--resync-period=10m"],
+        &[("KUBECONFIG", kubeconfig.as_str())],
+    );
+    // Synced: the change below is a change, not the state found at start.
+    support::eventually("the caches synced", Duration::from_secs(20), || async {
+        (!op.lines_with("caches synced; checking every workload against its sources").is_empty())
+            .then_some(())
+    })
+    .await;
+    let roles: Api<ClusterRole> = Api::all(f.client.clone());
+    let name = format!("{}-reloader-role", f.name());
+    let granted = roles.get(&name).await.unwrap();
+    let mut without_writes = granted.clone();
+    for rule in without_writes.rules.iter_mut().flatten() {
+        if rule.resources.iter().flatten().any(|r| r == "deployments") {
+            rule.verbs.retain(|v| v != "patch" && v != "update");
+        }
+    }
+    roles.replace(&name, &PostParams::default(), &without_writes).await.unwrap();
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    let missing = |op: &Operator| {
+        op.lines_with("permission missing")
+            .into_iter()
+            .filter(|l| l["right"].as_str().is_some_and(|r| r.starts_with("patch deployments")))
+            .count()
+    };
+    support::eventually(
+        "the refused write's right said missing",
+        Duration::from_secs(20),
+        || async { (missing(&op) > 0).then_some(()) },
+    )
+    .await;
+    // Said once, however often the write is retried meanwhile.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(missing(&op), 1, "the missing right is said once");
+    let metrics = op.metrics().await;
+    assert!(
+        metrics.lines().any(|l| l.starts_with("reloader_permission_missing{")
+            && l.contains("verb=\"patch\"")
+            && l.contains("deployments")
+            && l.ends_with(" 1")),
+        "{metrics}"
+    );
+    // The right comes back: the retried write goes through, and the right is said granted.
+    let mut role = roles.get(&name).await.unwrap();
+    role.rules = granted.rules.clone();
+    roles.replace(&name, &PostParams::default(), &role).await.unwrap();
+    let want = sha1_hex(b"a=2");
+    support::eventually("web reloaded", Duration::from_secs(40), || async {
+        (f.env_of("web").await.get("STAKATER_APP_CONFIG_CONFIGMAP") == Some(&want)).then_some(())
+    })
+    .await;
+    support::eventually("the right said granted again", Duration::from_secs(10), || async {
+        op.lines_with("permission granted again")
+            .iter()
+            .any(|l| l["right"].as_str().is_some_and(|r| r.starts_with("patch deployments")))
+            .then_some(())
+    })
+    .await;
+}

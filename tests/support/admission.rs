@@ -27,15 +27,31 @@ impl Denial {
         rules: Value,
         message: &str,
     ) -> Self {
+        Self::install_matching(client, name, namespace, rules, message, None).await
+    }
+
+    /// As `install`, denying only the requests the CEL `condition` matches (e.g. one name).
+    pub async fn install_matching(
+        client: &Client,
+        name: &str,
+        namespace: &str,
+        rules: Value,
+        message: &str,
+        condition: Option<&str>,
+    ) -> Self {
+        let mut spec = json!({
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": rules},
+            "validations": [{"expression": "false", "reason": "Forbidden", "message": message}]
+        });
+        if let Some(expression) = condition {
+            spec["matchConditions"] = json!([{"name": "only", "expression": expression}]);
+        }
         let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "ValidatingAdmissionPolicy",
             "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {"resourceRules": rules},
-                "validations": [{"expression": "false", "reason": "Forbidden", "message": message}]
-            }
+            "spec": spec
         }))
         .unwrap();
         let binding: ValidatingAdmissionPolicyBinding = serde_json::from_value(json!({

@@ -42,6 +42,9 @@ translation lives in one file and no template needs to know it exists.
 {{- end }}
 {{- $image := $V.image }}
 {{- $registry := $global.imageRegistry | default "" }}
+{{- if and $image.digest (or (contains "stakater/reloader" (toString $image.repository)) (eq (toString $image.name) "stakater/reloader")) }}
+{{- fail (printf "image.digest: %s is a digest of stakater/Reloader's image; remove image.digest (or give this chart's image's digest with its repository)" $image.digest) }}
+{{- end }}
 {{- /* Reloader's default image, with its default tag, is Reloader's default: this chart's image. */}}
 {{- if and (eq (toString $image.repository) "ghcr.io/stakater/reloader") (has (toString $image.tag) (list "v1.4.21" "" "<nil>")) }}
 {{- $_ := set $image "repository" "ghcr.io/reloader-rs/reloader" }}
@@ -249,6 +252,68 @@ translation lives in one file and no template needs to know it exists.
 {{- $moved = append $moved "reloader.verticalPodAutoscaler → verticalPodAutoscaler" }}
 {{- end }}
 {{- end }}
-{{- $_ := set $V "__compat" (dict "moved" $moved "ignored" $ignored) }}
+{{- /* Keys Reloader's chart accepts that change nothing here. */}}
+{{- with $r.serviceAccount }}
+{{- if hasKey . "automountServiceAccountToken" }}
+{{- $ignored = append $ignored "reloader.serviceAccount.automountServiceAccountToken (the pod's own setting decides: automountServiceAccountToken, from reloader.deployment.automountServiceAccountToken)" }}
+{{- end }}
+{{- end }}
+{{- if and $r.pprofAddr (ne (toString $r.pprofAddr) ":6060") }}
+{{- $ignored = append $ignored "reloader.pprofAddr (as in Reloader, only used with enablePProf, which this operator has not)" }}
+{{- end }}
+{{- with $V.kubernetes }}
+{{- if and .host (ne (toString .host) "https://kubernetes.default") }}
+{{- $ignored = append $ignored "kubernetes.host (Reloader's chart reads it nowhere; the operator uses the in-cluster API server address)" }}
+{{- end }}
+{{- end }}
+{{- with $V.namespace }}
+{{- if ne (toString .) $.Release.Namespace }}
+{{- fail (printf "namespace: %s is not the release namespace %s; this chart installs into the release namespace, so install with --namespace %s and remove the key" . $.Release.Namespace .) }}
+{{- end }}
+{{- end }}
+{{- if and $r.webhookUrl (hasKey $r "custom_annotations") (not $r.custom_annotations) }}
+{{- $moved = append $moved "reloader.webhookUrl: stakater/Reloader's chart passed it only when reloader.custom_annotations was set; here it always applies (reloads are POSTed to it, workloads are not changed)" }}
+{{- end }}
+
+{{- /*
+Names. A release installed from Reloader's chart has `<release>-reloader` objects whose pods are
+selected by `app`/`release` and serve metrics on a port named `http`; scrape jobs, ServiceMonitor
+selections and dashboards key on them, and a Deployment's selector cannot change. So: the release
+keeps Reloader's names when its Deployment (found by `lookup` during `helm upgrade`) has
+Reloader's selector, this chart's names when it has this chart's, and otherwise (a first install,
+`helm template`) Reloader's names when Reloader's values are given.
+*/}}
+{{- $naming := toString ($V.naming | default "") }}
+{{- if not (has $naming (list "" "chart" "reloader")) }}
+{{- fail (printf "naming must be chart, reloader or empty, not %q" $naming) }}
+{{- end }}
+{{- $why := "" }}
+{{- if eq $naming "" }}
+{{- $name := default $.Chart.Name $V.nameOverride }}
+{{- $theirs := printf "%s-%s" $.Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- $ours := ternary ($.Release.Name | trunc 63 | trimSuffix "-") $theirs (contains $name $.Release.Name) }}
+{{- if $V.fullnameOverride }}{{ $theirs = $V.fullnameOverride | trunc 63 | trimSuffix "-" }}{{ $ours = $theirs }}{{ end }}
+{{- range $candidate := list $theirs $ours }}
+{{- if not $naming }}
+{{- $live := lookup "apps/v1" "Deployment" $.Release.Namespace $candidate }}
+{{- if eq (dig "metadata" "annotations" "meta.helm.sh/release-name" "" $live) $.Release.Name }}
+{{- $selector := dig "spec" "selector" "matchLabels" dict $live }}
+{{- if eq (toString (get $selector "app")) $candidate }}
+{{- $naming = "reloader" }}{{ $why = printf "the Deployment %s has Reloader's selector" $candidate }}
+{{- else if hasKey $selector "app.kubernetes.io/instance" }}
+{{- $naming = "chart" }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if not $naming }}
+{{- $reloaderKeys := list "isArgoRollouts" "isOpenshift" "ignoreSecrets" "ignoreConfigMaps" "ignoreJobs" "ignoreCronJobs" "ignoreNamespaces" "watchGlobally" "namespaces" "enableHA" "leaderElection" "enablePProf" "enableCSIIntegration" "pprofAddr" "readOnlyRootFileSystem" "legacy" "matchLabels" "enableMetricsByNamespace" "deployment" "service" "rbac" "serviceAccount" "custom_annotations" "serviceMonitor" "podMonitor" "podDisruptionBudget" "netpol" "verticalPodAutoscaler" }}
+{{- range $reloaderKeys }}
+{{- if and (not $naming) (hasKey $r .) }}{{ $naming = "reloader" }}{{ $why = printf "Reloader's values are given: reloader.%s" . }}{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $naming = $naming | default "chart" }}
+{{- $_ := set $V "__compat" (dict "moved" $moved "ignored" $ignored "naming" $naming "namingWhy" $why) }}
 {{- end }}
 {{- end }}

@@ -5,14 +5,15 @@
 
 {{/*
 Prefix of every resource name. The release name alone when it already contains the chart name,
-so `helm install reloader` gives `reloader`, not `reloader-reloader`.
+so `helm install reloader` gives `reloader`, not `reloader-reloader`. With stakater/Reloader's
+names (see "reloader.reloaderNames"): always `<release>-<name>`, as its chart does.
 */}}
 {{- define "reloader.fullname" -}}
 {{- if .Values.fullnameOverride }}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
 {{- else }}
 {{- $name := default .Chart.Name .Values.nameOverride }}
-{{- if contains $name .Release.Name }}
+{{- if and (contains $name .Release.Name) (not (include "reloader.reloaderNames" .)) }}
 {{- .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- else }}
 {{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
@@ -20,14 +21,52 @@ so `helm install reloader` gives `reloader`, not `reloader-reloader`.
 {{- end }}
 {{- end }}
 
+{{/*
+Non-empty when the release keeps stakater/Reloader's chart's names, labels and port name
+(`naming: reloader`, or decided by "reloader.compat" from the values and the cluster).
+*/}}
+{{- define "reloader.reloaderNames" -}}
+{{- $compat := .Values.__compat | default dict }}
+{{- if eq (toString ($compat.naming | default .Values.naming)) "reloader" }}true{{ end }}
+{{- end }}
+
+{{/* Name of the metrics port (container and Service): Reloader's `http`, or `metrics`. */}}
+{{- define "reloader.metricsPortName" -}}
+{{- if include "reloader.reloaderNames" . }}http{{ else }}metrics{{ end }}
+{{- end }}
+
+{{/* The operator's container name: Reloader's chart names it as the Deployment. */}}
+{{- define "reloader.containerName" -}}
+{{- if include "reloader.reloaderNames" . }}{{ include "reloader.fullname" . }}{{ else }}reloader{{ end }}
+{{- end }}
+
+{{/* Names of the workload (Cluster)Role and its binding: Reloader's `-role`/`-role-binding`. */}}
+{{- define "reloader.roleName" -}}
+{{ include "reloader.fullname" . }}{{ if include "reloader.reloaderNames" . }}-role{{ end }}
+{{- end }}
+
+{{- define "reloader.roleBindingName" -}}
+{{ include "reloader.fullname" . }}{{ if include "reloader.reloaderNames" . }}-role-binding{{ end }}
+{{- end }}
+
 {{- define "reloader.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Labels that select the operator's pods; never change them (Deployment selectors are immutable). */}}
+{{/*
+Labels that select the operator's pods; never change them (Deployment selectors are immutable).
+With Reloader's names they are its chart's selector labels, `app: <fullname>` and
+`release: <release>`, so a release installed from it upgrades in place and every
+ServiceMonitor, PodMonitor or scrape job selecting them still finds the pods.
+*/}}
 {{- define "reloader.selectorLabels" -}}
+{{- if include "reloader.reloaderNames" . -}}
+app: {{ include "reloader.fullname" . }}
+release: {{ .Release.Name | quote }}
+{{- else -}}
 app.kubernetes.io/name: {{ include "reloader.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
 {{- with .Values.extraSelectorLabels }}
 {{ toYaml . }}
 {{- end }}
@@ -36,9 +75,23 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "reloader.labels" -}}
 helm.sh/chart: {{ include "reloader.chart" . }}
 {{ include "reloader.selectorLabels" . }}
+{{- if include "reloader.reloaderNames" . }}
+app.kubernetes.io/name: {{ include "reloader.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/component: operator
 app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+The chart's labels with a user's on top (`list $ctx $labels`): a user's label wins, so a
+monitor's `release: prometheus` (what kube-prometheus-stack selects by) replaces, instead of
+duplicating, the `release` label of Reloader's names. For objects nothing selects by these.
+*/}}
+{{- define "reloader.labelsWith" -}}
+{{- $labels := include "reloader.labels" (index . 0) | fromYaml }}
+{{- toYaml (mergeOverwrite $labels (index . 1 | default dict)) }}
 {{- end }}
 
 {{- define "reloader.rbacLabels" -}}

@@ -52,6 +52,13 @@ impl Reconciler {
         let key = &info.key;
         let retry = self.next_retry(key);
         warn!(workload = %key, error = %error, ?retry, "update failed; will retry");
+        if error.refused_by_rbac()
+            && let Some(scope) = self.rights.scope_of(&key.namespace)
+        {
+            // A right taken away while running: asked about once, said once, and every right
+            // asked again (so the kind is recorded and followed as the rights now allow).
+            self.rights.report_refusal(key.kind, scope.as_deref()).await;
+        }
         self.metrics.reconcile_failed(error.reason());
         self.metrics.retries_total.inc();
         if !plan.changes.is_empty() {

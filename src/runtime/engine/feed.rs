@@ -94,6 +94,30 @@ impl Feed {
         self.policies.forget_target(key);
     }
 
+    /// Marks every workload for its first pass after the caches synced (`startup_pass`) and,
+    /// when this replica leads, for one look at a rollout under way (`look_for_rollout`).
+    pub(super) fn mark_first_pass(&self, keys: &[WorkloadKey], leading: bool) {
+        let mut remembered = self.remembered.lock();
+        for key in keys {
+            remembered.update(key, |m| {
+                m.startup_pass = true;
+                m.look_for_rollout = leading;
+            });
+        }
+    }
+
+    /// On a change of leadership: a new leader looks once at every workload's rollout under
+    /// way (it may be a reload the previous leader wrote); a standby keeps no such mark.
+    pub(super) fn mark_rollouts_to_look_at(&self, leading: bool) {
+        // The keys first: the store's lock is never taken under the memory's.
+        let keys = if leading { self.store.read().workload_keys() } else { Vec::new() };
+        let mut remembered = self.remembered.lock();
+        remembered.update_all(|_, m| m.look_for_rollout = false);
+        for key in &keys {
+            remembered.update(key, |m| m.look_for_rollout = true);
+        }
+    }
+
     pub(super) fn is_synced(&self) -> bool {
         self.synced.load(Ordering::SeqCst)
     }

@@ -4,8 +4,9 @@
 //! rollout came to, then reports it: `reloader_rollouts_total` and
 //! `reloader_rollout_duration_seconds`, a log line, a Warning Event and an alert on failure (and
 //! an Event on a recovery), and the `rollout` of the target in every policy that reports on it.
-//! A rollout under way when the operator starts is followed on when the cluster says it is a
-//! reload's: a policy's status, or the generation the reload wrote on the workload.
+//! A rollout under way when this replica starts to lead (at start or on taking over the Lease)
+//! is followed on when the cluster says it is a reload's: a policy's status, or the generation
+//! the reload wrote on the workload.
 
 use super::*;
 use crate::decide::outcome::{self, Following, Step};
@@ -42,19 +43,20 @@ impl Reconciler {
         let following = match remembered {
             Some(f) => f,
             None => {
-                // Under way at start: a policy's status says so, or (annotation mode too) the
-                // workload's generation is still the one its last reload wrote down.
+                // Under way when this replica began to lead (a start or a takeover): a
+                // policy's status says so, or (annotation mode too) the workload's generation
+                // is still the one its last reload wrote down.
+                let look = self
+                    .feed
+                    .remembered
+                    .lock()
+                    .update(key, |m| std::mem::take(&mut m.look_for_rollout));
                 let failed = match self.policies.rollout_claimed(key) {
                     Some(claimed) => claimed == RolloutState::Failed,
-                    None if self
-                        .feed
-                        .remembered
-                        .lock()
-                        .get(key)
-                        .is_some_and(|m| m.startup_pass)
+                    None if look
                         && outcome::resumable(info.rolled_generation(), &info.progress) =>
                     {
-                        info!(workload = %key, "following on the rollout of a reload written before this start");
+                        info!(workload = %key, "following on the rollout of a reload written before this replica led");
                         false
                     }
                     None => return None,

@@ -42,6 +42,15 @@ impl Reconciler {
         self.feed.remembered.lock().get(key).map_or(0, |m| m.failures)
     }
 
+    /// A write of `key` went through: if its kind's requests were refused in its scope, the
+    /// refusal is over and the rights it left behind are asked again.
+    async fn rights_work_again(&self, key: &WorkloadKey) {
+        let Some(scope) = self.rights.scope_of(&key.namespace) else { return };
+        if self.rights.refused(key.kind, scope.as_deref()) {
+            self.rights.recheck_after_refusal(key.kind, scope.as_deref()).await;
+        }
+    }
+
     /// `key` had its first pass after start (or needs none).
     fn first_pass_done(&self, key: &WorkloadKey) {
         self.feed.remembered.lock().update(key, |m| m.startup_pass = false);
@@ -253,6 +262,7 @@ impl Reconciler {
             let error = match rollout::after_write(result, attempt) {
                 AfterWrite::Report => {
                     self.feed.remembered.lock().update(key, |m| m.failures = 0);
+                    self.rights_work_again(key).await;
                     self.count_triggers(&entry, &candidates, &plan, &opts);
                     if let Some(latency) = since_change {
                         self.metrics.reload_latency.observe(latency.as_secs_f64());

@@ -512,12 +512,13 @@ impl Rights {
         self.ask_again();
     }
 
-    /// A watch of `kind` that was refused works again: its rights are asked again and the
-    /// answers replace those given during the refusal, and a later refusal is said again.
+    /// A request about `kind` that was refused (a watch, a list, a write) works again: its
+    /// rights are asked again and the answers replace those given during the refusal, and a
+    /// later refusal is said again.
     pub(super) async fn recheck_after_refusal(&self, kind: WorkloadKind, scope: Option<&str>) {
         self.refusals.lock().remove(&(kind, scope.map(str::to_string)));
         self.review_kind(kind, scope, false).await;
-        info!(kind = %kind, namespace = ?scope, "watch allowed again; its rights were asked again");
+        info!(kind = %kind, namespace = ?scope, "requests allowed again; its rights were asked again");
     }
 
     /// Whether a refusal of `kind` in `scope` was reported and not yet lifted.

@@ -270,12 +270,7 @@ impl Engine {
                 sources = self.feed.store.read().source_count(),
                 "caches synced; checking every workload against its sources"
             );
-            {
-                let mut remembered = self.feed.remembered.lock();
-                for key in &keys {
-                    remembered.update(key, |m| m.startup_pass = true);
-                }
-            }
+            self.feed.mark_first_pass(&keys, *self.leadership.borrow());
             self.feed.synced.store(true, Ordering::SeqCst);
             for key in keys {
                 self.feed.queue.add(key, Duration::ZERO);

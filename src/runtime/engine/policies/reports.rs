@@ -3,7 +3,7 @@
 //! how a refused status write backs off.
 
 use super::*;
-use crate::decide::refusal::{Refusal, classify};
+use crate::decide::refusal::{Refusal, refusal_of};
 use crate::kube::access::{self, Right, Verb};
 
 impl Policies {
@@ -45,16 +45,7 @@ impl Policies {
                 return None;
             }
             Ok(Err(e)) => {
-                let refusal = match &e {
-                    kube::Error::Api(s) => {
-                        let causes = s
-                            .details
-                            .iter()
-                            .flat_map(|d| d.causes.iter().map(|c| c.reason.as_str()));
-                        classify(s.code, &s.reason, &s.message, causes)
-                    }
-                    _ => Refusal::Other,
-                };
+                let refusal = refusal_of(&e).unwrap_or(Refusal::Other);
                 // A 403 that is no missing right (the review grants it) is refused by something
                 // else: backed off all the same, but written again rather than asked about.
                 let refusal =
