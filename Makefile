@@ -26,7 +26,7 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION
 	$(foreach p,chartutil lint/rules,-X helm.sh/helm/v3/pkg/$(p).k8sVersionMajor=1 \
 	-X helm.sh/helm/v3/pkg/$(p).k8sVersionMinor=$(HELM_K8S_MINOR))
 
-.PHONY: help build release test lint fmt-check clippy unit integration testenv cluster-up \
+.PHONY: help build release release-path image release-check crane test lint fmt-check clippy unit integration testenv cluster-up \
 	cluster-down cluster-status demo bench crd docs zigbuild clean kubectl helm chart deploy chart-lint chart-docs workflows-lint deny prereqs promtool \
 	stakater-reloader bench-compare bench-curve
 
@@ -36,15 +36,28 @@ help: ## list the targets
 build: ## debug build of the operator
 	$(CARGO) build --locked
 
-# The one definition of the release build: CI and the Dockerfile (TARGET=x86_64-unknown-linux-musl)
-# both run it.
+# The one definition of the release build: `make image` (for every architecture of the image, as
+# CI runs it) and the Dockerfile (for the platform buildx builds) both run it.
 # Another architecture (TARGET=aarch64-unknown-linux-musl) links with zig (cargo-zigbuild): ring and
 # mimalloc have C code, and zig carries every target's C toolchain and musl headers.
+# The image's architectures: Docker's TARGETARCH and the musl triple built for it. The Dockerfile
+# runs `make release TARGETARCH=$TARGETARCH`; `make image` builds every one of them.
+IMAGE_ARCHS := amd64=x86_64-unknown-linux-musl arm64=aarch64-unknown-linux-musl
+ifneq ($(TARGETARCH),)
+TARGET := $(patsubst $(TARGETARCH)=%,%,$(filter $(TARGETARCH)=%,$(IMAGE_ARCHS)))
+ifeq ($(TARGET),)
+$(error TARGETARCH=$(TARGETARCH) is not an architecture of the image ($(IMAGE_ARCHS)))
+endif
+endif
 HOST_ARCH := $(shell uname -m)
 CROSS = $(if $(TARGET),$(if $(filter $(HOST_ARCH)-%,$(TARGET)),,yes))
-release: ## release build of the operator (the binary the Dockerfile ships); TARGET=triple to cross-build
-	$(if $(CROSS),$(MAKE) zigbuild && rustup target add $(TARGET) >/dev/null 2>&1,@true)
+release: ## release build of the operator (the binary the image ships); TARGET=triple or TARGETARCH=amd64|arm64
+	$(if $(CROSS),$(MAKE) zigbuild,@true)
+	$(if $(TARGET),rustup target list --installed | grep -qx $(TARGET) || rustup target add $(TARGET),@true)
 	$(if $(CROSS),CARGO_ZIGBUILD_ZIG_PATH=$(ZIG) $(ZIGBUILD) zig,$(CARGO) )build --locked --release --bin reloader $(if $(TARGET),--target $(TARGET))
+
+release-path: ## print the path of the binary `make release` builds (with the same TARGET or TARGETARCH)
+	@echo target/$(if $(TARGET),$(TARGET)/)release/reloader
 
 # zig (from PyPI's ziglang) and cargo-zigbuild (crates.io), pinned, into target/tools.
 ZIG_VERSION       := 0.15.2
@@ -66,7 +79,7 @@ lint: fmt-check clippy
 
 fmt-check:
 	$(CARGO) fmt --all -- --check
-	@out=$$(gofmt -l testenv tools/helm tools/helm-docs tools/promtool tools/gitops-health tools/kwok tools/actionlint); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	@out=$$(gofmt -l testenv tools/helm tools/helm-docs tools/promtool tools/gitops-health tools/kwok tools/actionlint tools/image); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
 clippy:
 	$(CARGO) clippy --locked --all-targets -- -D warnings
@@ -159,6 +172,57 @@ CRATE_VERSION := $(shell awk -F'"' '/^version *=/{print $$2; exit}' Cargo.toml)
 chart: $(HELM) ## package the Helm chart (versions from Cargo.toml): target/chart/reloader-<version>.tgz
 	@mkdir -p target/chart
 	$(HELM) package helm/reloader --version $(CRATE_VERSION) --app-version $(CRATE_VERSION) --destination target/chart
+
+# The OCI image, without a container engine: the musl release binary of every IMAGE_ARCHS entry
+# at /reloader, with the CA bundle, user 65532:65532 and OCI labels, one image per platform under
+# one index (tools/image, go-containerregistry). target/image/ gets the OCI layout (oci/), the
+# same as an OCI archive (reloader-<version>.oci.tar), the index digest and a CycloneDX SBOM of
+# Cargo.lock per platform (reloader-<version>-<arch>.cdx.json). Dated by the commit, so a clean
+# tree gives the same digests again.
+IMAGE_DIR       := target/image
+IMAGE_BUILD     := $(CURDIR)/target/tools/bin/image-build
+CRATE_LICENSE   := $(shell awk -F'"' '/^license *=/{print $$2; exit}' Cargo.toml)
+CRATE_REPOSITORY := $(shell awk -F'"' '/^repository *=/{print $$2; exit}' Cargo.toml)
+GIT_REVISION     = $(shell git rev-parse HEAD)$(if $(shell git status --porcelain --untracked-files=no),-dirty)
+GIT_TIME         = $(shell git log -1 --format=%cI)
+GIT_EPOCH        = $(shell git log -1 --format=%ct)
+CYCLONEDX         := $(CURDIR)/target/tools/bin/cargo-cyclonedx
+CYCLONEDX_VERSION := 0.5.9
+
+$(IMAGE_BUILD): tools/image/go.mod tools/image/go.sum tools/image/main.go
+	@mkdir -p $(dir $@)
+	cd tools/image && $(GO) build -buildvcs=false -ldflags "-s -w" -o $@ .
+
+# crane, from the same go-containerregistry: the release workflow pushes target/image/oci with it.
+CRANE := $(CURDIR)/target/tools/bin/crane
+crane: $(CRANE) ## build crane (go-containerregistry, pinned in tools/image)
+$(CRANE): tools/image/go.mod tools/image/go.sum
+	@mkdir -p $(dir $@)
+	cd tools/image && $(GO) build -buildvcs=false -ldflags "-s -w" -o $@ github.com/google/go-containerregistry/cmd/crane
+
+$(CYCLONEDX):
+	$(CARGO) install --locked --quiet --root $(CURDIR)/target/tools cargo-cyclonedx --version $(CYCLONEDX_VERSION)
+
+image: $(IMAGE_BUILD) $(CYCLONEDX) ## OCI image (linux/amd64 + linux/arm64 index, layout and archive) and SBOMs: target/image/
+	@for a in $(IMAGE_ARCHS); do echo "$(MAKE) release TARGETARCH=$${a%%=*}"; $(MAKE) release TARGETARCH=$${a%%=*}; done
+	@rm -rf $(IMAGE_DIR) && mkdir -p $(IMAGE_DIR)
+	@for a in $(IMAGE_ARCHS); do \
+		SOURCE_DATE_EPOCH=$(GIT_EPOCH) $(CYCLONEDX) cyclonedx --quiet --format json --spec-version 1.5 \
+			--target $${a#*=} --override-filename reloader-sbom-$${a%%=*} && \
+		mv reloader-sbom-$${a%%=*}.json $(IMAGE_DIR)/reloader-$(CRATE_VERSION)-$${a%%=*}.cdx.json || exit 1; done
+	$(IMAGE_BUILD) --out $(IMAGE_DIR) --name reloader --created $(GIT_TIME) \
+		--label org.opencontainers.image.title=reloader \
+		--label org.opencontainers.image.source=$(CRATE_REPOSITORY) \
+		--label org.opencontainers.image.revision=$(GIT_REVISION) \
+		--label org.opencontainers.image.version=$(CRATE_VERSION) \
+		--label org.opencontainers.image.licenses=$(CRATE_LICENSE) \
+		$(foreach a,$(IMAGE_ARCHS),--platform linux/$(word 1,$(subst =, ,$(a)))=target/$(word 2,$(subst =, ,$(a)))/release/reloader)
+	@ls -l $(IMAGE_DIR)
+
+# What `make image` made, checked (tests/it/image.rs): the index's platforms, each config, the
+# amd64 binary run from its layer, the arm64 ELF. `.ci/run` runs it after `make image`.
+release-check: ## check target/image/ (make image first): platforms, config, labels, the binaries in the layers
+	RELOADER_IMAGE_ARCHIVE=$(IMAGE_DIR)/reloader-$(CRATE_VERSION).oci.tar $(CARGO) test --locked --test it -- image::
 
 # Plain manifests rendered from that package with the chart's defaults (release and namespace
 # `reloader`); deploy/ is also a Kustomize base. tests/it/helm_chart.rs keeps them current and

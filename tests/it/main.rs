@@ -25,6 +25,7 @@ mod ha;
 mod helm_chart;
 mod hostile_tenant;
 mod hostile_webhook;
+mod image;
 mod keyed_hashes;
 mod migration;
 mod observability;

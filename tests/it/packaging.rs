@@ -1,6 +1,8 @@
-//! The image and the release build agree: the Dockerfile builds through `make release` (the
-//! command CI runs), ships a static binary on distroless or scratch, runs as non-root, and has
-//! one entrypoint. Pure file checks; no Docker engine or cluster needed.
+//! The Dockerfile and the release build agree: the Dockerfile builds each platform through
+//! `make release TARGETARCH=…` (the Makefile's map from Docker's architectures to the musl
+//! triples `make image` ships), ships that static binary on distroless or scratch, runs as
+//! non-root, and has one entrypoint. No Docker engine or cluster needed. (The image `make image`
+//! builds is checked in tests/it/image.rs.)
 
 use std::path::Path;
 
@@ -54,17 +56,54 @@ fn all<'a>(stage: &'a [Instruction], keyword: &str) -> Vec<&'a Instruction> {
     stage.iter().filter(|i| i.keyword == keyword).collect()
 }
 
-/// The `TARGET=` triple the build stage passes to `make release`.
-fn release_target(stage: &[Instruction]) -> Option<String> {
+/// The value the build stage passes as `TARGETARCH=` to `make release`.
+fn release_arch(stage: &[Instruction]) -> Option<String> {
     all(stage, "RUN").iter().find_map(|run| {
         let words: Vec<&str> = run.args.split_whitespace().collect();
         let at = words.windows(2).position(|w| w == ["make", "release"])?;
         words[at + 2..]
             .iter()
             .take_while(|w| !matches!(**w, "&&" | ";" | "||"))
-            .find_map(|w| w.strip_prefix("TARGET="))
+            .find_map(|w| w.strip_prefix("TARGETARCH="))
             .map(str::to_string)
     })
+}
+
+/// Where the build stage puts the binary `make release` built: the destination of the
+/// `install` that takes `$(make -s release-path TARGETARCH=…)`.
+fn installed_binary(stage: &[Instruction]) -> Option<String> {
+    all(stage, "RUN").iter().find_map(|run| {
+        let (_, after) = run.args.split_once("release-path TARGETARCH=")?;
+        let (_, rest) = after.split_once(')')?;
+        rest.trim_start_matches('"').split_whitespace().next().map(str::to_string)
+    })
+}
+
+/// `make -s release-path TARGETARCH=<arch>` in `dir`: the path `make release` builds to.
+fn release_path(dir: &Path, arch: &str) -> Result<String, String> {
+    let out = std::process::Command::new("make")
+        .args(["-s", "--no-print-directory", "release-path", &format!("TARGETARCH={arch}")])
+        .current_dir(dir)
+        .output()
+        .expect("run make");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).to_string())
+    }
+}
+
+/// The architectures the image index publishes (tests/it/image.rs checks the index has
+/// exactly these) and the CPU each one's binary must be for.
+const IMAGE_ARCHS: [(&str, &str); 2] = [("amd64", "x86_64"), ("arm64", "aarch64")];
+
+/// Docker's name for the architecture of this machine.
+fn host_docker_arch() -> &'static str {
+    IMAGE_ARCHS
+        .iter()
+        .find(|(_, cpu)| *cpu == std::env::consts::ARCH)
+        .map(|(arch, _)| *arch)
+        .expect("this machine's architecture is not one the image publishes")
 }
 
 #[test]
@@ -80,21 +119,62 @@ fn the_image_is_multi_stage_and_builds_through_make_release() {
             run.args
         );
     }
-    let target = release_target(build)
-        .expect("the build stage runs `make release TARGET=<triple>`, the command CI runs");
-    assert!(target.ends_with("-musl"), "TARGET={target} does not give a static binary");
+    assert!(
+        all(build, "ARG").iter().any(|a| a.args == "TARGETARCH"),
+        "the build stage does not declare ARG TARGETARCH (the platform buildx builds)"
+    );
+    let arch = release_arch(build)
+        .expect("the build stage runs `make release TARGETARCH=$TARGETARCH`, as `make image` does per platform");
+    assert!(
+        matches!(arch.as_str(), "$TARGETARCH" | "${TARGETARCH}"),
+        "`make release TARGETARCH={arch}` does not build the platform being built"
+    );
     assert!(
         all(build, "COPY").iter().any(|c| c.args.split_whitespace().any(|w| w == "Makefile")),
         "the build stage does not copy the Makefile it runs"
     );
-    let final_stage = stages.last().unwrap();
-    let shipped = format!("target/{target}/release/reloader");
-    assert!(
-        all(final_stage, "COPY")
-            .iter()
-            .any(|c| c.args.starts_with("--from=") && c.args.contains(&shipped)),
-        "the final stage does not copy {shipped}, the binary `make release TARGET={target}` builds"
+    let shipped = installed_binary(build).expect(
+        "the build stage installs the binary at $(make -s release-path TARGETARCH=$TARGETARCH)",
     );
+    let final_stage = stages.last().unwrap();
+    assert!(
+        all(final_stage, "COPY").iter().any(|c| {
+            let words: Vec<&str> = c.args.split_whitespace().collect();
+            words.first().is_some_and(|w| w.starts_with("--from="))
+                && words.get(1) == Some(&shipped.as_str())
+                && words.get(2) == Some(&"/reloader")
+        }),
+        "the final stage does not copy {shipped} (the `make release` binary) to /reloader"
+    );
+}
+
+/// Every architecture the index publishes maps, in the Makefile, to a static (musl) Rust target
+/// of its own CPU, one rustc knows; an architecture it does not publish is an error, not a
+/// silent glibc build.
+#[test]
+fn every_image_architecture_builds_a_static_binary_of_its_cpu() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let rustc_targets = std::process::Command::new("rustc")
+        .args(["--print", "target-list"])
+        .output()
+        .expect("run rustc");
+    let rustc_targets = String::from_utf8_lossy(&rustc_targets.stdout).to_string();
+    for (arch, cpu) in IMAGE_ARCHS {
+        let path = release_path(root, arch).unwrap_or_else(|e| panic!("TARGETARCH={arch}: {e}"));
+        let triple = path
+            .strip_prefix("target/")
+            .and_then(|p| p.strip_suffix("/release/reloader"))
+            .unwrap_or_else(|| {
+                panic!("TARGETARCH={arch} builds {path}, not target/<triple>/release/reloader")
+            });
+        assert_eq!(triple, format!("{cpu}-unknown-linux-musl"), "TARGETARCH={arch}");
+        assert!(
+            rustc_targets.lines().any(|l| l.trim() == triple),
+            "rustc does not know the target {triple}"
+        );
+    }
+    let err = release_path(root, "s390x").expect_err("TARGETARCH=s390x is not published");
+    assert!(err.contains("TARGETARCH=s390x"), "the error does not name the architecture: {err}");
 }
 
 #[test]
@@ -113,10 +193,25 @@ fn the_makefile_release_target_is_the_release_build() {
             && recipe.contains("$(if $(TARGET),--target $(TARGET))"),
         "the release recipe changed:\n{recipe}"
     );
+    // CI builds the shipped binaries through it: `make image` runs `make release` for every
+    // architecture of the image, and .ci/run runs `make image`.
+    let image: Vec<&str> = makefile
+        .lines()
+        .skip_while(|l| !l.starts_with("image:"))
+        .skip(1)
+        .take_while(|l| l.starts_with('\t'))
+        .collect();
+    assert!(
+        image
+            .iter()
+            .any(|l| l.contains("$(MAKE) release TARGETARCH=") && l.contains("$(IMAGE_ARCHS)")),
+        "`make image` does not build each architecture with `make release TARGETARCH=…`:\n{}",
+        image.join("\n")
+    );
     let ci = read(".ci/run");
     assert!(
-        ci.lines().any(|l| l.trim() == "make release"),
-        ".ci/run does not build the release binary with `make release`"
+        ci.lines().any(|l| l.trim() == "make image"),
+        ".ci/run does not build the image (and with it the release binaries) with `make image`"
     );
 }
 
@@ -161,11 +256,11 @@ fn the_image_has_one_entrypoint() {
 
 #[test]
 fn the_parser_sees_what_docker_sees() {
-    let text =
-        "# c\nFROM a AS b\nRUN x \\\n && make release TARGET=t-musl && y\n\nfrom scratch\nUSER 0\n";
+    let text = "# c\nFROM a AS b\nRUN x \\\n && make release TARGETARCH=$T && install -D \"$(make -s release-path TARGETARCH=$T)\" /o/r \\\n && y\n\nfrom scratch\nUSER 0\n";
     let st = stages(text);
     assert_eq!(st.len(), 2);
-    assert_eq!(release_target(&st[0]).as_deref(), Some("t-musl"));
+    assert_eq!(release_arch(&st[0]).as_deref(), Some("$T"));
+    assert_eq!(installed_binary(&st[0]).as_deref(), Some("/o/r"));
     assert_eq!(st[1][1].keyword, "USER");
     assert_eq!(st[1][1].args, "0");
 }
@@ -193,7 +288,8 @@ fn the_build_stage_builds_from_exactly_what_it_copies() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dockerfile = read("Dockerfile");
     let build = &stages(&dockerfile)[0];
-    let target = release_target(build).expect("the build stage runs make release TARGET=…");
+    let arch = host_docker_arch();
+    let target = format!("{}-unknown-linux-musl", std::env::consts::ARCH);
     let installed = std::process::Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()
@@ -220,13 +316,18 @@ fn the_build_stage_builds_from_exactly_what_it_copies() {
             copy_tree(&root.join(source), &to);
         }
     }
+    // What `RUN make release TARGETARCH=$TARGETARCH` does when buildx builds this machine's platform.
     let status = std::process::Command::new("make")
-        .args(["release", &format!("TARGET={target}")])
+        .args(["release", &format!("TARGETARCH={arch}")])
         .current_dir(&context)
         .env("CARGO_TARGET_DIR", root.join("target/docker-context/target"))
         .status()
         .expect("run make");
-    assert!(status.success(), "`make release TARGET={target}` failed on the Dockerfile's context");
-    let binary = root.join(format!("target/docker-context/target/{target}/release/reloader"));
+    assert!(
+        status.success(),
+        "`make release TARGETARCH={arch}` failed on the Dockerfile's context"
+    );
+    let path = release_path(&context, arch).expect("make release-path in the Dockerfile's context");
+    let binary = root.join("target/docker-context").join(&path);
     assert!(binary.exists(), "{} missing", binary.display());
 }
