@@ -619,6 +619,48 @@ pub struct Candidates {
     pub named_left_out: usize,
 }
 
+/// The index read by the parts of the engine that do not change it (the reconciler, the lists
+/// on change, the admission path): only the feed writes the [`Store`].
+#[derive(Clone)]
+pub struct StoreReader(Arc<parking_lot::RwLock<Store>>);
+
+impl StoreReader {
+    pub fn new(store: Arc<parking_lot::RwLock<Store>>) -> Self {
+        StoreReader(store)
+    }
+
+    /// The workload's entry, if it is known.
+    pub fn workload(&self, key: &WorkloadKey) -> Option<Arc<WorkloadEntry>> {
+        self.0.read().workload(key)
+    }
+
+    /// The sources `entry` may use, with what is known of each.
+    pub fn candidates(&self, entry: &WorkloadEntry) -> Candidates {
+        self.0.read().candidates(entry)
+    }
+
+    /// When the newest change of `sources` in `namespace` was observed.
+    pub fn newest_change<'a>(
+        &self,
+        namespace: &str,
+        sources: impl IntoIterator<Item = &'a SourceRef>,
+    ) -> Option<Instant> {
+        let store = self.0.read();
+        sources.into_iter().filter_map(|s| store.last_change(namespace, s)).max()
+    }
+
+    /// The workloads in `namespace` that use `source`.
+    pub fn affected_by(&self, namespace: &str, source: &SourceRef) -> Vec<WorkloadKey> {
+        self.0.read().affected_by(namespace, source)
+    }
+
+    /// How many sources and workloads the index holds.
+    pub fn counts(&self) -> (usize, usize) {
+        let store = self.0.read();
+        (store.source_count(), store.workload_count())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -51,7 +51,7 @@ use crate::decide::pause;
 use crate::decide::plan::{Cause, Plan, PlanOptions, SourceFacts, Strategy, plan};
 use crate::index::relist;
 use crate::index::remembered::WorkloadMemories;
-use crate::index::store::{Candidates, SourceUpdate, Store, WorkloadEntry};
+use crate::index::store::{Candidates, SourceUpdate, Store, StoreReader, WorkloadEntry};
 use crate::kube::access::Follow;
 use crate::kube::hashed::{Hashed, HashedKind};
 use crate::model::annotations::AnnotationKeys;
@@ -123,6 +123,12 @@ pub struct Engine {
     /// What the operator knows (index, per-workload memory, served namespaces) and the one way
     /// watch events change it.
     feed: Arc<feed::Feed>,
+    /// The index as the workers and the admission path read it (only the feed writes it).
+    index: StoreReader,
+    /// The workloads to reconcile (the feed queues them; the workers take them).
+    queue: Arc<WorkQueue<WorkloadKey>>,
+    /// Sources that break an input limit (the feed finds them), reported by their own task.
+    source_reports: Arc<crate::report::input_limits::SourceLimitReports>,
     /// Reconciles workloads taken from the queue (see `reconcile`).
     reconciler: Reconciler,
     /// Lists on change, for kinds that may be listed but not watched (see `follow`).
@@ -192,30 +198,30 @@ impl Engine {
         let rights =
             Arc::new(rights::Rights::new(client.clone(), &config, metrics.clone(), events.clone()));
         let memory = Arc::new(WorkloadMemories::default());
-        let feed = Arc::new(feed::Feed {
-            keys: config.keys.clone(),
-            kinds: config.kinds.clone(),
-            debounce: config.debounce,
-            reload_on_delete: config.reload_on_delete,
-            store,
-            memory: memory.clone(),
-            namespaces: RwLock::new(crate::index::namespaces::Namespaces::new(
-                config.namespaces_to_ignore.clone(),
-                config.namespace_selector.is_some(),
-            )),
-            queue,
-            rollouts,
-            policies: policies.clone(),
-            rights: rights.clone(),
-            scans: follow::ScanState::default(),
-            metrics: metrics.clone(),
-            source_reports: crate::report::input_limits::SourceLimitReports::new(events.clone()),
-            synced,
-        });
+        let index = StoreReader::new(store.clone());
+        let source_reports =
+            Arc::new(crate::report::input_limits::SourceLimitReports::new(events.clone()));
+        let feed = Arc::new(feed::Feed::new(
+            &config,
+            feed::Shared {
+                store,
+                memory: memory.clone(),
+                queue: queue.clone(),
+                rollouts: rollouts.clone(),
+                synced,
+            },
+            policies.clone(),
+            rights.clone(),
+            metrics.clone(),
+            source_reports.clone(),
+        ));
         let reconciler = Reconciler {
             config: config.clone(),
             feed: feed.clone(),
-            memory,
+            index: index.clone(),
+            memory: memory.clone(),
+            queue: queue.clone(),
+            rollouts,
             policies: policies.clone(),
             rights: rights.clone(),
             writer: WorkloadWriter::new(
@@ -237,6 +243,8 @@ impl Engine {
         let scanner = Arc::new(follow::Scanner {
             client: client.clone(),
             feed: feed.clone(),
+            index: index.clone(),
+            memory,
             rights: rights.clone(),
             metrics: metrics.clone(),
         });
@@ -252,6 +260,9 @@ impl Engine {
             watch_tasks: watches::WatchTasks::default(),
             rights,
             feed,
+            index,
+            queue,
+            source_reports,
             reconciler,
             client,
             pending_watchers: AtomicUsize::new(0),
@@ -331,11 +342,8 @@ impl Engine {
     }
 
     fn enqueue_everything(&self) {
-        let keys = self.feed.store.read().workload_keys();
-        info!(workloads = keys.len(), "leading: checking every workload against its sources");
-        for key in keys {
-            self.feed.queue.add(key, Duration::ZERO);
-        }
+        let workloads = self.feed.queue_everything();
+        info!(workloads, "leading: checking every workload against its sources");
         self.policies.enqueue_all();
     }
 
@@ -396,7 +404,7 @@ impl Engine {
         let engine = self.clone();
         tasks.spawn(async move { engine.policies.status_worker().await });
         let engine = self.clone();
-        tasks.spawn(async move { engine.feed.source_reports.publish().await });
+        tasks.spawn(async move { engine.source_reports.publish().await });
         if self.config.csi_integration {
             tasks.spawn(self.csi.clone().discover_and_watch_csi(scopes.clone()));
         }
@@ -440,7 +448,7 @@ impl Engine {
         shutdown.await;
         info!("stopping: no new work is taken, in-flight writes finish");
         self.workers.stopping();
-        self.feed.queue.close();
+        self.queue.close();
         self.policies.close();
         self.scanner.close_scans();
         // Workers return once the queue is closed and their current reconcile is done.
@@ -470,11 +478,7 @@ impl Engine {
                 continue;
             }
             let started = tokio::time::Instant::now();
-            let keys = self.feed.store.read().workload_keys();
-            let workloads = keys.len();
-            for key in keys {
-                self.feed.queue.add(key, Duration::ZERO);
-            }
+            let workloads = self.feed.queue_everything();
             self.scanner.scan_everything();
             // What the identity may do is asked again too (see `rights`).
             self.rights.ask_again();
@@ -482,7 +486,7 @@ impl Engine {
             // debounced key keeps its later due time) and no worker is busy: exact when idle,
             // an upper bound while other changes keep the workers busy.
             let by = tokio::time::Instant::now();
-            while !self.feed.queue.drained_by(by) {
+            while !self.queue.drained_by(by) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             let took = started.elapsed();
@@ -497,7 +501,7 @@ impl Engine {
         // Counts this worker as alive until it returns; one that ends while the queue is open
         // turns `/live` to 503 (see `crate::runtime::containment`).
         let _alive = self.workers.enlist();
-        while let Some(key) = self.feed.queue.next().await {
+        while let Some(key) = self.queue.next().await {
             // A due key is taken without waiting and a reconcile with nothing to write does
             // not wait either: without this, workers going through a full pass (startup,
             // resync) would hold the runtime's threads, and /readyz, /live and the watches
@@ -505,7 +509,7 @@ impl Engine {
             tokio::task::coop::consume_budget().await;
             if !self.is_leader() {
                 // A standby only keeps its caches warm; taking over queues everything again.
-                self.feed.queue.done(&key);
+                self.queue.done(&key);
                 continue;
             }
             let started = std::time::Instant::now();
@@ -536,25 +540,17 @@ impl Engine {
                 .reconcile_duration
                 .with_label_values(&[result])
                 .observe(started.elapsed().as_secs_f64());
-            self.metrics.workqueue_depth.set(self.feed.queue.len() as i64);
-            {
-                let store = self.feed.store.read();
-                self.metrics
-                    .watched_objects
-                    .with_label_values(&["source"])
-                    .set(store.source_count() as i64);
-                self.metrics
-                    .watched_objects
-                    .with_label_values(&["workload"])
-                    .set(store.workload_count() as i64);
-            }
+            self.metrics.workqueue_depth.set(self.queue.len() as i64);
+            let (sources, workloads) = self.index.counts();
+            self.metrics.watched_objects.with_label_values(&["source"]).set(sources as i64);
+            self.metrics.watched_objects.with_label_values(&["workload"]).set(workloads as i64);
             self.metrics
                 .watched_objects
                 .with_label_values(&["policy"])
                 .set(self.policies.count() as i64);
-            self.feed.queue.done(&key);
+            self.queue.done(&key);
             match (retry, scanned) {
-                (Some(after), _) => self.feed.queue.schedule(key, after),
+                (Some(after), _) => self.queue.schedule(key, after),
                 // Listed for a change, and done with it: not kept (see `follow`).
                 (None, Some(generation)) => self.scanner.forget_scanned(&key, generation),
                 (None, None) => {}

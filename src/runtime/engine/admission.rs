@@ -179,7 +179,7 @@ impl Engine {
             && self.config.kinds.contains(&kind)
             && (self.config.namespaces.is_empty()
                 || self.config.namespaces.iter().any(|n| n == namespace))
-            && self.feed.namespaces.read().served(namespace)
+            && self.feed.served(namespace)
     }
 
     /// The patch that brings `object` up to date with its sources, and the sources it stamps.
@@ -213,7 +213,7 @@ impl Engine {
         opts.stamp = true;
         opts.sync_after_restart = false;
         let entry = self.feed.transient_entry(info);
-        let mut candidates = self.feed.store.read().candidates(&entry).sources;
+        let mut candidates = self.index.candidates(&entry).sources;
         // Admission answers go to whoever can reach the webhook: they name and hash only
         // sources the object itself references (named patterns may match any source of the
         // namespace; the reconciler records those without a rollout after the write).
@@ -585,7 +585,7 @@ mod tests {
             cli.reload.engine_config(),
             crate::kube::leader::sole_leader(),
         );
-        engine.feed.synced.store(true, std::sync::atomic::Ordering::SeqCst);
+        engine.feed.caches_synced(true);
         let facts = crate::decide::plan::SourceFacts {
             state: crate::model::source::SourceState {
                 hash: "h1".into(),
@@ -603,7 +603,7 @@ mod tests {
             crate::model::source::SourceKind::ConfigMap,
             "app-config",
         );
-        engine.feed.store.write().upsert_source("shop", source, facts);
+        engine.feed.source_observed("shop", source, facts);
         engine
     }
 

@@ -109,7 +109,7 @@ impl Csi {
 
     fn apply_pod_status(&self, obj: &DynamicObject, after_first_list: bool) {
         let ns = obj.namespace().unwrap_or_default();
-        if self.feed.namespaces.read().ignored(&ns) {
+        if self.feed.ignored(&ns) {
             return;
         }
         let Some(facts) = PodStatusFacts::from_status(obj.data.get("status")) else {
@@ -157,7 +157,7 @@ impl Csi {
             classes.remove(&key);
             drop(classes);
             let source = SourceRef::new(SourceKind::SecretProviderClass, key.1);
-            self.feed.store.write().remove_source(ns, &source);
+            self.feed.forget_source(ns, &source);
         }
     }
 }

@@ -12,34 +12,76 @@ use crate::runtime::engine::rights::Rights;
 /// See the module documentation. Shared by the watch tasks, the reconciles and the lists on
 /// change.
 pub(super) struct Feed {
-    pub(super) keys: AnnotationKeys,
+    keys: AnnotationKeys,
     /// The workload kinds served.
     pub(super) kinds: Vec<WorkloadKind>,
     /// `--debounce`: how long a queued workload waits for more changes.
     pub(super) debounce: Duration,
     /// `--reload-on-delete`.
-    pub(super) reload_on_delete: bool,
-    pub(super) store: Arc<RwLock<Store>>,
+    reload_on_delete: bool,
+    store: Arc<RwLock<Store>>,
     /// What is remembered about each workload between its reconciles (see
     /// [`crate::index::remembered`]); forgotten with the workload.
-    pub(super) memory: Arc<WorkloadMemories>,
+    memory: Arc<WorkloadMemories>,
     /// Which namespaces are served (ignored ones, and the `--namespace-selector` matches).
-    pub(super) namespaces: RwLock<crate::index::namespaces::Namespaces>,
-    pub(super) queue: Arc<WorkQueue<WorkloadKey>>,
+    namespaces: RwLock<crate::index::namespaces::Namespaces>,
+    queue: Arc<WorkQueue<WorkloadKey>>,
     /// Churn limits on rollouts (a workload that is gone is forgotten there too).
-    pub(super) rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
-    pub(super) policies: Arc<Policies>,
-    pub(super) rights: Arc<Rights>,
+    rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
+    policies: Arc<Policies>,
+    rights: Arc<Rights>,
     /// Lists of the kinds followed by listing on change (see `follow`).
     pub(super) scans: ScanState,
-    pub(super) metrics: Arc<crate::report::metrics::Metrics>,
+    metrics: Arc<crate::report::metrics::Metrics>,
     /// Sources that break an input limit, reported by their own task.
-    pub(super) source_reports: crate::report::input_limits::SourceLimitReports,
+    source_reports: Arc<crate::report::input_limits::SourceLimitReports>,
     /// Set once every counted watcher finished its first list.
+    synced: Arc<AtomicBool>,
+}
+
+/// The state the feed shares with the engine's other parts, each of which uses it through its
+/// own methods: the index and the per-workload memory, the work queue, the churn limits, and
+/// whether the caches are synced.
+pub(super) struct Shared {
+    pub(super) store: Arc<RwLock<Store>>,
+    pub(super) memory: Arc<WorkloadMemories>,
+    pub(super) queue: Arc<WorkQueue<WorkloadKey>>,
+    pub(super) rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
     pub(super) synced: Arc<AtomicBool>,
 }
 
 impl Feed {
+    pub(super) fn new(
+        config: &EngineConfig,
+        shared: Shared,
+        policies: Arc<Policies>,
+        rights: Arc<Rights>,
+        metrics: Arc<crate::report::metrics::Metrics>,
+        source_reports: Arc<crate::report::input_limits::SourceLimitReports>,
+    ) -> Self {
+        let Shared { store, memory, queue, rollouts, synced } = shared;
+        Feed {
+            keys: config.keys.clone(),
+            kinds: config.kinds.clone(),
+            debounce: config.debounce,
+            reload_on_delete: config.reload_on_delete,
+            store,
+            memory,
+            namespaces: RwLock::new(crate::index::namespaces::Namespaces::new(
+                config.namespaces_to_ignore.clone(),
+                config.namespace_selector.is_some(),
+            )),
+            queue,
+            rollouts,
+            policies,
+            rights,
+            scans: ScanState::default(),
+            metrics,
+            source_reports,
+            synced,
+        }
+    }
+
     /// One watch event of a workload kind: `info` summarises the object, `None` meaning it is
     /// not reloaded here (then any earlier summary is dropped).
     pub(super) fn on_workload_item<K: Resource>(
@@ -94,12 +136,6 @@ impl Feed {
         self.policies.forget_target(key);
     }
 
-    /// Marks every workload for its first pass after the caches synced (`startup_pass`) and,
-    /// when this replica leads, for one look at a rollout under way (`look_for_rollout`).
-    pub(super) fn mark_first_pass(&self, keys: &[WorkloadKey], leading: bool) {
-        self.memory.mark_first_pass(keys, leading);
-    }
-
     /// On a change of leadership: a new leader looks once at every workload's rollout under
     /// way (it may be a reload the previous leader wrote); a standby keeps no such mark.
     pub(super) fn mark_rollouts_to_look_at(&self, leading: bool) {
@@ -108,9 +144,95 @@ impl Feed {
         self.memory.look_for_rollouts_of(&keys);
     }
 
-    /// `source`'s change queued `key` (through a list on change).
-    pub(super) fn note_trigger(&self, key: &WorkloadKey, source: &SourceRef) {
-        self.memory.add_trigger(key, source);
+    /// Whether workloads in `namespace` are served (not ignored, and matching the namespace
+    /// selector where there is one).
+    pub(super) fn served(&self, namespace: &str) -> bool {
+        self.namespaces.read().served(namespace)
+    }
+
+    /// Whether `namespace` is ignored (`--namespaces-to-ignore`).
+    pub(super) fn ignored(&self, namespace: &str) -> bool {
+        self.namespaces.read().ignored(namespace)
+    }
+
+    /// A namespace the selector matches was seen: a newly matching one gets its workloads
+    /// checked (once the caches are synced). Returns whether it is new.
+    pub(super) fn namespace_matched(&self, name: &str) -> bool {
+        let added = self.namespaces.write().apply(name);
+        if added && self.is_synced() {
+            info!(namespace = %name, "namespace now matches the namespace selector");
+            for key in self.store.read().workload_keys().into_iter().filter(|k| k.namespace == name)
+            {
+                self.queue.add(key, Duration::ZERO);
+            }
+        }
+        added
+    }
+
+    pub(super) fn namespace_gone(&self, name: &str) {
+        self.namespaces.write().delete(name);
+    }
+
+    pub(super) fn namespaces_relisted(&self, seen: &HashSet<(String, String)>) {
+        self.namespaces.write().relisted(seen);
+    }
+
+    /// Every counted watcher has done its first list: the caches are synced. Every workload
+    /// is marked for its first pass and queued; returns how many workloads and sources.
+    pub(super) fn caches_synced(&self, leading: bool) -> (usize, usize) {
+        let keys = self.store.read().workload_keys();
+        let counts = (keys.len(), self.store.read().source_count());
+        self.memory.mark_first_pass(&keys, leading);
+        self.synced.store(true, Ordering::SeqCst);
+        for key in keys {
+            self.queue.add(key, Duration::ZERO);
+        }
+        counts
+    }
+
+    /// Workloads a list on change put in the index and no reconcile waits for: dropped from
+    /// the index (`keys` is taken under its lock, so no list can queue one meanwhile).
+    pub(super) fn drop_listed(&self, keys: impl IntoIterator<Item = WorkloadKey>) {
+        let mut store = self.store.write();
+        for key in keys {
+            store.remove_workload(&key);
+        }
+    }
+
+    /// A relist of `kind`'s sources in `scope` is done: those it did not see are deleted.
+    pub(super) fn sources_relisted(
+        &self,
+        kind: SourceKind,
+        scope: Option<&str>,
+        seen: &HashSet<(String, String)>,
+    ) {
+        let known: Vec<(String, String)> =
+            self.store.read().source_keys(kind).into_iter().map(|(ns, s)| (ns, s.name)).collect();
+        for (ns, name) in relist::gone(known, scope, seen) {
+            self.metrics.event_received("delete", &kind.to_string());
+            self.delete_source(&ns, SourceRef::new(kind, name));
+        }
+    }
+
+    /// Queues `key` to be reconciled after `delay`.
+    pub(super) fn queue_after(&self, key: WorkloadKey, delay: Duration) {
+        self.queue.add(key, delay);
+    }
+
+    /// Queues every workload known, now.
+    pub(super) fn queue_everything(&self) -> usize {
+        let keys = self.store.read().workload_keys();
+        let n = keys.len();
+        for key in keys {
+            self.queue.add(key, Duration::ZERO);
+        }
+        n
+    }
+
+    /// A source no longer exists (a SecretProviderClass whose last pod status went): forgotten
+    /// quietly, as pods going away is not a change of the secret.
+    pub(super) fn forget_source(&self, namespace: &str, source: &SourceRef) {
+        self.store.write().remove_source(namespace, source);
     }
 
     pub(super) fn is_synced(&self) -> bool {

@@ -22,6 +22,8 @@ use tracing::{debug, warn};
 use super::feed::Feed;
 use super::rights::Rights;
 use super::rights::is_forbidden;
+use crate::index::remembered::WorkloadMemories;
+use crate::index::store::StoreReader;
 use crate::kube::access::Follow;
 use crate::model::source::SourceRef;
 use crate::model::workload::{WorkloadKey, WorkloadKind};
@@ -66,6 +68,10 @@ impl Default for ScanState {
 pub(super) struct Scanner {
     pub(super) client: kube::Client,
     pub(super) feed: Arc<Feed>,
+    /// The index, read (the feed writes what a list finds).
+    pub(super) index: StoreReader,
+    /// Which sources' change queued a workload a list found.
+    pub(super) memory: Arc<WorkloadMemories>,
     pub(super) rights: Arc<Rights>,
     pub(super) metrics: Arc<crate::report::metrics::Metrics>,
 }
@@ -139,7 +145,7 @@ impl Scanner {
             let page = api.list(&params).await?;
             for obj in &page.items {
                 let namespace = obj.namespace().unwrap_or_default();
-                if self.feed.namespaces.read().ignored(&namespace) {
+                if self.feed.ignored(&namespace) {
                     continue;
                 }
                 if let Some(workload) = self.feed.refresh(key.kind, obj) {
@@ -154,18 +160,16 @@ impl Scanner {
         let (queued, delay): (HashSet<WorkloadKey>, Duration) = match &triggers {
             None => (listed.clone(), Duration::ZERO),
             Some(sources) => {
-                let store = self.feed.store.read();
                 let ns = key.namespace.as_deref().unwrap_or_default();
                 let affected = sources
                     .iter()
-                    .flat_map(|s| store.affected_by(ns, s).into_iter().map(move |k| (k, s)))
+                    .flat_map(|s| self.index.affected_by(ns, s).into_iter().map(move |k| (k, s)))
                     .filter(|(k, _)| listed.contains(k))
                     .collect::<Vec<_>>();
-                drop(store);
                 let mut queued = HashSet::new();
                 for (k, source) in affected {
                     self.metrics.workloads_scanned.with_label_values(&[k.kind.as_str()]).inc();
-                    self.feed.note_trigger(&k, source);
+                    self.memory.add_trigger(&k, source);
                     queued.insert(k);
                 }
                 (queued, self.feed.debounce)
@@ -174,19 +178,19 @@ impl Scanner {
         let generation = self.feed.scans.generation.fetch_add(1, Ordering::SeqCst) + 1;
         {
             let mut scanned = self.feed.scans.scanned.lock();
-            let mut store = self.feed.store.write();
-            for k in &listed {
+            // Listed, not concerned, and not waiting for an earlier list's reconcile: dropped.
+            self.feed.drop_listed(listed.iter().filter_map(|k| {
                 if queued.contains(k) {
                     scanned.insert(k.clone(), generation);
-                } else if !scanned.contains_key(k) {
-                    // Listed, not concerned, and not waiting for an earlier list's reconcile.
-                    store.remove_workload(k);
+                    None
+                } else {
+                    (!scanned.contains_key(k)).then(|| k.clone())
                 }
-            }
+            }));
         }
         debug!(kind = %key.kind, namespace = ?key.namespace, listed = listed.len(), queued = queued.len(), "listed workloads for a change");
         for k in queued {
-            self.feed.queue.add(k, delay);
+            self.feed.queue_after(k, delay);
         }
         Ok(())
     }

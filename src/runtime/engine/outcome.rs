@@ -16,7 +16,7 @@ impl Reconciler {
     /// A reload was just written: its rollout is followed (for kinds that roll pods by
     /// themselves: a CronJob's or an `OnDelete` StatefulSet's is not; `false` then).
     pub(super) async fn start_following(&self, key: &WorkloadKey) -> bool {
-        let Some(entry) = self.feed.store.read().workload(key) else { return false };
+        let Some(entry) = self.index.workload(key) else { return false };
         if outcome::verdict(&entry.info.progress).is_none() {
             return false;
         }
@@ -25,7 +25,7 @@ impl Reconciler {
         self.memory.set_following(key, Some(following));
         let _ = self.policies.report_rollout(key, RolloutState::Progressing, None).await;
         // Its controller may have finished before the watch event that says so is seen.
-        self.feed.queue.schedule(key.clone(), Duration::ZERO);
+        self.queue.schedule(key.clone(), Duration::ZERO);
         true
     }
 

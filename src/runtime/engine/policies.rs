@@ -85,7 +85,7 @@ impl Engine {
             || engine.policies.watch_listed(),
             |event, _after_first_list| match event {
                 WatchItem::Apply(p) => {
-                    if !engine.feed.namespaces.read().ignored(&p.namespace().unwrap_or_default()) {
+                    if !engine.feed.ignored(&p.namespace().unwrap_or_default()) {
                         engine.policies.apply(&p)
                     }
                 }

@@ -14,6 +14,12 @@ pub(super) struct Reconciler {
     /// What is remembered about each workload between its reconciles (shared with the feed,
     /// which marks and forgets).
     pub(super) memory: Arc<WorkloadMemories>,
+    /// The index, read (only the feed writes it).
+    pub(super) index: StoreReader,
+    /// The workloads to reconcile: a reconcile may look at one again later.
+    pub(super) queue: Arc<WorkQueue<WorkloadKey>>,
+    /// Churn limits on rollouts (shared with the feed, which forgets a workload gone).
+    pub(super) rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
     pub(super) policies: Arc<policies::Policies>,
     pub(super) rights: Arc<rights::Rights>,
     /// Every workload write goes through it (kube/write.rs).
@@ -87,7 +93,7 @@ impl Reconciler {
         if std::env::var("RELOADER_FAULT_PANIC_WORKLOAD").is_ok_and(|name| name == key.name) {
             panic!("fault injection: the reconcile of {key} panics");
         }
-        if !self.feed.namespaces.read().served(&key.namespace) {
+        if !self.feed.served(&key.namespace) {
             return Next::Idle;
         }
         if self.writer.has_pending_job(key) {
@@ -103,18 +109,17 @@ impl Reconciler {
             };
         }
         let Some(opts) = self.plan_options(key) else { return Next::Idle };
-        let Some(mut entry) = self.feed.store.read().workload(key) else { return Next::Idle };
+        let Some(mut entry) = self.index.workload(key) else { return Next::Idle };
         // A rollout a reload started is followed first (runtime/engine/outcome.rs).
         if let Some(recheck) = self.follow_rollout(&entry.info).await {
-            self.feed.queue.schedule(key.clone(), recheck);
+            self.queue.schedule(key.clone(), recheck);
         }
         // A rollout admitted by the churn limits stays admitted through conflict retries (the
         // admission counts as this workload's rollout: a retry must not be held back by it).
         let mut admitted = false;
         let mut attempt: u32 = 0;
         loop {
-            let Candidates { sources: candidates, named_left_out } =
-                self.feed.store.read().candidates(&entry);
+            let Candidates { sources: candidates, named_left_out } = self.index.candidates(&entry);
             let mut plan = plan(&entry.info, &entry.selection, &candidates, &opts);
             // A pause window that ends later needs this workload looked at again then.
             let (revisit, pause_problem) =
@@ -149,11 +154,7 @@ impl Reconciler {
             let window = policy_part::debounce_window(self.config.debounce, &plan, &parts);
             let rolls = plan.template.is_some();
             let newest_change = if rolls && !window.is_zero() {
-                let store = self.feed.store.read();
-                plan.changes
-                    .iter()
-                    .filter_map(|c| store.last_change(&key.namespace, &c.source))
-                    .max()
+                self.index.newest_change(&key.namespace, plan.changes.iter().map(|c| &c.source))
             } else {
                 None
             };
@@ -187,8 +188,7 @@ impl Reconciler {
             };
             let mut deferred = self.memory.deferred_since(key);
             let now = tokio::time::Instant::now().into_std();
-            let decision =
-                rollout::decide(&gates, &mut deferred, &mut self.feed.rollouts.lock(), now);
+            let decision = rollout::decide(&gates, &mut deferred, &mut self.rollouts.lock(), now);
             self.memory.set_deferred_since(key, deferred);
             match decision {
                 Decision::UpToDate => {
@@ -291,7 +291,7 @@ impl Reconciler {
                     match self.writer.read(key).await {
                         Ok(obj) => {
                             self.feed.refresh(key.kind, &obj);
-                            let Some(fresh) = self.feed.store.read().workload(key) else {
+                            let Some(fresh) = self.index.workload(key) else {
                                 return Next::Idle;
                             };
                             entry = fresh;
@@ -472,13 +472,8 @@ impl Reconciler {
 
     /// How long ago the newest source change this plan carries was observed.
     pub(super) fn since_change(&self, key: &WorkloadKey, plan: &Plan) -> Option<Duration> {
-        let store = self.feed.store.read();
-        let newest = plan
-            .changes
-            .iter()
-            .filter(|c| c.cause == Cause::Changed)
-            .filter_map(|c| store.last_change(&key.namespace, &c.source))
-            .max();
+        let changed = plan.changes.iter().filter(|c| c.cause == Cause::Changed);
+        let newest = self.index.newest_change(&key.namespace, changed.map(|c| &c.source));
         newest.map(|at| at.elapsed())
     }
 }

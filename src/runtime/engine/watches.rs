@@ -268,17 +268,8 @@ impl Engine {
 
     pub(super) fn watcher_synced(&self) {
         if self.pending_watchers.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let keys = self.feed.store.read().workload_keys();
-            info!(
-                workloads = keys.len(),
-                sources = self.feed.store.read().source_count(),
-                "caches synced; checking every workload against its sources"
-            );
-            self.feed.mark_first_pass(&keys, *self.leadership.borrow());
-            self.feed.synced.store(true, Ordering::SeqCst);
-            for key in keys {
-                self.feed.queue.add(key, Duration::ZERO);
-            }
+            let (workloads, sources) = self.feed.caches_synced(*self.leadership.borrow());
+            info!(workloads, sources, "caches synced; checking every workload against its sources");
             // Policy statuses wait for the caches (see `Policies::write_status`).
             self.policies.enqueue_all();
             // Kinds that may not be watched get the same first look, by listing them once.
@@ -302,24 +293,16 @@ impl Engine {
             || self.watcher_synced(),
             |event, _after_first_list| match event {
                 WatchItem::Apply(ns) => {
-                    let name = ns.name_any();
-                    let added = engine.feed.namespaces.write().apply(&name);
+                    let added = engine.feed.namespace_matched(&ns.name_any());
                     engine
                         .metrics
                         .event_received(if added { "add" } else { "update" }, "Namespace");
-                    if added && engine.feed.is_synced() {
-                        info!(namespace = %name, "namespace now matches the namespace selector");
-                        let keys = engine.feed.store.read().workload_keys();
-                        for key in keys.into_iter().filter(|k| k.namespace == name) {
-                            engine.feed.queue.add(key, Duration::ZERO);
-                        }
-                    }
                 }
                 WatchItem::Delete(ns) => {
                     engine.metrics.event_received("delete", "Namespace");
-                    engine.feed.namespaces.write().delete(&ns.name_any());
+                    engine.feed.namespace_gone(&ns.name_any());
                 }
-                WatchItem::RelistDone(seen) => engine.feed.namespaces.write().relisted(&seen),
+                WatchItem::RelistDone(seen) => engine.feed.namespaces_relisted(&seen),
             },
         )
         .await;
@@ -365,18 +348,7 @@ impl Engine {
                     engine.feed.delete_source(&ns, SourceRef::new(kind, name));
                 }
                 WatchItem::RelistDone(seen) => {
-                    let known: Vec<(String, String)> = engine
-                        .feed
-                        .store
-                        .read()
-                        .source_keys(kind)
-                        .into_iter()
-                        .map(|(ns, s)| (ns, s.name))
-                        .collect();
-                    for (ns, name) in relist::gone(known, scope.as_deref(), &seen) {
-                        engine.metrics.event_received("delete", &kind.to_string());
-                        engine.feed.delete_source(&ns, SourceRef::new(kind, name));
-                    }
+                    engine.feed.sources_relisted(kind, scope.as_deref(), &seen)
                 }
             },
         )

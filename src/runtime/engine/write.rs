@@ -35,7 +35,7 @@ impl Reconciler {
                         // Records of Jobs out of this operator's scope are another's (several
                         // operators may share a namespace for their records).
                         if scope.is_empty() || scope.contains(&key.namespace) {
-                            self.feed.queue.add(key, Duration::ZERO);
+                            self.queue.add(key, Duration::ZERO);
                         } else {
                             self.writer.forget_pending_job(&key);
                         }
@@ -82,7 +82,7 @@ impl Reconciler {
             Ok(Answer::JobNameTaken(after)) => {
                 // The worker goes on to other keys; this one comes back (kube/write.rs).
                 debug!(workload = %key, ?after, "the deleted Job's name is still taken; looking again later");
-                self.feed.queue.schedule(key.clone(), after);
+                self.queue.schedule(key.clone(), after);
             }
             Err(ExecError::JobPending { error, first }) => {
                 self.metrics.reconcile_failed("job_recreate");
