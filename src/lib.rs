@@ -12,7 +12,8 @@
 //! 7. `model/`: the vocabulary.
 //!
 //! [`cli`] owns the command line and its environment variables and is the only module that knows
-//! clap (it turns flags into each layer's settings); [`telemetry`] owns logging; [`error`] is the
+//! clap (it turns flags into plain values and the settings of the layers below the runtime;
+//! `runtime/operator.rs` builds the engine's from them); [`telemetry`] owns logging; [`error`] is the
 //! operator's top-level error.
 //!
 //! # One ConfigMap change, from watch event to PATCH

@@ -35,6 +35,7 @@ mod outcome;
 mod policies;
 mod reconcile;
 mod rights;
+mod scans;
 mod watches;
 mod write;
 
@@ -43,7 +44,7 @@ use events::*;
 use reconcile::Reconciler;
 use write::*;
 
-pub use admission::{AdmissionError, admission_patch, admitted_kind, admitted_kind_of};
+pub use admission::{AdmissionError, admission_patch, admitted_kind};
 
 use crate::decide::churn::{RolloutLimiter, ThrottleReason};
 use crate::decide::jobs::is_controlled;
@@ -206,7 +207,7 @@ impl Engine {
             rollouts,
             policies: policies.clone(),
             rights: rights.clone(),
-            scans: follow::ScanState::default(),
+            scans: scans::ScanState::default(),
             metrics: metrics.clone(),
             source_reports: crate::report::input_limits::SourceLimitReports::new(events.clone()),
             synced,

@@ -1,10 +1,14 @@
 //! The one place that wires the operator together.
+//!
+//! It reads the parsed command line (`cli`, plain values: this module needs no clap) and builds
+//! each part's settings; the engine's, [`EngineConfig`], here in [`engine_config`], so that `cli`
+//! imports nothing of the runtime and the two import each other in no cycle.
 
-use crate::cli::Cli;
+use crate::cli::{Cli, ReloadArgs};
 use crate::kube::leader::{Election, Elector, PollingElection, sole_leader};
 use crate::kube::ratelimit::{Lane, RateLimitLayer};
 use crate::model::workload::HashMode;
-use crate::runtime::engine::Engine;
+use crate::runtime::engine::{Engine, EngineConfig};
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::ListParams;
@@ -12,6 +16,49 @@ use kube::{Api, Client};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{info, warn};
+
+/// The engine's settings from the reload flags (the operator's own namespace and the hash
+/// key's default namespace are `default` here; `run` puts `POD_NAMESPACE` there when it is set).
+pub fn engine_config(args: &ReloadArgs) -> EngineConfig {
+    EngineConfig {
+        keys: args.annotation_keys(),
+        strategy: args.reload_strategy,
+        auto_reload_all: args.auto_reload_all,
+        reload_on_create: args.reload_on_create,
+        reload_on_delete: args.reload_on_delete,
+        sync_after_restart: args.sync_after_restart,
+        watch_configmaps: args.resources_to_ignore.as_deref() != Some("configmaps"),
+        watch_secrets: args.resources_to_ignore.as_deref() != Some("secrets"),
+        kinds: args.kinds(),
+        namespaces: args.namespaces(),
+        namespaces_to_ignore: args.namespaces_to_ignore.iter().cloned().collect(),
+        resource_label_selector: args.resource_label_selector.clone().filter(|s| !s.is_empty()),
+        namespace_selector: crate::cli::namespace_selector(&args.namespace_selector),
+        webhook_url: args.webhook_url.clone().filter(|s| !s.is_empty()),
+        debounce: args.debounce,
+        debounce_max_wait: args.debounce_max_wait,
+        min_rollout_interval: args.min_rollout_interval,
+        rollout_timeout: args.rollout_timeout,
+        ignore_windows: args.ignore_windows,
+        max_rollouts_per_second: args.max_rollouts_per_second,
+        rollout_burst: args.rollout_burst,
+        resync_period: args.resync_period,
+        workers: args.workers.into(),
+        api_discovery_interval: args.api_discovery_interval,
+        metrics_count_by_namespace: args.metrics_count_by_namespace,
+        csi_integration: args.enable_csi_integration,
+        key_precise_references: args.key_precise_references,
+        hash_mode: args.hash_mode,
+        // `default` for local runs; `run` puts POD_NAMESPACE here when it is set.
+        own_namespace: "default".into(),
+        hash_key_namespace: args
+            .hash_key_namespace
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "default".into()),
+        hash_key_secret: args.hash_key_secret.clone(),
+    }
+}
 
 /// Connects to the API server and runs the engine until SIGTERM or SIGINT.
 pub async fn run(cli: Cli) -> Result<()> {
@@ -108,14 +155,14 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         None => (sole_leader(), None),
     };
-    let mut engine_config = cli.reload.engine_config();
+    let mut engine_config = engine_config(&cli.reload);
     if let Some(ns) = cli.ha.pod_namespace.as_ref().filter(|s| !s.is_empty()) {
         engine_config.own_namespace = ns.clone();
         if cli.reload.hash_key_namespace.as_deref().is_none_or(str::is_empty) {
             engine_config.hash_key_namespace = ns.clone();
         }
     }
-    let webhook = cli.webhook_settings(&engine_config)?;
+    let webhook = cli.webhook_settings()?;
     let webhook_leadership = leadership.clone();
     let key_leadership = leadership.clone();
     let ha = election.is_some();
