@@ -3,6 +3,10 @@
 //! It reads the parsed command line (`cli`, plain values: this module needs no clap) and builds
 //! each part's settings; the engine's, [`EngineConfig`], here in [`engine_config`], so that `cli`
 //! imports nothing of the runtime and the two import each other in no cycle.
+//!
+//! The tasks it starts (hash key, metrics endpoint, webhook, election) each stop on a
+//! `tokio_util` `CancellationToken`, in the order `run` ends with: a cancel is kept, so a task
+//! that only starts waiting after it still stops.
 
 use crate::cli::{Cli, ReloadArgs};
 use crate::kube::leader::{Election, Elector, PollingElection, sole_leader};
@@ -15,6 +19,7 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 /// The engine's settings from the reload flags (the operator's own namespace and the hash
@@ -177,13 +182,15 @@ pub async fn run(cli: Cli) -> Result<()> {
     if cli.reload.hash_mode == HashMode::HmacSha256 {
         key_slot.load_once(&client, !ha).await?;
     }
-    let stop_key = Arc::new(tokio::sync::Notify::new());
+    let stop_key = CancellationToken::new();
     let key_task = {
         let stop = stop_key.clone();
-        let maintain =
-            crate::kube::hash_key::maintain(client.clone(), key_slot, key_leadership, async move {
-                stop.notified().await
-            });
+        let maintain = crate::kube::hash_key::maintain(
+            client.clone(),
+            key_slot,
+            key_leadership,
+            stop.cancelled_owned(),
+        );
         // In sha1 mode the key serves keyed ReloadPolicies only: not looked for while policy
         // mode is off (an identity that may not read policies, such as Reloader's).
         let keyed_annotations = cli.reload.hash_mode == HashMode::HmacSha256;
@@ -206,13 +213,16 @@ pub async fn run(cli: Cli) -> Result<()> {
         engine.send_alerts(alerter);
         delivery
     });
-    let stop_http = Arc::new(tokio::sync::Notify::new());
+    let stop_http = CancellationToken::new();
     let (bound, http) = {
         let stop = stop_http.clone();
         let health = crate::serve::http::Health { ready: engine.ready(), live: engine.live() };
-        crate::serve::http::serve(cli.metrics_addr, engine.metrics(), health, async move {
-            stop.notified().await
-        })
+        crate::serve::http::serve(
+            cli.metrics_addr,
+            engine.metrics(),
+            health,
+            stop.cancelled_owned(),
+        )
         .await
         .map_err(|source| Error::Listen { addr: cli.metrics_addr, source })?
     };
@@ -220,7 +230,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     let http = tokio::spawn(http);
     // Every replica serves the webhook from its warm memory; only the leader writes its
     // certificate Secret and configuration.
-    let stop_webhook = Arc::new(tokio::sync::Notify::new());
+    let stop_webhook = CancellationToken::new();
     let webhook = match webhook {
         Some((source, scope)) => {
             let slot = Arc::new(crate::serve::admission::CertSlot::default());
@@ -248,7 +258,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 engine.clone(),
                 slot.clone(),
                 guard,
-                async move { stop.notified().await },
+                stop.cancelled_owned(),
             )
             .await
             .map_err(|source| crate::serve::admission::WebhookError::Listen {
@@ -263,7 +273,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 scope,
                 slot,
                 webhook_leadership,
-                async move { stop.notified().await },
+                stop.cancelled_owned(),
             );
             Some((tokio::spawn(server), tokio::spawn(upkeep)))
         }
@@ -277,10 +287,10 @@ pub async fn run(cli: Cli) -> Result<()> {
     });
     // The signal stops the engine first (in-flight writes finish), then the election, which
     // releases the Lease so a standby takes over at once.
-    let stop_election = Arc::new(tokio::sync::Notify::new());
+    let stop_election = CancellationToken::new();
     let election = election.map(|e| {
         let stop = stop_election.clone();
-        tokio::spawn(e.run(async move { stop.notified().await }))
+        tokio::spawn(e.run(stop.cancelled_owned()))
     });
     engine
         .run(async {
@@ -289,7 +299,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         })
         .await;
     if let Some(election) = election {
-        stop_election.notify_one();
+        stop_election.cancel();
         let _ = election.await;
     }
     // After the Lease is released: queued alerts must not delay the standby's takeover.
@@ -297,13 +307,13 @@ pub async fn run(cli: Cli) -> Result<()> {
         delivery.finish(Duration::from_secs(5)).await;
     }
     if let Some((server, upkeep)) = webhook {
-        stop_webhook.notify_waiters();
+        stop_webhook.cancel();
         let _ = server.await;
         let _ = upkeep.await;
     }
-    stop_key.notify_one();
+    stop_key.cancel();
     let _ = key_task.await;
-    stop_http.notify_one();
+    stop_http.cancel();
     let _ = http.await;
     Ok(())
 }
