@@ -82,7 +82,7 @@ const OVER_SIZE: &[(&str, usize, usize, &str)] = &[
     ("runtime::engine::policies::Policies::add_to_plan", 97, 6, "being split in #35"),
     ("runtime::engine::policies::Policies::report", 97, 3, "being split in #35"),
     ("runtime::engine::reconcile::Reconciler::reconcile", 240, 2, "being split in #35"),
-    ("runtime::operator::run", 246, 1, "to split (#35)"),
+    ("runtime::operator::run", 242, 1, "to split (#35)"),
     ("runtime::watch::drive", 97, 6, "to split (#35)"),
     ("serve::admission::serve", 94, 5, "to split (#35)"),
     ("serve::admission::handle", 93, 5, "to split (#35)"),

@@ -184,13 +184,9 @@ pub async fn run(cli: Cli) -> Result<()> {
     }
     let stop_key = CancellationToken::new();
     let key_task = {
-        let stop = stop_key.clone();
-        let maintain = crate::kube::hash_key::maintain(
-            client.clone(),
-            key_slot,
-            key_leadership,
-            stop.cancelled_owned(),
-        );
+        let stop = stop_key.clone().cancelled_owned();
+        let maintain =
+            crate::kube::hash_key::maintain(client.clone(), key_slot, key_leadership, stop);
         // In sha1 mode the key serves keyed ReloadPolicies only: not looked for while policy
         // mode is off (an identity that may not read policies, such as Reloader's).
         let keyed_annotations = cli.reload.hash_mode == HashMode::HmacSha256;
@@ -215,16 +211,11 @@ pub async fn run(cli: Cli) -> Result<()> {
     });
     let stop_http = CancellationToken::new();
     let (bound, http) = {
-        let stop = stop_http.clone();
+        let stop = stop_http.clone().cancelled_owned();
         let health = crate::serve::http::Health { ready: engine.ready(), live: engine.live() };
-        crate::serve::http::serve(
-            cli.metrics_addr,
-            engine.metrics(),
-            health,
-            stop.cancelled_owned(),
-        )
-        .await
-        .map_err(|source| Error::Listen { addr: cli.metrics_addr, source })?
+        crate::serve::http::serve(cli.metrics_addr, engine.metrics(), health, stop)
+            .await
+            .map_err(|source| Error::Listen { addr: cli.metrics_addr, source })?
     };
     info!(address = %bound, "serving /metrics, /live and /readyz");
     let http = tokio::spawn(http);
@@ -234,7 +225,7 @@ pub async fn run(cli: Cli) -> Result<()> {
     let webhook = match webhook {
         Some((source, scope)) => {
             let slot = Arc::new(crate::serve::admission::CertSlot::default());
-            let stop = stop_webhook.clone();
+            let stop = stop_webhook.clone().cancelled_owned();
             // The configuration's own rule: exclusions apply when no namespaces are listed
             // (listed ones are checked by the engine either way).
             let excluded = if scope.namespaces.is_empty() {
@@ -258,7 +249,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 engine.clone(),
                 slot.clone(),
                 guard,
-                stop.cancelled_owned(),
+                stop,
             )
             .await
             .map_err(|source| crate::serve::admission::WebhookError::Listen {
@@ -266,14 +257,14 @@ pub async fn run(cli: Cli) -> Result<()> {
                 source,
             })?;
             info!(address = %bound, path = crate::serve::admission::MUTATE_PATH, "serving the admission webhook");
-            let stop = stop_webhook.clone();
+            let stop = stop_webhook.clone().cancelled_owned();
             let upkeep = crate::serve::admission::maintain_certificates(
                 client.clone(),
                 source,
                 scope,
                 slot,
                 webhook_leadership,
-                stop.cancelled_owned(),
+                stop,
             );
             Some((tokio::spawn(server), tokio::spawn(upkeep)))
         }
@@ -289,8 +280,8 @@ pub async fn run(cli: Cli) -> Result<()> {
     // releases the Lease so a standby takes over at once.
     let stop_election = CancellationToken::new();
     let election = election.map(|e| {
-        let stop = stop_election.clone();
-        tokio::spawn(e.run(stop.cancelled_owned()))
+        let stop = stop_election.clone().cancelled_owned();
+        tokio::spawn(e.run(stop))
     });
     engine
         .run(async {
