@@ -1,4 +1,11 @@
 //! Command line and environment configuration.
+//!
+//! The only module that knows clap: it turns flags into plain values and into the settings of
+//! the layers below the runtime (`kube::leader::LeaderConfig`, `report::alerts::AlertSettings`,
+//! the webhook's `serve::admission::Scope`). It imports nothing of `runtime/`: the wiring,
+//! `runtime/operator.rs`, reads the parsed flags and builds the engine's `EngineConfig` from
+//! them (`operator::engine_config`), so the dependency goes one way, runtime → cli, and the
+//! engine's settings stay the runtime's own type without the runtime knowing clap.
 
 use std::time::Duration;
 
@@ -9,7 +16,6 @@ use crate::decide::plan::Strategy;
 use crate::model::annotations::AnnotationKeys;
 use crate::model::workload::HashMode;
 use crate::model::workload::WorkloadKind;
-use crate::runtime::engine::EngineConfig;
 use crate::serve::admission::{CertSource, Endpoint, Scope, WebhookError, parse_labels, url_host};
 
 /// How log lines are written.
@@ -447,15 +453,15 @@ pub struct AlertArgs {
 }
 
 impl ReloadArgs {
-    /// The engine's settings from these flags.
-    pub fn engine_config(&self) -> EngineConfig {
-        let args = self;
-        let ignored: std::collections::HashSet<WorkloadKind> = args
+    /// The workload kinds to reload: all but `--ignored-workload-types`, Argo Rollouts with
+    /// `--is-argo-rollouts`.
+    pub fn kinds(&self) -> Vec<WorkloadKind> {
+        let ignored: std::collections::HashSet<WorkloadKind> = self
             .ignored_workload_types
             .iter()
             .filter_map(|t| WorkloadKind::from_plural(t))
             .collect();
-        let kinds = [
+        [
             WorkloadKind::Deployment,
             WorkloadKind::DaemonSet,
             WorkloadKind::StatefulSet,
@@ -464,68 +470,33 @@ impl ReloadArgs {
             WorkloadKind::DeploymentConfig,
         ]
         .into_iter()
-        .chain(args.is_argo_rollouts.then_some(WorkloadKind::Rollout))
+        .chain(self.is_argo_rollouts.then_some(WorkloadKind::Rollout))
         .filter(|k| !ignored.contains(k))
-        .collect();
-        let mut namespaces: Vec<String> = args
+        .collect()
+    }
+
+    /// The namespaces to watch (`--namespaces`, else `KUBERNETES_NAMESPACE`); empty: the whole
+    /// cluster.
+    pub fn namespaces(&self) -> Vec<String> {
+        let mut namespaces: Vec<String> = self
             .namespaces
             .iter()
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
             .collect();
-        if let Some(ns) = args.kubernetes_namespace.as_ref().filter(|s| !s.is_empty())
+        if let Some(ns) = self.kubernetes_namespace.as_ref().filter(|s| !s.is_empty())
             && namespaces.is_empty()
         {
             namespaces.push(ns.clone());
         }
-        EngineConfig {
-            keys: args.annotation_keys(),
-            strategy: args.reload_strategy,
-            auto_reload_all: args.auto_reload_all,
-            reload_on_create: args.reload_on_create,
-            reload_on_delete: args.reload_on_delete,
-            sync_after_restart: args.sync_after_restart,
-            watch_configmaps: args.resources_to_ignore.as_deref() != Some("configmaps"),
-            watch_secrets: args.resources_to_ignore.as_deref() != Some("secrets"),
-            kinds,
-            namespaces,
-            namespaces_to_ignore: args.namespaces_to_ignore.iter().cloned().collect(),
-            resource_label_selector: args.resource_label_selector.clone().filter(|s| !s.is_empty()),
-            namespace_selector: namespace_selector(&args.namespace_selector),
-            webhook_url: args.webhook_url.clone().filter(|s| !s.is_empty()),
-            debounce: args.debounce,
-            debounce_max_wait: args.debounce_max_wait,
-            min_rollout_interval: args.min_rollout_interval,
-            rollout_timeout: args.rollout_timeout,
-            ignore_windows: args.ignore_windows,
-            max_rollouts_per_second: args.max_rollouts_per_second,
-            rollout_burst: args.rollout_burst,
-            resync_period: args.resync_period,
-            workers: args.workers.into(),
-            api_discovery_interval: args.api_discovery_interval,
-            metrics_count_by_namespace: args.metrics_count_by_namespace,
-            csi_integration: args.enable_csi_integration,
-            key_precise_references: args.key_precise_references,
-            hash_mode: args.hash_mode,
-            // `default` for local runs; the operator puts POD_NAMESPACE here when it is set.
-            own_namespace: "default".into(),
-            hash_key_namespace: args
-                .hash_key_namespace
-                .clone()
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| "default".into()),
-            hash_key_secret: args.hash_key_secret.clone(),
-        }
+        namespaces
     }
 }
 
 /// The webhook's certificate source and scope from the command line; `None` without
 /// `--enable-webhook`.
 impl Cli {
-    pub fn webhook_settings(
-        &self,
-        engine: &EngineConfig,
-    ) -> Result<Option<(CertSource, Scope)>, WebhookError> {
+    pub fn webhook_settings(&self) -> Result<Option<(CertSource, Scope)>, WebhookError> {
         let cli = self;
         let args = &cli.webhook;
         if !args.enable_webhook {
@@ -568,17 +539,12 @@ impl Cli {
         };
         let mut excluded: Vec<String> =
             ["kube-system".to_string()].into_iter().chain(own_namespace).collect();
-        excluded.extend(engine.namespaces_to_ignore.iter().cloned());
+        excluded.extend(self.reload.namespaces_to_ignore.iter().cloned());
         excluded.sort();
         excluded.dedup();
         let scope = Scope {
-            kinds: engine
-                .kinds
-                .iter()
-                .copied()
-                .filter(|k| crate::runtime::engine::admitted_kind_of(*k))
-                .collect(),
-            namespaces: engine.namespaces.clone(),
+            kinds: self.reload.kinds().into_iter().filter(|k| k.admitted()).collect(),
+            namespaces: self.reload.namespaces(),
             excluded_namespaces: excluded,
             object_labels: parse_labels(&args.webhook_object_selector)?,
         };
@@ -824,7 +790,7 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(keyed.reload.hash_mode, crate::model::workload::HashMode::HmacSha256);
-        let config = keyed.reload.engine_config();
+        let config = crate::runtime::operator::engine_config(&keyed.reload);
         assert_eq!(
             (config.hash_key_namespace.as_str(), config.hash_key_secret.as_str()),
             ("ops", "k")

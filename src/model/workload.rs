@@ -59,6 +59,19 @@ impl WorkloadKind {
         WorkloadKind::DeploymentConfig,
     ];
 
+    /// Whether the admission webhook stamps workloads of this kind: the kinds whose pod template
+    /// the operator patches in place. (A CronJob is reloaded by creating a Job, a Job by
+    /// re-creating it: neither gets a reload field in its own template.)
+    pub fn admitted(self) -> bool {
+        matches!(
+            self,
+            WorkloadKind::Deployment
+                | WorkloadKind::StatefulSet
+                | WorkloadKind::DaemonSet
+                | WorkloadKind::Rollout
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             WorkloadKind::Deployment => "Deployment",

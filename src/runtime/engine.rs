@@ -35,6 +35,7 @@ mod outcome;
 mod policies;
 mod reconcile;
 mod rights;
+mod scans;
 mod watches;
 mod write;
 
@@ -43,7 +44,7 @@ use events::*;
 use reconcile::Reconciler;
 use write::*;
 
-pub use admission::{AdmissionError, admission_patch, admitted_kind, admitted_kind_of};
+pub use admission::{AdmissionError, admission_patch, admitted_kind};
 
 use crate::decide::churn::{RolloutLimiter, ThrottleReason};
 use crate::decide::jobs::is_controlled;
@@ -148,6 +149,20 @@ pub struct Engine {
     workers: crate::runtime::containment::Workers,
 }
 
+/// The writer of every workload change, its pending-Job records in the operator's namespace.
+fn workload_writer(
+    client: &Client,
+    config: &EngineConfig,
+    hash_key: &Arc<crate::kube::hash_key::KeySlot>,
+) -> WorkloadWriter {
+    let records = crate::kube::pending_jobs::PendingJobs::new(
+        client.clone(),
+        config.own_namespace.clone(),
+        hash_key.clone(),
+    );
+    WorkloadWriter::new(client.clone(), config.webhook_url.clone(), config.keys.clone(), records)
+}
+
 impl Engine {
     /// `leadership` says when this replica may write: [`crate::kube::leader::sole_leader`] for one
     /// replica, an [`crate::kube::leader::Election`]'s channel with `--enable-ha`.
@@ -224,16 +239,7 @@ impl Engine {
             rollouts,
             policies: policies.clone(),
             rights: rights.clone(),
-            writer: WorkloadWriter::new(
-                client.clone(),
-                config.webhook_url.clone(),
-                config.keys.clone(),
-                crate::kube::pending_jobs::PendingJobs::new(
-                    client.clone(),
-                    config.own_namespace.clone(),
-                    hash_key.clone(),
-                ),
-            ),
+            writer: workload_writer(&client, &config, &hash_key),
             metrics: metrics.clone(),
             events: events.clone(),
             alerter: std::sync::OnceLock::new(),

@@ -10,22 +10,11 @@
 //! such call; there this is a no-op.
 //!
 //! The allocator is the system's, deliberately. The shipped image runs the static musl build,
-//! whose allocator (mallocng) hands freed pages back by itself. Measured with `make bench`'s
-//! memory scenario (10,000 Secrets × 8 KiB, 5,000 ConfigMaps × 4 KiB, 2,000 Deployments; 2-core
-//! AMD EPYC VM, 2026-12-04; the two mimalloc runs overlapped the test suite, which moves times,
-//! not the resident size; steady / peak RSS, ready after start):
-//!
-//! | build | steady | peak | ready |
-//! |---|---|---|---|
-//! | musl, musl's malloc (shipped) | 37.7 MiB | 42.3 MiB | 1.70 s |
-//! | glibc, glibc's malloc + `malloc_trim` | 52.5 MiB | 62.9 MiB | 1.35 s |
-//! | glibc, mimalloc (`--features mimalloc`) | 90.1 MiB | 109.3 MiB | 2.05 s |
-//! | musl, mimalloc | 74.6 MiB | 94.2 MiB | 1.28 s |
-//!
-//! mimalloc keeps what it freed committed, well over the 64 MiB target; musl's malloc costs
-//! some speed (idle p50 latency 7.6 ms against glibc's 5.4 ms, both within their target) and
-//! gives the smallest footprint, which is what this operator is for. `malloc_trim` stays for
-//! glibc builds, where it is still worth ~30 MiB (see the first paragraph).
+//! whose allocator (mallocng) hands freed pages back by itself and gives the smallest footprint;
+//! mimalloc keeps what it freed committed and stays an opt-in feature. The measurements behind
+//! the choice are in docs/performance.md ("The shipped binary and its allocator"); there, not
+//! here, they are dated and kept with the bench that makes them. `malloc_trim` stays for glibc
+//! builds (see the first paragraph).
 
 use std::time::Duration;
 

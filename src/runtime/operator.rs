@@ -1,17 +1,69 @@
 //! The one place that wires the operator together.
+//!
+//! It reads the parsed command line (`cli`, plain values: this module needs no clap) and builds
+//! each part's settings; the engine's, [`EngineConfig`], here in [`engine_config`], so that `cli`
+//! imports nothing of the runtime and the two import each other in no cycle.
+//!
+//! The tasks it starts (hash key, metrics endpoint, webhook, election) each stop on a
+//! `tokio_util` `CancellationToken`, in the order `run` ends with: a cancel is kept, so a task
+//! that only starts waiting after it still stops.
 
-use crate::cli::Cli;
+use crate::cli::{Cli, ReloadArgs};
 use crate::kube::leader::{Election, Elector, PollingElection, sole_leader};
 use crate::kube::ratelimit::{Lane, RateLimitLayer};
 use crate::model::workload::HashMode;
-use crate::runtime::engine::Engine;
+use crate::runtime::engine::{Engine, EngineConfig};
 use crate::{Error, Result};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::ListParams;
 use kube::{Api, Client};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
+
+/// The engine's settings from the reload flags (the operator's own namespace and the hash
+/// key's default namespace are `default` here; `run` puts `POD_NAMESPACE` there when it is set).
+pub fn engine_config(args: &ReloadArgs) -> EngineConfig {
+    EngineConfig {
+        keys: args.annotation_keys(),
+        strategy: args.reload_strategy,
+        auto_reload_all: args.auto_reload_all,
+        reload_on_create: args.reload_on_create,
+        reload_on_delete: args.reload_on_delete,
+        sync_after_restart: args.sync_after_restart,
+        watch_configmaps: args.resources_to_ignore.as_deref() != Some("configmaps"),
+        watch_secrets: args.resources_to_ignore.as_deref() != Some("secrets"),
+        kinds: args.kinds(),
+        namespaces: args.namespaces(),
+        namespaces_to_ignore: args.namespaces_to_ignore.iter().cloned().collect(),
+        resource_label_selector: args.resource_label_selector.clone().filter(|s| !s.is_empty()),
+        namespace_selector: crate::cli::namespace_selector(&args.namespace_selector),
+        webhook_url: args.webhook_url.clone().filter(|s| !s.is_empty()),
+        debounce: args.debounce,
+        debounce_max_wait: args.debounce_max_wait,
+        min_rollout_interval: args.min_rollout_interval,
+        rollout_timeout: args.rollout_timeout,
+        ignore_windows: args.ignore_windows,
+        max_rollouts_per_second: args.max_rollouts_per_second,
+        rollout_burst: args.rollout_burst,
+        resync_period: args.resync_period,
+        workers: args.workers.into(),
+        api_discovery_interval: args.api_discovery_interval,
+        metrics_count_by_namespace: args.metrics_count_by_namespace,
+        csi_integration: args.enable_csi_integration,
+        key_precise_references: args.key_precise_references,
+        hash_mode: args.hash_mode,
+        // `default` for local runs; `run` puts POD_NAMESPACE here when it is set.
+        own_namespace: "default".into(),
+        hash_key_namespace: args
+            .hash_key_namespace
+            .clone()
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "default".into()),
+        hash_key_secret: args.hash_key_secret.clone(),
+    }
+}
 
 /// Connects to the API server and runs the engine until SIGTERM or SIGINT.
 pub async fn run(cli: Cli) -> Result<()> {
@@ -108,14 +160,14 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         None => (sole_leader(), None),
     };
-    let mut engine_config = cli.reload.engine_config();
+    let mut engine_config = engine_config(&cli.reload);
     if let Some(ns) = cli.ha.pod_namespace.as_ref().filter(|s| !s.is_empty()) {
         engine_config.own_namespace = ns.clone();
         if cli.reload.hash_key_namespace.as_deref().is_none_or(str::is_empty) {
             engine_config.hash_key_namespace = ns.clone();
         }
     }
-    let webhook = cli.webhook_settings(&engine_config)?;
+    let webhook = cli.webhook_settings()?;
     let webhook_leadership = leadership.clone();
     let key_leadership = leadership.clone();
     let ha = election.is_some();
@@ -130,13 +182,11 @@ pub async fn run(cli: Cli) -> Result<()> {
     if cli.reload.hash_mode == HashMode::HmacSha256 {
         key_slot.load_once(&client, !ha).await?;
     }
-    let stop_key = Arc::new(tokio::sync::Notify::new());
+    let stop_key = CancellationToken::new();
     let key_task = {
-        let stop = stop_key.clone();
+        let stop = stop_key.clone().cancelled_owned();
         let maintain =
-            crate::kube::hash_key::maintain(client.clone(), key_slot, key_leadership, async move {
-                stop.notified().await
-            });
+            crate::kube::hash_key::maintain(client.clone(), key_slot, key_leadership, stop);
         // In sha1 mode the key serves keyed ReloadPolicies only: not looked for while policy
         // mode is off (an identity that may not read policies, such as Reloader's).
         let keyed_annotations = cli.reload.hash_mode == HashMode::HmacSha256;
@@ -159,25 +209,23 @@ pub async fn run(cli: Cli) -> Result<()> {
         engine.send_alerts(alerter);
         delivery
     });
-    let stop_http = Arc::new(tokio::sync::Notify::new());
+    let stop_http = CancellationToken::new();
     let (bound, http) = {
-        let stop = stop_http.clone();
+        let stop = stop_http.clone().cancelled_owned();
         let health = crate::serve::http::Health { ready: engine.ready(), live: engine.live() };
-        crate::serve::http::serve(cli.metrics_addr, engine.metrics(), health, async move {
-            stop.notified().await
-        })
-        .await
-        .map_err(|source| Error::Listen { addr: cli.metrics_addr, source })?
+        crate::serve::http::serve(cli.metrics_addr, engine.metrics(), health, stop)
+            .await
+            .map_err(|source| Error::Listen { addr: cli.metrics_addr, source })?
     };
     info!(address = %bound, "serving /metrics, /live and /readyz");
     let http = tokio::spawn(http);
     // Every replica serves the webhook from its warm memory; only the leader writes its
     // certificate Secret and configuration.
-    let stop_webhook = Arc::new(tokio::sync::Notify::new());
+    let stop_webhook = CancellationToken::new();
     let webhook = match webhook {
         Some((source, scope)) => {
             let slot = Arc::new(crate::serve::admission::CertSlot::default());
-            let stop = stop_webhook.clone();
+            let stop = stop_webhook.clone().cancelled_owned();
             // The configuration's own rule: exclusions apply when no namespaces are listed
             // (listed ones are checked by the engine either way).
             let excluded = if scope.namespaces.is_empty() {
@@ -201,7 +249,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 engine.clone(),
                 slot.clone(),
                 guard,
-                async move { stop.notified().await },
+                stop,
             )
             .await
             .map_err(|source| crate::serve::admission::WebhookError::Listen {
@@ -209,14 +257,14 @@ pub async fn run(cli: Cli) -> Result<()> {
                 source,
             })?;
             info!(address = %bound, path = crate::serve::admission::MUTATE_PATH, "serving the admission webhook");
-            let stop = stop_webhook.clone();
+            let stop = stop_webhook.clone().cancelled_owned();
             let upkeep = crate::serve::admission::maintain_certificates(
                 client.clone(),
                 source,
                 scope,
                 slot,
                 webhook_leadership,
-                async move { stop.notified().await },
+                stop,
             );
             Some((tokio::spawn(server), tokio::spawn(upkeep)))
         }
@@ -230,10 +278,10 @@ pub async fn run(cli: Cli) -> Result<()> {
     });
     // The signal stops the engine first (in-flight writes finish), then the election, which
     // releases the Lease so a standby takes over at once.
-    let stop_election = Arc::new(tokio::sync::Notify::new());
+    let stop_election = CancellationToken::new();
     let election = election.map(|e| {
-        let stop = stop_election.clone();
-        tokio::spawn(e.run(async move { stop.notified().await }))
+        let stop = stop_election.clone().cancelled_owned();
+        tokio::spawn(e.run(stop))
     });
     engine
         .run(async {
@@ -242,7 +290,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         })
         .await;
     if let Some(election) = election {
-        stop_election.notify_one();
+        stop_election.cancel();
         let _ = election.await;
     }
     // After the Lease is released: queued alerts must not delay the standby's takeover.
@@ -250,13 +298,13 @@ pub async fn run(cli: Cli) -> Result<()> {
         delivery.finish(Duration::from_secs(5)).await;
     }
     if let Some((server, upkeep)) = webhook {
-        stop_webhook.notify_waiters();
+        stop_webhook.cancel();
         let _ = server.await;
         let _ = upkeep.await;
     }
-    stop_key.notify_one();
+    stop_key.cancel();
     let _ = key_task.await;
-    stop_http.notify_one();
+    stop_http.cancel();
     let _ = http.await;
     Ok(())
 }

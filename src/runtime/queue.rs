@@ -1,5 +1,18 @@
 //! A work queue keyed by workload: one entry per key (duplicates merge), trailing-edge debounce
 //! with a cap, and never two workers on the same key.
+//!
+//! Hand-written, not kube-runtime's `scheduler` (`kube::runtime::scheduler`, v5), because that
+//! one differs where this operator's rules live:
+//!
+//! - its debounce adds a fixed time to every request and has no maximum: a ConfigMap written
+//!   every few seconds would postpone its workloads for ever, where here `add` postpones a key
+//!   by its delay but never more than `max_wait` after it was first added (`decide::settle`);
+//!   and a request later than the one waiting is dropped there, where `schedule` here keeps the
+//!   earlier time for retries and `add` the later one for changes;
+//! - it is a stream with one consumer, the `Controller`'s runner, which is what keeps a key from
+//!   running twice; here several workers pull from one shared queue, `next`/`done` keep a key
+//!   to one worker, and the same queue serves the lists on change (`engine/scans.rs`) and the
+//!   policy status writes, with its metrics and a `close` for shutdown.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap, HashSet};

@@ -88,19 +88,7 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> 
 
 /// Clears `IPV6_V6ONLY`, whatever the host's default (`net.ipv6.bindv6only`).
 fn socket2_dual_stack(socket: &tokio::net::TcpSocket) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let off: libc::c_int = 0;
-    // SAFETY: a valid socket descriptor, and a c_int option value of the right size.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_IPV6,
-            libc::IPV6_V6ONLY,
-            (&off as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+    socket2::SockRef::from(socket).set_only_v6(false)
 }
 
 #[cfg(test)]

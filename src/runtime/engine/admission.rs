@@ -29,28 +29,17 @@ pub enum AdmissionError {
     Patch(#[from] serde_json::Error),
 }
 
-/// The workload kinds the webhook stamps: the ones whose pod template the operator patches in
-/// place. (A CronJob is reloaded by creating a Job, a Job by re-creating it: neither gets a
-/// reload field in its own template.)
+/// The workload kind of an admission review's object, if the webhook stamps it
+/// ([`WorkloadKind::admitted`]).
 pub fn admitted_kind(group: &str, kind: &str) -> Option<WorkloadKind> {
-    match (group, kind) {
-        ("apps", "Deployment") => Some(WorkloadKind::Deployment),
-        ("apps", "StatefulSet") => Some(WorkloadKind::StatefulSet),
-        ("apps", "DaemonSet") => Some(WorkloadKind::DaemonSet),
-        ("argoproj.io", "Rollout") => Some(WorkloadKind::Rollout),
-        _ => None,
-    }
-}
-
-/// Whether the webhook stamps workloads of `kind`.
-pub fn admitted_kind_of(kind: WorkloadKind) -> bool {
-    matches!(
-        kind,
-        WorkloadKind::Deployment
-            | WorkloadKind::StatefulSet
-            | WorkloadKind::DaemonSet
-            | WorkloadKind::Rollout
-    )
+    let kind = match (group, kind) {
+        ("apps", "Deployment") => WorkloadKind::Deployment,
+        ("apps", "StatefulSet") => WorkloadKind::StatefulSet,
+        ("apps", "DaemonSet") => WorkloadKind::DaemonSet,
+        ("argoproj.io", "Rollout") => WorkloadKind::Rollout,
+        _ => return None,
+    };
+    kind.admitted().then_some(kind)
 }
 
 impl crate::serve::admission::Reviewer for Engine {
@@ -582,7 +571,7 @@ mod tests {
         let engine = Engine::new(
             client.clone(),
             client,
-            cli.reload.engine_config(),
+            crate::runtime::operator::engine_config(&cli.reload),
             crate::kube::leader::sole_leader(),
         );
         engine.feed.caches_synced(true);
@@ -762,5 +751,17 @@ mod tests {
         assert_eq!(admitted_kind("argoproj.io", "Rollout"), Some(WorkloadKind::Rollout));
         assert_eq!(admitted_kind("batch", "CronJob"), None);
         assert_eq!(admitted_kind("", "Pod"), None);
+        let admitted: Vec<WorkloadKind> =
+            WorkloadKind::ALL.into_iter().filter(|k| k.admitted()).collect();
+        let stamped = [
+            ("apps", "Deployment"),
+            ("apps", "DaemonSet"),
+            ("apps", "StatefulSet"),
+            ("argoproj.io", "Rollout"),
+        ];
+        let mut from_reviews: Vec<WorkloadKind> =
+            stamped.iter().filter_map(|(g, k)| admitted_kind(g, k)).collect();
+        from_reviews.sort_by_key(|k| WorkloadKind::ALL.iter().position(|a| a == k));
+        assert_eq!(from_reviews, admitted, "a review's kind and the kinds admitted agree");
     }
 }

@@ -5,9 +5,9 @@
 
 use super::*;
 use crate::decide::selection::SelectionInputs;
-use crate::runtime::engine::follow::{ScanKey, ScanState};
 use crate::runtime::engine::policies::Policies;
 use crate::runtime::engine::rights::Rights;
+use crate::runtime::engine::scans::{ScanKey, ScanState};
 
 /// See the module documentation. Shared by the watch tasks, the reconciles and the lists on
 /// change.

@@ -8,60 +8,30 @@
 //! generation number per scanned workload keeps a workload that a newer list queued again while
 //! its reconcile ran.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use kube::api::ListParams;
 use kube::core::DynamicObject;
 use kube::{Api, ResourceExt};
-use parking_lot::Mutex;
 use tracing::{debug, warn};
 
 use super::feed::Feed;
 use super::rights::Rights;
 use super::rights::is_forbidden;
+use super::scans::ScanKey;
 use crate::index::remembered::WorkloadMemories;
 use crate::index::store::StoreReader;
 use crate::kube::access::Follow;
 use crate::model::source::SourceRef;
-use crate::model::workload::{WorkloadKey, WorkloadKind};
-use crate::runtime::queue::WorkQueue;
+use crate::model::workload::WorkloadKey;
 
 /// Workloads of a list-on-change kind are listed in pages of this size.
 const SCAN_PAGE_SIZE: u32 = 500;
 /// Lists of list-on-change kinds running at once.
 pub(super) const SCAN_WORKERS: usize = 2;
-
-/// A list of one kind in one namespace (or in the whole scope, for the pass at start and the
-/// periodic resync).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(super) struct ScanKey {
-    pub(super) kind: WorkloadKind,
-    pub(super) namespace: Option<String>,
-}
-
-/// The lists waiting and what they put in the store.
-pub(super) struct ScanState {
-    pub(super) queue: WorkQueue<ScanKey>,
-    /// Per waiting list, the sources that asked for it (`None`: every workload listed).
-    pub(super) triggers: Mutex<HashMap<ScanKey, Option<HashSet<SourceRef>>>>,
-    /// Workloads put in the store by a list, with the generation of the list that queued them.
-    scanned: Mutex<HashMap<WorkloadKey, u64>>,
-    generation: AtomicU64,
-}
-
-impl Default for ScanState {
-    fn default() -> Self {
-        ScanState {
-            queue: WorkQueue::new(Duration::from_secs(1)),
-            triggers: Mutex::default(),
-            scanned: Mutex::default(),
-            generation: AtomicU64::new(0),
-        }
-    }
-}
 
 /// Runs the lists on change (see the module documentation) and forgets what they stored once
 /// its reconcile is done.

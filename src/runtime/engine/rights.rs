@@ -659,7 +659,7 @@ mod tests {
         let client = kube::Client::try_from(config).unwrap();
         use clap::Parser;
         let cli = crate::cli::Cli::parse_from(["reloader", "--namespaces", "shop"]);
-        let settings = cli.reload.engine_config();
+        let settings = crate::runtime::operator::engine_config(&cli.reload);
         let metrics = Arc::new(Metrics::new(false));
         let events = Arc::new(EventWriter::new(client.clone()));
         Rights::new(client, &settings, metrics, events)

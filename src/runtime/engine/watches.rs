@@ -96,7 +96,7 @@ impl WatchTasks {
                 && engine.feed.is_synced()
                 && engine.rights.may_patch(kind, scope.as_deref())
             {
-                engine.feed.request_scan(follow::ScanKey { kind, namespace: scope }, None);
+                engine.feed.request_scan(scans::ScanKey { kind, namespace: scope }, None);
             }
         }
         for (kind, scope) in changes.sources {
