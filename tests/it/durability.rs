@@ -178,6 +178,17 @@ fn replica(f: &Fixture, identity: &str) -> Operator {
     )
 }
 
+/// Waits until `identity` holds the replicas' Lease.
+async fn wait_leader(f: &Fixture, identity: &str) {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(f.client.clone(), f.name());
+    eventually(&format!("{identity} leads"), TIMEOUT, || async {
+        let lease = leases.get_opt("durable-ha").await.ok()??;
+        (lease.spec?.holder_identity.as_deref() == Some(identity)).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_halt_survives_a_leader_change() {
     if !support::env().local {
@@ -186,24 +197,12 @@ async fn a_halt_survives_a_leader_change() {
     let f = Fixture::new("durable-ha").await;
     install_policy_crd(&f.client).await;
     let mut leader = replica(&f, "replica-a");
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(f.client.clone(), f.name());
-    let holder = || async {
-        let lease = leases.get_opt("durable-ha").await.ok()??;
-        lease.spec?.holder_identity
-    };
-    eventually("replica-a leads", TIMEOUT, || async {
-        (holder().await.as_deref() == Some("replica-a")).then_some(())
-    })
-    .await;
+    wait_leader(&f, "replica-a").await;
     let _standby = replica(&f, "replica-b");
     let bad = halted_policy(&f).await;
     // The leader dies; the standby, which followed the status the leader wrote, takes over.
     leader.kill();
-    eventually("replica-b leads", TIMEOUT, || async {
-        (holder().await.as_deref() == Some("replica-b")).then_some(())
-    })
-    .await;
+    wait_leader(&f, "replica-b").await;
     assert_halt_holds(&f, &bad, 8).await;
 }
 
@@ -392,16 +391,7 @@ async fn a_reload_rollout_under_way_at_a_leader_change_is_followed_on_by_the_new
     }
     let f = Fixture::new("durable-follow-ha").await;
     let mut leader = replica(&f, "replica-a");
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
-        Api::namespaced(f.client.clone(), f.name());
-    let holder = || async {
-        let lease = leases.get_opt("durable-ha").await.ok()??;
-        lease.spec?.holder_identity
-    };
-    eventually("replica-a leads", TIMEOUT, || async {
-        (holder().await.as_deref() == Some("replica-a")).then_some(())
-    })
-    .await;
+    wait_leader(&f, "replica-a").await;
     // The standby has synced long before it takes over.
     let standby = replica(&f, "replica-b");
     f.configmap("settings", json!({"mode": "one"})).await;
@@ -420,10 +410,7 @@ async fn a_reload_rollout_under_way_at_a_leader_change_is_followed_on_by_the_new
     .await;
     // The leader dies before the rollout can fail; the new leader reports how it ends.
     leader.kill();
-    eventually("replica-b leads", TIMEOUT, || async {
-        (holder().await.as_deref() == Some("replica-b")).then_some(())
-    })
-    .await;
+    wait_leader(&f, "replica-b").await;
     let notes = f.wait_events("Deployment", "api", "RolloutFailed").await;
     assert!(notes.iter().any(|n| n.contains("ProgressDeadlineExceeded")), "{notes:?}");
     assert!(
