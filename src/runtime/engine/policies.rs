@@ -32,6 +32,7 @@ use crate::decide::policy_status::{
 };
 use crate::decide::refusal::Backoffs;
 use crate::decide::rollout::Pending;
+use crate::index::policies::PolicyIndex;
 use crate::index::remembered::{PolicyMemory, Remembered};
 use crate::index::store::Store;
 use crate::kube::hash_key::KeySlot;
@@ -39,7 +40,7 @@ use crate::model::naming::env_var_name;
 use crate::model::policy::{PolicyTarget, ReloadPolicy};
 use crate::model::progress::RolloutState;
 use crate::model::source::SourceRef;
-use crate::model::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
+use crate::model::workload::{WorkloadInfo, WorkloadKey};
 use crate::report::events::EventWriter;
 use crate::report::metrics::Metrics;
 use crate::runtime::queue::WorkQueue;
@@ -66,7 +67,7 @@ impl Engine {
         let ar = kube::core::ApiResource::erase::<ReloadPolicy>(&());
         super::watches::wait_for_api(&self.client, &ar, self.config.api_discovery_interval).await;
         let mut watchers = tokio::task::JoinSet::new();
-        self.policies.watches_added(scopes.len());
+        self.policies.index.write().watches_added(scopes.len());
         for scope in scopes {
             watchers.spawn(self.clone().watch_policies(scope));
         }
@@ -82,7 +83,7 @@ impl Engine {
             "ReloadPolicy",
             scope.as_deref(),
             &self.metrics,
-            || engine.policies.watch_listed(),
+            || engine.policies.index.write().watch_listed(),
             |event, _after_first_list| match event {
                 WatchItem::Apply(p) => {
                     if !engine.feed.ignored(&p.namespace().unwrap_or_default()) {
@@ -93,7 +94,7 @@ impl Engine {
                     engine.policies.delete(&p.namespace().unwrap_or_default(), &p.name_any())
                 }
                 WatchItem::RelistDone(seen) => {
-                    let known = engine.policies.keys();
+                    let known = engine.policies.index.read().keys();
                     for (ns, name) in crate::index::relist::gone(known, scope.as_deref(), &seen) {
                         engine.policies.delete(&ns, &name);
                     }
@@ -112,8 +113,8 @@ pub(super) struct Policies {
     workloads: Arc<WorkQueue<WorkloadKey>>,
     /// Policies whose status needs writing.
     statuses: WorkQueue<PolicyKey>,
-    /// namespace → name → policy.
-    policies: RwLock<HashMap<String, BTreeMap<String, Arc<ActivePolicy>>>>,
+    /// The policies known (see [`crate::index::policies`]).
+    index: RwLock<PolicyIndex>,
     /// What is remembered per policy (see [`crate::index::remembered`]).
     memory: Mutex<Remembered<PolicyKey, PolicyMemory>>,
     events: Arc<EventWriter>,
@@ -122,9 +123,6 @@ pub(super) struct Policies {
     rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
     /// Set once the engine's caches are synced.
     synced: Arc<AtomicBool>,
-    /// Policy watches (one per namespace scope) whose first list is still to come; `usize::MAX`
-    /// until they start (the CRD may not be served yet, or policies not be readable at all).
-    unlisted: std::sync::atomic::AtomicUsize,
     leadership: watch::Receiver<bool>,
     /// Policies whose status writes are refused, each backing off.
     refused: Mutex<Backoffs<PolicyKey>>,
@@ -165,14 +163,13 @@ impl Policies {
             store,
             workloads,
             statuses: WorkQueue::new(Duration::from_secs(2)),
-            policies: RwLock::default(),
+            index: RwLock::default(),
             memory: Mutex::default(),
             events,
             metrics,
             hash_key,
             rollouts,
             synced,
-            unlisted: std::sync::atomic::AtomicUsize::new(usize::MAX),
             leadership,
             refused: Mutex::default(),
             debounce: config.debounce,
@@ -181,51 +178,9 @@ impl Policies {
         }
     }
 
-    /// Every policy known, by namespace and name.
-    pub(super) fn keys(&self) -> Vec<PolicyKey> {
-        self.policies
-            .read()
-            .iter()
-            .flat_map(|(ns, m)| m.keys().map(move |n| (ns.clone(), n.clone())))
-            .collect()
-    }
-
-    /// Every policy watch has listed its policies: an unknown policy is a deleted one.
-    fn listed(&self) -> bool {
-        self.unlisted.load(Ordering::SeqCst) == 0
-    }
-
-    /// Policy watches start, `scopes` more of them (at start, or once a review found policies
-    /// readable in more scopes).
-    fn watches_added(&self, scopes: usize) {
-        let _ = self.unlisted.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-            Some(if n == usize::MAX { scopes } else { n.saturating_add(scopes) })
-        });
-    }
-
-    /// One policy watch has done its first list.
-    fn watch_listed(&self) {
-        let _ = self.unlisted.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-            (n != usize::MAX).then(|| n.saturating_sub(1))
-        });
-    }
-
     /// No more status writes are taken (shutdown).
     pub(super) fn close(&self) {
         self.statuses.close();
-    }
-
-    fn outcome(&self, key: &PolicyKey, target: &(WorkloadKind, String)) -> Option<Outcome> {
-        self.memory.lock().get(key).and_then(|m| m.outcome(target))
-    }
-
-    fn set_outcome(&self, key: &PolicyKey, target: (WorkloadKind, String), outcome: Outcome) {
-        self.memory.lock().update(key, |m| {
-            if outcome.result != "Pending" {
-                m.next_windows.remove(&target);
-            }
-            m.outcomes.insert(target, outcome)
-        });
     }
 
     /// A policy was created or changed: kept, and its targets looked at when it changed.
@@ -242,7 +197,7 @@ impl Policies {
         // Turns and halts are decided from the targets' outcomes and rollouts: a replica that
         // sees the policy first (a restart) takes them from the status, and a standby keeps
         // following the leader's; the leader's own memory is ahead of what it has written.
-        let first_sight = self.policies.read().get(&ns).is_none_or(|m| !m.contains_key(&key.1));
+        let first_sight = !self.index.read().contains(&ns, &key.1);
         let follows_written = first_sight || !*self.leadership.borrow();
         // The larger of ours and the stored one: a standby follows the leader's count.
         self.memory.lock().update(&key, |m| {
@@ -253,16 +208,7 @@ impl Policies {
             }
             m.observed = status;
         });
-        let changed = {
-            let mut policies = self.policies.write();
-            let slot = policies.entry(ns.clone()).or_default();
-            let changed = slot
-                .get(&key.1)
-                .is_none_or(|old| old.spec != active.spec || old.generation != active.generation);
-            slot.insert(key.1.clone(), active.clone());
-            changed
-        };
-        if changed {
+        if self.index.write().apply(active) {
             debug!(policy = %format!("{ns}/{}", key.1), "policy changed");
             self.enqueue_namespace(&ns);
         }
@@ -287,7 +233,7 @@ impl Policies {
     }
 
     pub(super) fn delete(&self, ns: &str, name: &str) {
-        let removed = self.policies.write().get_mut(ns).and_then(|m| m.remove(name)).is_some();
+        let removed = self.index.write().delete(ns, name);
         let key = (ns.to_string(), name.to_string());
         self.memory.lock().forget(&key);
         self.rollouts.lock().forget_group(&format!("{ns}/{name}"));
@@ -301,17 +247,12 @@ impl Policies {
     }
 
     pub(super) fn count(&self) -> usize {
-        self.policies.read().values().map(BTreeMap::len).sum()
+        self.index.read().count()
     }
 
     /// Queues every policy's status for writing.
     pub(super) fn enqueue_all(&self) {
-        let keys: Vec<PolicyKey> = self
-            .policies
-            .read()
-            .iter()
-            .flat_map(|(ns, m)| m.keys().map(move |name| (ns.clone(), name.clone())))
-            .collect();
+        let keys = self.index.read().keys();
         for key in keys {
             self.statuses.add(key, Duration::ZERO);
         }
@@ -327,13 +268,9 @@ impl Policies {
         }
     }
 
-    fn policies_in(&self, ns: &str) -> Vec<Arc<ActivePolicy>> {
-        self.policies.read().get(ns).map(|m| m.values().cloned().collect()).unwrap_or_default()
-    }
-
     /// A source changed: queue the targets of every policy in its namespace that selects it.
     pub(super) fn enqueue_for_source(&self, ns: &str, source: &SourceRef) {
-        let policies = self.policies_in(ns);
+        let policies = self.index.read().policies_in(ns);
         if policies.is_empty() {
             return;
         }
@@ -367,12 +304,12 @@ impl Policies {
         now_rfc3339: &str,
         stamp: bool,
     ) -> Vec<PolicyPart> {
-        let policies = self.policies_in(&info.key.namespace);
+        let policies = self.index.read().policies_in(&info.key.namespace);
         let existing = parse_policy_record(info);
         // Entries of policies not (or no longer) targeting the workload are dropped, but only
         // once the policies have been listed: before, a policy not yet seen is not a deleted
         // one, and dropping its entry would lose a change made while the operator was down.
-        let listed = self.listed();
+        let listed = self.index.read().listed();
         let mut record: BTreeMap<String, String> = existing
             .iter()
             .filter(|(k, _)| {
@@ -538,7 +475,8 @@ impl Policies {
                     // keeps the time of its last reload.
                     // A target reloaded before keeps that result; "UpToDate" means never needed
                     // one. After a restart the memory holds what the status says (`apply`).
-                    let previous = self.outcome(&part.key, &target);
+                    let previous =
+                        self.memory.lock().get(&part.key).and_then(|m| m.outcome(&target));
                     let result = match previous.as_ref().map(|o| o.result) {
                         Some("Reloaded") => "Reloaded",
                         _ => "UpToDate",
@@ -551,7 +489,7 @@ impl Policies {
                     }
                 }
             };
-            self.set_outcome(&part.key, target, outcome);
+            self.memory.lock().update(&part.key, |m| m.set_outcome(target, outcome));
             self.statuses.add(part.key, Duration::from_millis(100));
         }
     }
@@ -578,8 +516,7 @@ impl Policies {
         if !self.synced.load(Ordering::SeqCst) {
             return Ok(false);
         }
-        let Some(policy) = self.policies.read().get(&key.0).and_then(|m| m.get(&key.1).cloned())
-        else {
+        let Some(policy) = self.index.read().get(&key.0, &key.1) else {
             return Ok(false);
         };
         self.say_invalid_selectors(key, &policy).await;

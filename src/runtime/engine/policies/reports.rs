@@ -12,7 +12,7 @@ impl Policies {
     /// missing right is asked about before the next write, and each episode is said once).
     pub(super) async fn write_status_or_back_off(&self, key: &PolicyKey) -> Option<Duration> {
         let policy = format!("{}/{}", key.0, key.1);
-        if !self.policies.read().get(&key.0).is_some_and(|m| m.contains_key(&key.1)) {
+        if !self.index.read().contains(&key.0, &key.1) {
             // Deleted: its episode goes with it (it would otherwise be asked about forever).
             self.refused.lock().succeeded(key);
             return None;
@@ -97,14 +97,14 @@ impl Policies {
     /// of its last reload; its policy's status is written soon after.
     pub(super) fn hold_target(&self, part: &PolicyPart, result: &'static str, message: String) {
         let target = (part.target.kind, part.target.name.clone());
-        let previous = self.outcome(&part.key, &target);
+        let previous = self.memory.lock().get(&part.key).and_then(|m| m.outcome(&target));
         let outcome = Outcome {
             result,
             message: Some(message),
             time: previous.as_ref().and_then(|o| o.time),
             hash: previous.and_then(|o| o.hash),
         };
-        self.set_outcome(&part.key, target, outcome);
+        self.memory.lock().update(&part.key, |m| m.set_outcome(target, outcome));
         self.statuses.add(part.key.clone(), Duration::from_millis(100));
     }
 
@@ -168,6 +168,8 @@ impl Policies {
     ) -> Vec<String> {
         let target = (key.kind, key.name.clone());
         let staged: HashMap<PolicyKey, (Option<String>, bool)> = self
+            .index
+            .read()
             .policies_in(&key.namespace)
             .iter()
             .filter_map(|p| {
@@ -213,7 +215,8 @@ impl Policies {
     ) -> Option<RolloutState> {
         let target = (key.kind, key.name.clone());
         let mut claimed = None;
-        for policy in self.policies_in(&key.namespace) {
+        let policies = self.index.read().policies_in(&key.namespace);
+        for policy in policies {
             let policy_key = (policy.namespace.clone(), policy.name.clone());
             let memory = self.memory.lock();
             let Some(m) = memory.get(&policy_key) else { continue };

@@ -36,12 +36,12 @@ impl Policies {
 
     /// The staged policies among `parts` that carry a change, with the part.
     fn staged<'p>(&self, parts: &'p [PolicyPart]) -> Vec<(Arc<ActivePolicy>, &'p PolicyPart)> {
-        let policies = self.policies.read();
+        let index = self.index.read();
         parts
             .iter()
             .filter(|p| p.carries_changes())
             .filter_map(|p| {
-                let policy = policies.get(&p.key.0)?.get(&p.key.1)?.clone();
+                let policy = index.get(&p.key.0, &p.key.1)?;
                 policy.spec.rollout.is_some().then_some((policy, p))
             })
             .collect()
@@ -127,7 +127,8 @@ impl Policies {
     /// are looked at again (the next ones may take their turn).
     pub(in crate::runtime::engine) fn next_turns(&self, key: &WorkloadKey) {
         let target = (key.kind, key.name.clone());
-        for policy in self.policies_in(&key.namespace) {
+        let policies = self.index.read().policies_in(&key.namespace);
+        for policy in policies {
             if policy.spec.rollout.is_none() {
                 continue;
             }
