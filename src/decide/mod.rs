@@ -3,8 +3,9 @@
 //!
 //! - [`selection`]: which sources a workload's annotations select (stakater/Reloader's precedence);
 //! - [`plan`]: annotation mode, stored hashes versus current ones → roll or not, and how;
-//! - [`policy_plan`]: the same for a `ReloadPolicy`'s targets; [`policy_part`]: what a policy
-//!   brings to a rollout (its debounce and churn limits); [`policy_status`]: its status;
+//! - [`policy_plan`]: the same for a `ReloadPolicy`'s targets; [`policy_part`]: the policies'
+//!   part of a workload's plan and what each brings to a rollout (its debounce and churn
+//!   limits); [`policy_status`]: its status;
 //! - [`template`]: a plan turned into the pod-template write (env var or annotation strategy);
 //! - [`pause`], [`settle`], [`churn`]: pausing after a reload, the debounce of rollouts, and the
 //!   rollout budgets; [`window`]: reload windows; [`staging`]: whose turn it is in a staged

@@ -5,7 +5,7 @@
 
 use futures::FutureExt;
 use parking_lot::{Mutex, RwLock};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -22,11 +22,11 @@ use tracing::{debug, info, warn};
 use super::{Engine, EngineConfig, WatchItem};
 use crate::decide::churn::RolloutLimiter;
 use crate::decide::hash::Hasher;
-use crate::decide::plan::{Plan, TemplateWrite};
-use crate::decide::policy_part::{PartMode, PolicyKey, PolicyPart};
-use crate::decide::policy_plan::{
-    ActivePolicy, combined_hash, parse_policy_record, plan_policy, resolve_sources, target_kind,
+use crate::decide::plan::Plan;
+use crate::decide::policy_part::{
+    Candidate, Fallbacks, PartMode, PolicyInputs, PolicyKey, PolicyPart, add_policies,
 };
+use crate::decide::policy_plan::{ActivePolicy, combined_hash, resolve_sources, target_kind};
 use crate::decide::policy_status::{
     Outcome, Reported, TargetRollout, condition_status, desired_status, remembered_from_status,
 };
@@ -36,7 +36,6 @@ use crate::index::policies::PolicyIndex;
 use crate::index::remembered::{PolicyMemory, Remembered};
 use crate::index::store::Store;
 use crate::kube::hash_key::KeySlot;
-use crate::model::naming::env_var_name;
 use crate::model::policy::{PolicyTarget, ReloadPolicy};
 use crate::model::progress::RolloutState;
 use crate::model::source::SourceRef;
@@ -127,9 +126,7 @@ pub(super) struct Policies {
     /// Policies whose status writes are refused, each backing off.
     refused: Mutex<Backoffs<PolicyKey>>,
     /// The operator's settings a policy falls back to.
-    debounce: Duration,
-    min_rollout_interval: Duration,
-    last_reloaded_from: String,
+    fallbacks: Fallbacks,
 }
 
 /// What [`Policies`] shares with the engine.
@@ -172,9 +169,11 @@ impl Policies {
             synced,
             leadership,
             refused: Mutex::default(),
-            debounce: config.debounce,
-            min_rollout_interval: config.min_rollout_interval,
-            last_reloaded_from: config.keys.last_reloaded_from.clone(),
+            fallbacks: Fallbacks {
+                debounce: config.debounce,
+                min_rollout_interval: config.min_rollout_interval,
+                last_reloaded_from: config.keys.last_reloaded_from.clone(),
+            },
         }
     }
 
@@ -289,13 +288,14 @@ impl Policies {
                     .collect()
             };
             for t in targets {
-                self.workloads.add(t, p.debounce.unwrap_or(self.debounce));
+                self.workloads.add(t, p.debounce.unwrap_or(self.fallbacks.debounce));
             }
             self.statuses.add((ns.to_string(), p.name.clone()), Duration::ZERO);
         }
     }
 
-    /// Adds every policy that targets `info` to `plan`; returns what each contributed.
+    /// Adds every policy that targets `info` to `plan` (see [`add_policies`]); returns what
+    /// each contributed.
     pub(super) fn add_to_plan(
         &self,
         info: &WorkloadInfo,
@@ -304,94 +304,35 @@ impl Policies {
         now_rfc3339: &str,
         stamp: bool,
     ) -> Vec<PolicyPart> {
-        let policies = self.index.read().policies_in(&info.key.namespace);
-        let existing = parse_policy_record(info);
-        // Entries of policies not (or no longer) targeting the workload are dropped, but only
-        // once the policies have been listed: before, a policy not yet seen is not a deleted
-        // one, and dropping its entry would lose a change made while the operator was down.
-        let listed = self.index.read().listed();
-        let mut record: BTreeMap<String, String> = existing
-            .iter()
-            .filter(|(k, _)| {
-                let policy = k.split('/').next().unwrap_or_default();
-                !listed || policies.iter().any(|p| p.name == policy && p.target_for(info).is_some())
+        let (policies, listed) = {
+            let index = self.index.read();
+            (index.policies_in(&info.key.namespace), index.listed())
+        };
+        let policies: Vec<Candidate> = policies
+            .into_iter()
+            .map(|p| {
+                let hasher = self.hash_key.hasher(p.spec.hash_mode.mode()).ok();
+                (p, hasher)
             })
-            .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         // Copying the namespace's sources is the cost of this call: only when a policy targets
         // the workload (most workloads have none, and a namespace may hold thousands of sources).
-        let ns_sources = if policies.iter().any(|p| p.target_for(info).is_some()) {
+        let sources = if policies.iter().any(|(p, _)| p.target_for(info).is_some()) {
             self.store.read().sources_in(&info.key.namespace)
         } else {
             Default::default()
         };
-        // Variables annotation mode manages here: the ones its record covers.
-        let annotation_env: Vec<String> = plan
-            .record
-            .clone()
-            .unwrap_or_else(|| info.record())
-            .keys()
-            .map(|s| env_var_name(s.kind, &s.name))
-            .collect();
-        let mut parts = Vec::new();
-        for p in policies {
-            let Some(target) = p.target_for(info) else { continue };
-            // A keyed policy without its key is not acted on (its status says why); its
-            // record entries stay as they are.
-            let Ok(hasher) = self.hash_key.hasher(p.spec.hash_mode.mode()) else { continue };
-            let (mut resolved, _) = resolve_sources(&p, &ns_sources, &hasher);
-            if stamp {
-                // Admission answers go to whoever can reach the webhook: they name and hash
-                // only sources the object itself references.
-                resolved.retain(|r| info.references.contains_key(&r.source));
-            }
-            let pp = plan_policy(
-                info,
-                &p,
-                target,
-                &resolved,
-                &annotation_env,
-                now,
-                now_rfc3339,
-                &self.last_reloaded_from,
-                stamp,
-            );
-            let mode = if p.spec.suspend {
-                PartMode::Suspended
-            } else if p.spec.dry_run {
-                PartMode::DryRun
-            } else {
-                PartMode::Live
-            };
-            let changed: Vec<SourceRef> = pp.changes.iter().map(|c| c.source.clone()).collect();
-            if mode == PartMode::Live {
-                plan.changes.extend(pp.changes);
-                plan.template = TemplateWrite::combine(plan.template.take(), pp.template);
-                record.extend(pp.record);
-            }
-            // A suspended or dry-run policy writes nothing, not even its record: its existing
-            // entries were kept when `record` was built.
-            parts.push(PolicyPart {
-                key: (p.namespace.clone(), p.name.clone()),
-                target: info.key.clone(),
-                mode,
-                combined: combined_hash(&resolved),
-                changed,
-                debounce: p.debounce.unwrap_or(self.debounce),
-                min_rollout_interval: p.min_rollout_interval.unwrap_or(self.min_rollout_interval),
-                max_rollouts_per_minute: p
-                    .spec
-                    .max_rollouts_per_minute
-                    .and_then(|n| u32::try_from(n).ok())
-                    .filter(|n| *n > 0),
-                windows: (!p.spec.ignore_windows && !p.spec.windows.is_empty())
-                    .then(|| p.windows.clone()),
-            });
-        }
-        if record != existing {
-            plan.policy_record = Some(record);
-        }
-        parts
+        let input = PolicyInputs {
+            info,
+            policies: &policies,
+            listed,
+            sources: &sources,
+            now,
+            now_rfc3339,
+            stamp,
+            fallbacks: &self.fallbacks,
+        };
+        add_policies(plan, &input)
     }
 
     /// Reports the outcome of a workload reconcile to the policies that took part in it.
