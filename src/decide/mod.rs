@@ -9,8 +9,9 @@
 //! - [`template`]: a plan turned into the pod-template write (env var or annotation strategy);
 //! - [`pause`], [`settle`], [`churn`]: pausing after a reload, the debounce of rollouts, and the
 //!   rollout budgets; [`window`]: reload windows; [`staging`]: whose turn it is in a staged
-//!   rollout; [`rollout`]: what a reconcile comes to, and what follows a write; [`outcome`]:
-//!   whether a rollout that was written has finished;
+//!   rollout, and [`turns`]: turns and halts as a policy's targets are remembered;
+//!   [`rollout`]: what a reconcile comes to, and what follows a write; [`outcome`]: whether a
+//!   rollout that was written has finished;
 //! - [`hash`], [`csi`], [`jobs`]: source hashes, SecretProviderClass hashes, Job re-creation;
 //! - [`refusal`]: a refused Event or status write, what refused it and the backoff that follows.
 //! - [`rights`]: the operator's own rights as answered (granted, denied, unknown), how each kind
@@ -34,4 +35,5 @@ pub mod settle;
 pub mod staging;
 pub mod template;
 pub mod token_bucket;
+pub mod turns;
 pub mod window;

@@ -26,12 +26,13 @@ use crate::decide::plan::Plan;
 use crate::decide::policy_part::{
     Candidate, Fallbacks, PartMode, PolicyInputs, PolicyKey, PolicyPart, add_policies,
 };
-use crate::decide::policy_plan::{ActivePolicy, combined_hash, resolve_sources, target_kind};
+use crate::decide::policy_plan::{ActivePolicy, combined_hash, resolve_sources};
 use crate::decide::policy_status::{
-    Outcome, Reported, TargetRollout, condition_status, desired_status, remembered_from_status,
+    Outcome, Reported, condition_status, desired_status, remembered_from_status,
 };
 use crate::decide::refusal::Backoffs;
 use crate::decide::rollout::Pending;
+use crate::decide::turns::halted_by;
 use crate::index::policies::PolicyIndex;
 use crate::index::remembered::{PolicyMemory, Remembered};
 use crate::index::store::Store;
@@ -468,10 +469,10 @@ impl Policies {
             resolve_sources(&policy, &ns_sources, hasher.as_ref().unwrap_or(&Hasher::Sha1));
         let (targets, missing_targets) = self.resolve_targets(&policy);
         let memory = self.memory.lock().get(key).cloned().unwrap_or_default();
-        let halted_by =
-            policy.spec.rollout.as_ref().filter(|r| r.halt_on_failure).and_then(|_| {
-                Self::halted_by(&policy, &targets, &memory, &combined_hash(&resolved))
-            });
+        let halted_by = policy.spec.rollout.as_ref().filter(|r| r.halt_on_failure).and_then(|_| {
+            let content = combined_hash(&resolved);
+            halted_by(&policy, &targets, turns::seen(&memory), &content)
+        });
         let reported = Reported {
             outcomes: &memory.outcomes,
             rollouts: &memory.rollouts,

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::decide::refusal::{Refusal, refusal_of};
+use crate::decide::turns;
 use crate::kube::access::{self, Right, Verb};
 
 impl Policies {
@@ -98,12 +99,7 @@ impl Policies {
     pub(super) fn hold_target(&self, part: &PolicyPart, result: &'static str, message: String) {
         let target = (part.target.kind, part.target.name.clone());
         let previous = self.memory.lock().get(&part.key).and_then(|m| m.outcome(&target));
-        let outcome = Outcome {
-            result,
-            message: Some(message),
-            time: previous.as_ref().and_then(|o| o.time),
-            hash: previous.and_then(|o| o.hash),
-        };
+        let outcome = turns::held(result, message, previous);
         self.memory.lock().update(&part.key, |m| m.set_outcome(target, outcome));
         self.statuses.add(part.key.clone(), Duration::from_millis(100));
     }
@@ -181,15 +177,14 @@ impl Policies {
         self.memory.lock().update_all(|policy, m| {
             if policy.0 == key.namespace && m.outcomes.contains_key(&target) {
                 let (resume, _) = staged.get(policy).cloned().unwrap_or_default();
-                let resume = resume.filter(|_| state == RolloutState::Failed);
-                let rollout = TargetRollout { state, message: message.clone(), resume };
+                let rollout = turns::reported_rollout(state, message.clone(), resume);
                 m.rollouts.insert(target.clone(), rollout);
                 touched.push(policy.clone());
             }
         });
         let mut halted = Vec::new();
         for policy in touched {
-            if state == RolloutState::Failed && staged.get(&policy).is_some_and(|(_, halt)| *halt) {
+            if staged.get(&policy).is_some_and(|(_, halt)| turns::halts(state, *halt)) {
                 halted.push(format!("{}/{}", policy.0, policy.1));
                 let note = format!(
                     "Halted: the rollout of {key} failed; the targets not yet rolled keep their \
@@ -214,25 +209,11 @@ impl Policies {
         key: &WorkloadKey,
     ) -> Option<RolloutState> {
         let target = (key.kind, key.name.clone());
-        let mut claimed = None;
         let policies = self.index.read().policies_in(&key.namespace);
-        for policy in policies {
-            let policy_key = (policy.namespace.clone(), policy.name.clone());
-            let memory = self.memory.lock();
-            let Some(m) = memory.get(&policy_key) else { continue };
-            let remembered = m.rollouts.get(&target).map(|r| r.state);
-            let written = m
-                .observed
-                .targets
-                .iter()
-                .find(|t| t.name == key.name && target_kind(t.kind) == key.kind)
-                .and_then(|t| RolloutState::parse(t.rollout.as_deref()?));
-            match remembered.or(written) {
-                Some(RolloutState::Failed) => return Some(RolloutState::Failed),
-                Some(RolloutState::Progressing) => claimed = Some(RolloutState::Progressing),
-                _ => {}
-            }
-        }
-        claimed
+        let memory = self.memory.lock();
+        turns::claimed(policies.iter().filter_map(|policy| {
+            let m = memory.get(&(policy.namespace.clone(), policy.name.clone()))?;
+            Some(turns::rollout_in_policy(key, m.rollouts.get(&target), &m.observed))
+        }))
     }
 }

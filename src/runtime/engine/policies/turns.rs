@@ -6,34 +6,10 @@
 //! cluster holds turns and halts, memory only what is ahead of the last write.
 
 use super::*;
-use crate::decide::staging::{self, TargetTurn, Wait};
+use crate::decide::staging::Wait;
+use crate::decide::turns::{self, Seen, StagedPart};
 
 impl Policies {
-    /// `targets` of `policy` as the turn rules see them, from what is remembered of it.
-    fn turns_of(
-        policy: &ActivePolicy,
-        targets: &[WorkloadInfo],
-        memory: Option<&PolicyMemory>,
-    ) -> Vec<TargetTurn> {
-        targets
-            .iter()
-            .map(|t| {
-                let key = (t.key.kind, t.key.name.clone());
-                let rollout = memory.and_then(|m| m.rollouts.get(&key));
-                TargetTurn {
-                    kind: t.key.kind,
-                    name: t.key.name.clone(),
-                    group: policy.order_group(t),
-                    reloaded_to: memory
-                        .and_then(|m| m.outcomes.get(&key))
-                        .and_then(|o| o.hash.clone()),
-                    rollout: rollout.map(|r| r.state),
-                    failed_at_resume: rollout.and_then(|r| r.resume.clone()),
-                }
-            })
-            .collect()
-    }
-
     /// The staged policies among `parts` that carry a change, with the part.
     fn staged<'p>(&self, parts: &'p [PolicyPart]) -> Vec<(Arc<ActivePolicy>, &'p PolicyPart)> {
         let index = self.index.read();
@@ -48,7 +24,8 @@ impl Policies {
     }
 
     /// Whether `info` may roll now in every staged policy taking part (`None`), or what it
-    /// waits for. With `claim`, a turn it may take is taken: it counts as rolling from now.
+    /// waits for (see [`turns::may_take_turn`]). With `claim`, a turn it may take is taken: it
+    /// counts as rolling from now.
     pub(in crate::runtime::engine) fn turn(
         &self,
         parts: &[PolicyPart],
@@ -62,30 +39,24 @@ impl Policies {
         // The targets are read before the memory is locked (never the store under it).
         let targets: Vec<Vec<WorkloadInfo>> =
             staged.iter().map(|(policy, _)| self.resolve_targets(policy).0).collect();
-        let me = (info.key.kind, info.key.name.clone());
         let mut memory = self.memory.lock();
-        for ((policy, part), targets) in staged.iter().zip(&targets) {
-            let views = Self::turns_of(policy, targets, memory.get(&part.key));
-            let mine =
-                views.iter().find(|t| t.kind == me.0 && t.name == me.1).cloned().unwrap_or_else(
-                    || Self::turns_of(policy, std::slice::from_ref(info), None).remove(0),
-                );
-            if let Err(wait) = staging::turn(&mine, &views, &policy.staging(), &part.combined) {
-                return Some(wait);
-            }
+        let views: Vec<StagedPart<'_>> = staged
+            .iter()
+            .zip(&targets)
+            .map(|((policy, part), targets)| StagedPart {
+                policy,
+                targets,
+                seen: memory.get(&part.key).map(seen),
+                content: &part.combined,
+            })
+            .collect();
+        if let Err(wait) = turns::may_take_turn(info, &views) {
+            return Some(wait);
         }
         if claim {
+            let me = (info.key.kind, info.key.name.clone());
             for (_, part) in &staged {
-                memory.update(&part.key, |m| {
-                    m.rollouts.insert(
-                        me.clone(),
-                        TargetRollout {
-                            state: RolloutState::Progressing,
-                            message: None,
-                            resume: None,
-                        },
-                    )
-                });
+                memory.update(&part.key, |m| m.rollouts.insert(me.clone(), turns::turn_taken()));
             }
         }
         None
@@ -116,7 +87,7 @@ impl Policies {
         let mut memory = self.memory.lock();
         for (_, part) in self.staged(parts) {
             memory.update(&part.key, |m| {
-                if m.rollouts.get(&target).is_some_and(|r| r.state == RolloutState::Progressing) {
+                if turns::gives_back(m.rollouts.get(&target)) {
                     m.rollouts.remove(&target);
                 }
             });
@@ -150,18 +121,6 @@ impl Policies {
         }
     }
 
-    /// The failed target that halts `policy` now (`rollout.haltOnFailure`), for its status.
-    pub(in crate::runtime::engine) fn halted_by(
-        policy: &ActivePolicy,
-        targets: &[WorkloadInfo],
-        memory: &PolicyMemory,
-        content: &str,
-    ) -> Option<String> {
-        let views = Self::turns_of(policy, targets, Some(memory));
-        staging::halted_by(&views, &policy.staging(), content)
-            .map(|t| format!("{} {}", t.kind.as_str(), t.name))
-    }
-
     /// Tells the staged policies taking part that their target waits for its turn: its result
     /// becomes `Waiting`, with what it waits for.
     pub(in crate::runtime::engine) fn report_waiting(&self, parts: &[PolicyPart], wait: &Wait) {
@@ -169,4 +128,9 @@ impl Policies {
             self.hold_target(part, "Waiting", format!("waits for its turn: {wait}"));
         }
     }
+}
+
+/// What is remembered of a policy's targets, as the turn rules read it.
+pub(super) fn seen(memory: &PolicyMemory) -> Seen<'_> {
+    Seen { outcomes: &memory.outcomes, rollouts: &memory.rollouts }
 }
