@@ -28,7 +28,7 @@ use crate::decide::policy_part::{
 };
 use crate::decide::policy_plan::{ActivePolicy, combined_hash, resolve_sources};
 use crate::decide::policy_status::{
-    Outcome, Reported, condition_status, desired_status, remembered_from_status,
+    Outcome, Reported, StatusInputs, condition_status, desired_status, remembered_from_status,
 };
 use crate::decide::refusal::Backoffs;
 use crate::decide::rollout::Pending;
@@ -479,19 +479,19 @@ impl Policies {
             next_windows: &memory.next_windows,
             halted_by: halted_by.as_deref(),
         };
-        let desired = desired_status(
-            &policy,
-            hasher.as_ref().err().map(String::as_str),
-            &resolved,
-            &missing_sources,
-            &targets,
-            &missing_targets,
+        let input = StatusInputs {
+            policy: &policy,
+            key_problem: hasher.as_ref().err().map(String::as_str),
+            resolved: &resolved,
+            missing_sources: &missing_sources,
+            targets: &targets,
+            missing_targets: &missing_targets,
             reported,
-            &memory.observed,
-            memory.reload_count,
-            memory.throttled_count,
-            Timestamp::now(),
-        );
+            observed: &memory.observed,
+            reload_count: memory.reload_count,
+            throttled_count: memory.throttled_count,
+        };
+        let desired = desired_status(&input, Timestamp::now());
         let ready = condition_status(&desired, "Ready") == Some("True");
         self.metrics.policy_ready.with_label_values(&[&key.0, &key.1]).set(i64::from(ready));
         let observed = memory.observed;
