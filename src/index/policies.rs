@@ -6,8 +6,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::decide::policy_part::PolicyKey;
+use crate::decide::policy_part::{PolicyKey, PolicyPart};
 use crate::decide::policy_plan::ActivePolicy;
+use crate::index::store::Store;
+use crate::model::policy::PolicyTarget;
+use crate::model::workload::WorkloadInfo;
 
 #[derive(Debug)]
 pub struct PolicyIndex {
@@ -66,6 +69,18 @@ impl PolicyIndex {
         self.by_namespace.get(namespace).map(|m| m.values().cloned().collect()).unwrap_or_default()
     }
 
+    /// The staged policies (`spec.rollout`) among `parts` that carry a change, with the part.
+    pub fn staged<'p>(&self, parts: &'p [PolicyPart]) -> Vec<(Arc<ActivePolicy>, &'p PolicyPart)> {
+        parts
+            .iter()
+            .filter(|p| p.carries_changes())
+            .filter_map(|p| {
+                let policy = self.get(&p.key.0, &p.key.1)?;
+                policy.spec.rollout.is_some().then_some((policy, p))
+            })
+            .collect()
+    }
+
     /// Every policy watch has listed its policies: an unknown policy is a deleted one.
     pub fn listed(&self) -> bool {
         self.unlisted == 0
@@ -84,6 +99,30 @@ impl PolicyIndex {
             self.unlisted = self.unlisted.saturating_sub(1);
         }
     }
+}
+
+/// The targets of `policy` among the stored workloads, and its target entries that select none.
+pub fn targets_of<'a>(
+    store: &Store,
+    policy: &'a ActivePolicy,
+) -> (Vec<WorkloadInfo>, Vec<&'a PolicyTarget>) {
+    let infos: Vec<WorkloadInfo> = store
+        .workload_keys()
+        .into_iter()
+        .filter(|k| k.namespace == policy.namespace)
+        .filter_map(|k| store.workload(&k))
+        .map(|e| e.info.clone())
+        .filter(|i| policy.target_for(i).is_some())
+        .collect();
+    let missing = policy
+        .spec
+        .targets
+        .iter()
+        .enumerate()
+        .filter(|(index, _)| !infos.iter().any(|i| policy.target_entry_selects(*index, i)))
+        .map(|(_, t)| t)
+        .collect();
+    (infos, missing)
 }
 
 #[cfg(test)]
@@ -148,5 +187,77 @@ mod tests {
         assert!(index.listed());
         index.watch_listed();
         assert!(index.listed(), "saturates at zero");
+    }
+
+    #[test]
+    fn staged_are_the_policies_with_a_rollout_whose_part_carries_changes() {
+        use crate::decide::policy_part::PartMode;
+        use crate::model::source::{SourceKind, SourceRef};
+        use crate::model::workload::{WorkloadKey, WorkloadKind};
+        let mut index = PolicyIndex::default();
+        let staged_spec = serde_json::from_value(json!({
+            "sources": [{"kind": "ConfigMap", "name": "cfg"}],
+            "targets": [{"kind": "Deployment", "name": "api"}],
+            "rollout": {"maxConcurrent": 1},
+        }))
+        .unwrap();
+        index.apply(Arc::new(ActivePolicy::new("a".into(), "staged".into(), Some(1), staged_spec)));
+        index.apply(policy("a", "plain", 1, "api"));
+        let part = |name: &str, mode: PartMode, changed: bool| PolicyPart {
+            key: ("a".into(), name.into()),
+            target: WorkloadKey {
+                kind: WorkloadKind::Deployment,
+                namespace: "a".into(),
+                name: "api".into(),
+            },
+            mode,
+            combined: String::new(),
+            changed: if changed {
+                vec![SourceRef::new(SourceKind::ConfigMap, "cfg")]
+            } else {
+                vec![]
+            },
+            debounce: Default::default(),
+            min_rollout_interval: Default::default(),
+            max_rollouts_per_minute: None,
+            windows: None,
+        };
+        let parts = [
+            part("staged", PartMode::Live, true),
+            part("plain", PartMode::Live, true),
+            part("gone", PartMode::Live, true),
+        ];
+        let staged: Vec<String> =
+            index.staged(&parts).iter().map(|(p, _)| p.name.clone()).collect();
+        assert_eq!(staged, ["staged"]);
+        for idle in [part("staged", PartMode::Live, false), part("staged", PartMode::DryRun, true)]
+        {
+            assert!(index.staged(std::slice::from_ref(&idle)).is_empty(), "{idle:?}");
+        }
+    }
+
+    #[test]
+    fn targets_of_a_policy_are_its_namespaces_workloads_it_selects() {
+        use crate::decide::selection::Selection;
+        use crate::index::store::WorkloadEntry;
+        use crate::model::workload::WorkloadKind;
+        let mut store = Store::default();
+        for (ns, name) in [("a", "api"), ("a", "web"), ("b", "api")] {
+            let info = WorkloadInfo::bare(WorkloadKind::Deployment, ns, name);
+            store
+                .upsert_workload(WorkloadEntry { info, selection: Arc::new(Selection::default()) });
+        }
+        let spec = serde_json::from_value(json!({
+            "sources": [{"kind": "ConfigMap", "name": "cfg"}],
+            "targets": [{"kind": "Deployment", "name": "api"}, {"kind": "Deployment", "name": "db"}],
+        }))
+        .unwrap();
+        let p = ActivePolicy::new("a".into(), "p".into(), Some(1), spec);
+        let (found, missing) = targets_of(&store, &p);
+        let found: Vec<(&str, &str)> =
+            found.iter().map(|i| (i.key.namespace.as_str(), i.key.name.as_str())).collect();
+        assert_eq!(found, [("a", "api")]);
+        let missing: Vec<Option<&str>> = missing.iter().map(|t| t.name.as_deref()).collect();
+        assert_eq!(missing, [Some("db")]);
     }
 }

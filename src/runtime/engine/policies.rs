@@ -33,11 +33,11 @@ use crate::decide::policy_status::{
 use crate::decide::refusal::Backoffs;
 use crate::decide::rollout::Pending;
 use crate::decide::turns::halted_by;
-use crate::index::policies::PolicyIndex;
+use crate::index::policies::{PolicyIndex, targets_of};
 use crate::index::remembered::{PolicyMemory, Remembered};
 use crate::index::store::Store;
 use crate::kube::hash_key::KeySlot;
-use crate::model::policy::{PolicyTarget, ReloadPolicy};
+use crate::model::policy::ReloadPolicy;
 use crate::model::progress::RolloutState;
 use crate::model::source::SourceRef;
 use crate::model::workload::{WorkloadInfo, WorkloadKey};
@@ -467,7 +467,7 @@ impl Policies {
         // Without its key the policy's sources are still resolved, but no hash is reported.
         let (resolved, missing_sources) =
             resolve_sources(&policy, &ns_sources, hasher.as_ref().unwrap_or(&Hasher::Sha1));
-        let (targets, missing_targets) = self.resolve_targets(&policy);
+        let (targets, missing_targets) = targets_of(&self.store.read(), &policy);
         let memory = self.memory.lock().get(key).cloned().unwrap_or_default();
         let halted_by = policy.spec.rollout.as_ref().filter(|r| r.halt_on_failure).and_then(|_| {
             let content = combined_hash(&resolved);
@@ -546,29 +546,5 @@ impl Policies {
               "policy selectors that do not parse select nothing");
         let note = format!("Selectors that do not parse select nothing: {errors}");
         self.events.about_policy(key, EventType::Warning, "InvalidSelector", note).await;
-    }
-
-    fn resolve_targets<'a>(
-        &self,
-        policy: &'a ActivePolicy,
-    ) -> (Vec<WorkloadInfo>, Vec<&'a PolicyTarget>) {
-        let store = self.store.read();
-        let infos: Vec<WorkloadInfo> = store
-            .workload_keys()
-            .into_iter()
-            .filter(|k| k.namespace == policy.namespace)
-            .filter_map(|k| store.workload(&k))
-            .map(|e| e.info.clone())
-            .filter(|i| policy.target_for(i).is_some())
-            .collect();
-        let missing = policy
-            .spec
-            .targets
-            .iter()
-            .enumerate()
-            .filter(|(index, _)| !infos.iter().any(|i| policy.target_entry_selects(*index, i)))
-            .map(|(_, t)| t)
-            .collect();
-        (infos, missing)
     }
 }

@@ -23,7 +23,7 @@ impl Policies {
             return Some(wait);
         }
         let last = self.refused.lock().episode(key).map(|e| e.reason);
-        if last == Some(Refusal::ForbiddenRbac) && !self.may_write_status(&key.0).await {
+        if last == Some(Refusal::ForbiddenRbac) && !may_write_status(&self.client, &key.0).await {
             // Still missing: no write, a longer wait.
             let again = self.refused.lock().refused(
                 key.clone(),
@@ -49,12 +49,13 @@ impl Policies {
                 let refusal = refusal_of(&e).unwrap_or(Refusal::Other);
                 // A 403 that is no missing right (the review grants it) is refused by something
                 // else: backed off all the same, but written again rather than asked about.
-                let refusal =
-                    if refusal == Refusal::ForbiddenRbac && self.may_write_status(&key.0).await {
-                        Refusal::Other
-                    } else {
-                        refusal
-                    };
+                let refusal = if refusal == Refusal::ForbiddenRbac
+                    && may_write_status(&self.client, &key.0).await
+                {
+                    Refusal::Other
+                } else {
+                    refusal
+                };
                 if matches!(e, kube::Error::Api(_)) {
                     self.metrics.policy_status_writes.with_label_values(&[refusal.as_str()]).inc();
                 }
@@ -85,13 +86,6 @@ impl Policies {
                    retry_in_seconds = refused.delay.as_secs(), "cannot write policy status; will retry");
         }
         Some(refused.delay)
-    }
-
-    /// Whether an access review grants patching ReloadPolicy status in `namespace` (an
-    /// unanswered review counts as granted: the write then says).
-    async fn may_write_status(&self, namespace: &str) -> bool {
-        let right = Right::new(access::RELOAD_POLICIES.sub("status"), Verb::Patch, Some(namespace));
-        access::review(&self.client, std::slice::from_ref(&right)).await.grants(&right)
     }
 
     /// A target whose rollout is held (`result`, with why in `message`) keeps the time and hash
@@ -216,4 +210,11 @@ impl Policies {
             Some(turns::rollout_in_policy(key, m.rollouts.get(&target), &m.observed))
         }))
     }
+}
+
+/// Whether an access review grants patching ReloadPolicy status in `namespace` (an unanswered
+/// review counts as granted: the write then says).
+async fn may_write_status(client: &Client, namespace: &str) -> bool {
+    let right = Right::new(access::RELOAD_POLICIES.sub("status"), Verb::Patch, Some(namespace));
+    access::review(client, std::slice::from_ref(&right)).await.grants(&right)
 }

@@ -10,19 +10,6 @@ use crate::decide::staging::Wait;
 use crate::decide::turns::{self, Seen, StagedPart};
 
 impl Policies {
-    /// The staged policies among `parts` that carry a change, with the part.
-    fn staged<'p>(&self, parts: &'p [PolicyPart]) -> Vec<(Arc<ActivePolicy>, &'p PolicyPart)> {
-        let index = self.index.read();
-        parts
-            .iter()
-            .filter(|p| p.carries_changes())
-            .filter_map(|p| {
-                let policy = index.get(&p.key.0, &p.key.1)?;
-                policy.spec.rollout.is_some().then_some((policy, p))
-            })
-            .collect()
-    }
-
     /// Whether `info` may roll now in every staged policy taking part (`None`), or what it
     /// waits for (see [`turns::may_take_turn`]). With `claim`, a turn it may take is taken: it
     /// counts as rolling from now.
@@ -32,13 +19,13 @@ impl Policies {
         info: &WorkloadInfo,
         claim: bool,
     ) -> Option<Wait> {
-        let staged = self.staged(parts);
+        let staged = self.index.read().staged(parts);
         if staged.is_empty() {
             return None;
         }
         // The targets are read before the memory is locked (never the store under it).
         let targets: Vec<Vec<WorkloadInfo>> =
-            staged.iter().map(|(policy, _)| self.resolve_targets(policy).0).collect();
+            staged.iter().map(|(policy, _)| targets_of(&self.store.read(), policy).0).collect();
         let mut memory = self.memory.lock();
         let views: Vec<StagedPart<'_>> = staged
             .iter()
@@ -69,7 +56,8 @@ impl Policies {
         &self,
         parts: &[PolicyPart],
     ) -> Result<(), String> {
-        for (_, part) in self.staged(parts) {
+        let staged = self.index.read().staged(parts);
+        for (_, part) in staged {
             // A policy whose status writes are refused is not written to here either: it
             // takes no turn until its backoff ends (see `write_status_or_back_off`).
             if self.refused.lock().waiting(&part.key, std::time::Instant::now()).is_some() {
@@ -85,7 +73,8 @@ impl Policies {
     pub(in crate::runtime::engine) fn release_turn(&self, parts: &[PolicyPart], key: &WorkloadKey) {
         let target = (key.kind, key.name.clone());
         let mut memory = self.memory.lock();
-        for (_, part) in self.staged(parts) {
+        let staged = self.index.read().staged(parts);
+        for (_, part) in staged {
             memory.update(&part.key, |m| {
                 if turns::gives_back(m.rollouts.get(&target)) {
                     m.rollouts.remove(&target);
@@ -112,7 +101,8 @@ impl Policies {
             if !reports {
                 continue;
             }
-            for t in self.resolve_targets(&policy).0 {
+            let (targets, _) = targets_of(&self.store.read(), &policy);
+            for t in targets {
                 if t.key != *key {
                     // Sooner than a waiting target's own recheck (`add` would keep the later).
                     self.workloads.schedule(t.key, Duration::ZERO);
@@ -124,7 +114,8 @@ impl Policies {
     /// Tells the staged policies taking part that their target waits for its turn: its result
     /// becomes `Waiting`, with what it waits for.
     pub(in crate::runtime::engine) fn report_waiting(&self, parts: &[PolicyPart], wait: &Wait) {
-        for (_, part) in self.staged(parts) {
+        let staged = self.index.read().staged(parts);
+        for (_, part) in staged {
             self.hold_target(part, "Waiting", format!("waits for its turn: {wait}"));
         }
     }
