@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::decide::policy_part::{PartMode, PolicyPart};
 use crate::decide::policy_plan::{ActivePolicy, Resolved};
 use crate::model::policy::{
     PolicySource, PolicyTarget, ReloadPolicyStatus, SourceStatus, TargetStatus,
@@ -90,6 +91,57 @@ pub fn remembered_from_status(status: &ReloadPolicyStatus) -> (Outcomes, Rollout
         }
     }
     (outcomes, rollouts)
+}
+
+/// What a reconcile's report to a policy comes to besides the target's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reporting {
+    /// Nothing more.
+    Quiet,
+    /// A dry-run policy would have reloaded the target (a notice, once per content).
+    WouldReload,
+    /// The reload the policy asked for failed (a Warning).
+    Failed,
+    /// The policy reloaded the target (counted, and a Normal Event).
+    Reloaded,
+}
+
+/// The outcome of a workload's reconcile for one policy taking part (`error`: the write's),
+/// from its `previous` outcome there: `Suspended`; `DryRun` (would reload) or `UpToDate` for a
+/// dry run; `Failed` or `Reloaded` (at `now`) when its sources changed; else the target is at
+/// the current content: a target reloaded before stays `Reloaded` with that time, one that
+/// never needed a reload is `UpToDate`.
+pub fn reported_outcome(
+    part: &PolicyPart,
+    error: Option<&str>,
+    now: i64,
+    previous: Option<&Outcome>,
+) -> (Outcome, Reporting) {
+    let changed = !part.changed.is_empty();
+    let hash = Some(part.combined.clone());
+    let outcome =
+        |result, message: Option<String>, time, hash| Outcome { result, message, time, hash };
+    match (part.mode, error) {
+        (PartMode::Suspended, _) => (outcome("Suspended", None, None, None), Reporting::Quiet),
+        (PartMode::DryRun, _) if changed => (
+            outcome("DryRun", Some("would be reloaded".into()), None, hash),
+            Reporting::WouldReload,
+        ),
+        (PartMode::DryRun, _) => (outcome("UpToDate", None, None, None), Reporting::Quiet),
+        (PartMode::Live, Some(e)) if changed => {
+            (outcome("Failed", Some(e.to_string()), None, None), Reporting::Failed)
+        }
+        (PartMode::Live, None) if changed => {
+            (outcome("Reloaded", None, Some(now), hash), Reporting::Reloaded)
+        }
+        _ => {
+            let result = match previous.map(|o| o.result) {
+                Some("Reloaded") => "Reloaded",
+                _ => "UpToDate",
+            };
+            (outcome(result, None, previous.and_then(|o| o.time), hash), Reporting::Quiet)
+        }
+    }
 }
 
 fn describe_source(s: &PolicySource) -> String {
@@ -1322,5 +1374,54 @@ mod tests {
             (listed[0].rollout.as_deref(), listed[0].failed_at_resume.as_deref()),
             (Some("RolledOut"), None)
         );
+    }
+
+    #[test]
+    fn the_outcome_a_reconcile_reports_to_each_policy() {
+        use crate::model::source::{SourceKind, SourceRef};
+        let part = |mode, changed: bool| PolicyPart {
+            key: ("ns".into(), "p".into()),
+            target: target("api").key,
+            mode,
+            combined: "c1".into(),
+            changed: if changed {
+                vec![SourceRef::new(SourceKind::ConfigMap, "cfg")]
+            } else {
+                vec![]
+            },
+            debounce: Default::default(),
+            min_rollout_interval: Default::default(),
+            max_rollouts_per_minute: None,
+            windows: None,
+        };
+        let reloaded_before = outcome("Reloaded", Some(T0 - 60), Some("c0"));
+        let summary = |(o, r): (Outcome, Reporting)| (o.result, o.message, o.time, o.hash, r);
+        let c1 = Some("c1".to_string());
+        use PartMode::*;
+        use Reporting::*;
+        let cases = [
+            (part(Suspended, true), Some("boom"), ("Suspended", None, None, None, Quiet)),
+            (
+                part(DryRun, true),
+                None,
+                ("DryRun", Some("would be reloaded".into()), None, c1.clone(), WouldReload),
+            ),
+            (part(DryRun, false), None, ("UpToDate", None, None, None, Quiet)),
+            (part(Live, true), Some("boom"), ("Failed", Some("boom".into()), None, None, Failed)),
+            (part(Live, true), None, ("Reloaded", None, Some(T0), c1.clone(), Reloaded)),
+            // Nothing to change: a target reloaded before keeps that result and its time.
+            (part(Live, false), None, ("Reloaded", None, Some(T0 - 60), c1.clone(), Quiet)),
+            (part(Live, false), Some("boom"), ("Reloaded", None, Some(T0 - 60), c1.clone(), Quiet)),
+        ];
+        for (part, error, want) in cases {
+            let got = summary(reported_outcome(&part, error, T0, Some(&reloaded_before)));
+            assert_eq!(got, want, "{:?} {error:?}", part.mode);
+        }
+        // Never reloaded: up to date.
+        let waiting = outcome("Waiting", Some(T0 - 5), Some("c0"));
+        for previous in [None, Some(&waiting)] {
+            let (o, r) = reported_outcome(&part(Live, false), None, T0, previous);
+            assert_eq!((o.result, o.hash.as_deref(), r), ("UpToDate", Some("c1"), Quiet));
+        }
     }
 }

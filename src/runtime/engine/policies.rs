@@ -24,11 +24,12 @@ use crate::decide::churn::RolloutLimiter;
 use crate::decide::hash::Hasher;
 use crate::decide::plan::Plan;
 use crate::decide::policy_part::{
-    Candidate, Fallbacks, PartMode, PolicyInputs, PolicyKey, PolicyPart, add_policies,
+    Candidate, Fallbacks, PolicyInputs, PolicyKey, PolicyPart, add_policies,
 };
 use crate::decide::policy_plan::{ActivePolicy, combined_hash, resolve_sources};
 use crate::decide::policy_status::{
-    Outcome, Reported, StatusInputs, condition_status, desired_status, remembered_from_status,
+    Reported, Reporting, StatusInputs, condition_status, desired_status, remembered_from_status,
+    reported_outcome,
 };
 use crate::decide::refusal::Backoffs;
 use crate::decide::rollout::Pending;
@@ -336,16 +337,17 @@ impl Policies {
         add_policies(plan, &input)
     }
 
-    /// Reports the outcome of a workload reconcile to the policies that took part in it.
+    /// Reports the outcome of a workload reconcile to the policies that took part in it (see
+    /// [`reported_outcome`]), with the Events, counts and notices that go with it.
     pub(super) async fn report(&self, parts: Vec<PolicyPart>, error: Option<&str>) {
         let now = Timestamp::now().as_second();
         for part in parts {
             let target = (part.target.kind, part.target.name.clone());
-            let outcome = match (&part.mode, error) {
-                (PartMode::Suspended, _) => {
-                    Outcome { result: "Suspended", message: None, time: None, hash: None }
-                }
-                (PartMode::DryRun, _) if !part.changed.is_empty() => {
+            let previous = self.memory.lock().get(&part.key).and_then(|m| m.outcome(&target));
+            let (outcome, reporting) = reported_outcome(&part, error, now, previous.as_ref());
+            match reporting {
+                Reporting::Quiet => {}
+                Reporting::WouldReload => {
                     let first = self.memory.lock().update(&part.key, |m| {
                         m.dry_run_seen.insert(part.target.clone(), part.combined.clone())
                             != Some(part.combined.clone())
@@ -364,33 +366,15 @@ impl Policies {
                             .about_policy(&part.key, EventType::Normal, "DryRun", note)
                             .await;
                     }
-                    Outcome {
-                        result: "DryRun",
-                        message: Some("would be reloaded".into()),
-                        time: None,
-                        hash: Some(part.combined.clone()),
-                    }
                 }
-                (PartMode::DryRun, _) => {
-                    Outcome { result: "UpToDate", message: None, time: None, hash: None }
-                }
-                (PartMode::Live, Some(e)) if !part.changed.is_empty() => {
+                Reporting::Failed => {
+                    let note =
+                        format!("Reload of {} failed: {}", part.target, error.unwrap_or_default());
                     self.events
-                        .about_policy(
-                            &part.key,
-                            EventType::Warning,
-                            "ReloadFail",
-                            format!("Reload of {} failed: {e}", part.target),
-                        )
+                        .about_policy(&part.key, EventType::Warning, "ReloadFail", note)
                         .await;
-                    Outcome {
-                        result: "Failed",
-                        message: Some(e.to_string()),
-                        time: None,
-                        hash: None,
-                    }
                 }
-                (PartMode::Live, None) if !part.changed.is_empty() => {
+                Reporting::Reloaded => {
                     self.metrics
                         .policy_reloads
                         .with_label_values(&[&part.key.0, &part.key.1])
@@ -405,32 +389,8 @@ impl Policies {
                         )
                     );
                     self.events.about_policy(&part.key, EventType::Normal, "Reloaded", note).await;
-                    Outcome {
-                        result: "Reloaded",
-                        message: None,
-                        time: Some(now),
-                        hash: Some(part.combined.clone()),
-                    }
                 }
-                _ => {
-                    // Nothing to change: the target is at the current content (its hash), and
-                    // keeps the time of its last reload.
-                    // A target reloaded before keeps that result; "UpToDate" means never needed
-                    // one. After a restart the memory holds what the status says (`apply`).
-                    let previous =
-                        self.memory.lock().get(&part.key).and_then(|m| m.outcome(&target));
-                    let result = match previous.as_ref().map(|o| o.result) {
-                        Some("Reloaded") => "Reloaded",
-                        _ => "UpToDate",
-                    };
-                    Outcome {
-                        result,
-                        message: None,
-                        time: previous.as_ref().and_then(|o| o.time),
-                        hash: Some(part.combined.clone()),
-                    }
-                }
-            };
+            }
             self.memory.lock().update(&part.key, |m| m.set_outcome(target, outcome));
             self.statuses.add(part.key, Duration::from_millis(100));
         }
