@@ -1,7 +1,9 @@
-//! ReloadPolicy next to annotation mode: the engine watches policies into [`Policies`], which
-//! adds each policy that targets a workload to that workload's plan (so a workload selected
-//! several ways rolls once), remembers what came of it per target, and writes each policy's
-//! status by server-side apply (leader only) from `decide::policy_status`.
+//! ReloadPolicy next to annotation mode: the engine watches policies into [`Policies`] (which
+//! keeps them in `index::policies`), which adds each policy that targets a workload to that
+//! workload's plan (`decide::policy_part::add_policies`: a workload selected several ways
+//! rolls once), remembers what came of it per target, and writes each policy's status by
+//! server-side apply (leader only) from `decide::policy_status`. The decisions are `decide`'s:
+//! this module gathers their inputs, calls them and applies what they return.
 
 use futures::FutureExt;
 use parking_lot::{Mutex, RwLock};

@@ -1,5 +1,6 @@
-//! Whose turn it is in a policy's staged rollout (`spec.rollout`): the policy's targets as the
-//! rules of `decide::staging` read them, a turn taken under the policies' memory lock (so two
+//! Whose turn it is in a policy's staged rollout (`spec.rollout`): the policy's targets and
+//! what is remembered of them handed to `decide::turns` (which says what the turn rules of
+//! `decide::staging` make of them), a turn taken under the policies' memory lock (so two
 //! workers never both take the last slot), released when its write does not happen, and the
 //! targets looked at again when one of them finishes. A turn taken is in the policy's status
 //! before its target rolls, and `Policies::apply` reads the status back after a restart: the
