@@ -29,12 +29,13 @@
 //! 4. `runtime/engine/reconcile.rs`: `reconcile` reads the workload and its sources from the
 //!    index and **decides**: `decide/plan.rs` (annotation mode: stored hashes versus current ones,
 //!    stakater/Reloader's precedence from `decide/selection.rs`) and `decide/policy_plan.rs`
-//!    (policies) give one plan, which pause (`decide/pause.rs`) may hold;
-//!    `decide/rollout.rs::decide` passes it through the gates to its write, in order: up to
-//!    date, suspended, the reload windows (`decide/window.rs`), a staged policy's turn
-//!    (`decide/staging.rs`, taken in `runtime/engine/policies/turns.rs`), settling (the
-//!    debounce, `decide/settle.rs`), leadership, the churn budgets (`decide/churn.rs`); each way out is a `decide/rollout.rs::Next` (when to look
-//!    again, and why), which the worker schedules;
+//!    with `decide/policy_part.rs::add_policies` (policies) give one plan, which pause
+//!    (`decide/pause.rs`) may hold; `decide/rollout.rs::decide` passes it through the gates to
+//!    its write, in order: up to date, suspended, the reload windows (`decide/window.rs`), a
+//!    staged policy's turn (`decide/staging.rs` and `decide/turns.rs`, taken in
+//!    `runtime/engine/policies/turns.rs`), settling (the debounce, `decide/settle.rs`),
+//!    leadership, the churn budgets (`decide/churn.rs`); each way out is a
+//!    `decide/rollout.rs::Next` (when to look again, and why), which the worker schedules;
 //! 5. `kube/write.rs`: `WorkloadWriter::execute` **applies** it: the patch built by
 //!    `decide/template.rs` (env var, annotation or restart strategy), a Job re-created, or a POST
 //!    to `--webhook-url`, and answers with the object as written, which
@@ -67,8 +68,9 @@
 //!   after start, consecutive failures, deferral start, triggers, throttled episode, limits
 //!   reported), kept only while something is remembered and forgotten with the workload. Jobs
 //!   deleted for a reload and not yet created again: `kube/write.rs`, `WorkloadWriter`.
-//! - Per policy: the policy in `runtime/engine/policies.rs::Policies`, and what is reported
-//!   about it in `index/remembered.rs::PolicyMemory` (observed status, outcomes per target,
+//! - Per policy: the policy in `index/policies.rs::PolicyIndex` (held by
+//!   `runtime/engine/policies.rs::Policies`), and what is reported about it in
+//!   `index/remembered.rs::PolicyMemory` (observed status, outcomes per target,
 //!   counts, dry-run notices, invalid selectors reported).
 //! - On the workload itself, so nothing is lost on restart: the hashes it was last rolled with
 //!   (`reloader.rs/source-hashes`, `reloader.rs/policy-hashes`, or the STAKATER_* env vars).

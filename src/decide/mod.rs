@@ -3,13 +3,15 @@
 //!
 //! - [`selection`]: which sources a workload's annotations select (stakater/Reloader's precedence);
 //! - [`plan`]: annotation mode, stored hashes versus current ones → roll or not, and how;
-//! - [`policy_plan`]: the same for a `ReloadPolicy`'s targets; [`policy_part`]: what a policy
-//!   brings to a rollout (its debounce and churn limits); [`policy_status`]: its status;
+//! - [`policy_plan`]: the same for a `ReloadPolicy`'s targets; [`policy_part`]: the policies'
+//!   part of a workload's plan and what each brings to a rollout (its debounce and churn
+//!   limits); [`policy_status`]: its status;
 //! - [`template`]: a plan turned into the pod-template write (env var or annotation strategy);
 //! - [`pause`], [`settle`], [`churn`]: pausing after a reload, the debounce of rollouts, and the
 //!   rollout budgets; [`window`]: reload windows; [`staging`]: whose turn it is in a staged
-//!   rollout; [`rollout`]: what a reconcile comes to, and what follows a write; [`outcome`]:
-//!   whether a rollout that was written has finished;
+//!   rollout, and [`turns`]: turns and halts as a policy's targets are remembered;
+//!   [`rollout`]: what a reconcile comes to, and what follows a write; [`outcome`]: whether a
+//!   rollout that was written has finished;
 //! - [`hash`], [`csi`], [`jobs`]: source hashes, SecretProviderClass hashes, Job re-creation;
 //! - [`refusal`]: a refused Event or status write, what refused it and the backoff that follows.
 //! - [`rights`]: the operator's own rights as answered (granted, denied, unknown), how each kind
@@ -33,4 +35,5 @@ pub mod settle;
 pub mod staging;
 pub mod template;
 pub mod token_bucket;
+pub mod turns;
 pub mod window;

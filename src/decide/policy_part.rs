@@ -1,15 +1,25 @@
-//! What one ReloadPolicy contributes to a workload's rollout ([`PolicyPart`]), and the settings
-//! that follow from the policies taking part: how long the rollout waits for quiet sources
-//! ([`debounce_window`]) and which churn limits hold it ([`churn_limits`]). Annotation mode's
-//! settings (the operator's flags) count for the changes annotation mode saw itself.
+//! What the ReloadPolicies add to a workload's plan ([`add_policies`]: the record filtered, the
+//! plans merged, each policy's part and its mode), what one contributes to the rollout
+//! ([`PolicyPart`]), and the settings that follow from the policies taking part: how long the
+//! rollout waits for quiet sources ([`debounce_window`]) and which churn limits hold it
+//! ([`churn_limits`]). Annotation mode's settings (the operator's flags) count for the changes
+//! annotation mode saw itself.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::decide::churn::GroupBudget;
-use crate::decide::plan::Plan;
+use crate::decide::hash::Hasher;
+use crate::decide::plan::{Plan, SourceFacts, TemplateWrite};
+use crate::decide::policy_plan::{
+    ActivePolicy, Resolved, combined_hash, parse_policy_record, plan_policy, resolve_sources,
+};
 use crate::decide::window::{self, Window, WindowGate};
+use crate::model::naming::env_var_name;
+use crate::model::policy::ReloadPolicySpec;
 use crate::model::source::SourceRef;
-use crate::model::workload::WorkloadKey;
+use crate::model::workload::{WorkloadInfo, WorkloadKey};
 
 /// A ReloadPolicy by namespace and name.
 pub type PolicyKey = (String, String);
@@ -49,6 +59,149 @@ impl PolicyPart {
     /// A live policy whose sources changed: it takes part in the rollout.
     pub fn carries_changes(&self) -> bool {
         self.mode == PartMode::Live && !self.changed.is_empty()
+    }
+}
+
+/// The operator's settings a policy falls back to.
+#[derive(Debug, Clone, Default)]
+pub struct Fallbacks {
+    /// `--debounce`.
+    pub debounce: Duration,
+    /// `--min-rollout-interval`.
+    pub min_rollout_interval: Duration,
+    /// The annotation key of the annotation strategy's `last-reloaded-from`.
+    pub last_reloaded_from: String,
+}
+
+/// A policy of the workload's namespace, with the hasher of its hash mode (`None`: a keyed
+/// policy without its key, which is not acted on; its status says why).
+pub type Candidate = (Arc<ActivePolicy>, Option<Hasher>);
+
+/// What the policy part of a plan is decided from.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyInputs<'a> {
+    pub info: &'a WorkloadInfo,
+    /// The policies of the workload's namespace.
+    pub policies: &'a [Candidate],
+    /// Every policy watch has listed its policies (before, a policy not seen is not a deleted
+    /// one).
+    pub listed: bool,
+    /// The namespace's sources (needed only when a policy targets the workload).
+    pub sources: &'a [(SourceRef, SourceFacts)],
+    pub now: i64,
+    pub now_rfc3339: &'a str,
+    /// An admission answer: only the sources the object itself references are named.
+    pub stamp: bool,
+    pub fallbacks: &'a Fallbacks,
+}
+
+/// Adds every policy that targets the workload to `plan`; returns what each contributed. A
+/// live policy's changes, template write and record entries join the plan; a suspended or
+/// dry-run one writes nothing, not even its record (its entries are kept as they are). The
+/// record (`plan.policy_record`) is set only when it changes.
+pub fn add_policies(plan: &mut Plan, input: &PolicyInputs<'_>) -> Vec<PolicyPart> {
+    let info = input.info;
+    let existing = parse_policy_record(info);
+    let mut record = kept_record(&existing, input.policies, info, input.listed);
+    // Variables annotation mode manages here: the ones its record covers.
+    let annotation_env: Vec<String> = plan
+        .record
+        .clone()
+        .unwrap_or_else(|| info.record())
+        .keys()
+        .map(|s| env_var_name(s.kind, &s.name))
+        .collect();
+    let mut parts = Vec::new();
+    for (p, hasher) in input.policies {
+        let Some(target) = p.target_for(info) else { continue };
+        // A keyed policy without its key is not acted on; its record entries stay as they are.
+        let Some(hasher) = hasher else { continue };
+        let (mut resolved, _) = resolve_sources(p, input.sources, hasher);
+        if input.stamp {
+            // Admission answers go to whoever can reach the webhook: they name and hash only
+            // sources the object itself references.
+            resolved.retain(|r| info.references.contains_key(&r.source));
+        }
+        let pp = plan_policy(
+            info,
+            p,
+            target,
+            &resolved,
+            &annotation_env,
+            input.now,
+            input.now_rfc3339,
+            &input.fallbacks.last_reloaded_from,
+            input.stamp,
+        );
+        let mode = part_mode(&p.spec);
+        let changed: Vec<SourceRef> = pp.changes.iter().map(|c| c.source.clone()).collect();
+        if mode == PartMode::Live {
+            plan.changes.extend(pp.changes);
+            plan.template = TemplateWrite::combine(plan.template.take(), pp.template);
+            record.extend(pp.record);
+        }
+        parts.push(part_of(p, info, mode, &resolved, changed, input.fallbacks));
+    }
+    if record != existing {
+        plan.policy_record = Some(record);
+    }
+    parts
+}
+
+/// How a policy takes part: suspended before dry run before live.
+pub fn part_mode(spec: &ReloadPolicySpec) -> PartMode {
+    if spec.suspend {
+        PartMode::Suspended
+    } else if spec.dry_run {
+        PartMode::DryRun
+    } else {
+        PartMode::Live
+    }
+}
+
+/// The workload's policy record without the entries of policies not (or no longer) targeting
+/// it, but only once the policies have been `listed`: before, a policy not yet seen is not a
+/// deleted one, and dropping its entry would lose a change made while the operator was down.
+pub fn kept_record(
+    existing: &BTreeMap<String, String>,
+    policies: &[Candidate],
+    info: &WorkloadInfo,
+    listed: bool,
+) -> BTreeMap<String, String> {
+    existing
+        .iter()
+        .filter(|(k, _)| {
+            let policy = k.split('/').next().unwrap_or_default();
+            !listed
+                || policies.iter().any(|(p, _)| p.name == policy && p.target_for(info).is_some())
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// One policy's part in the workload's rollout, its settings falling back to the operator's.
+fn part_of(
+    p: &ActivePolicy,
+    info: &WorkloadInfo,
+    mode: PartMode,
+    resolved: &[Resolved],
+    changed: Vec<SourceRef>,
+    fallbacks: &Fallbacks,
+) -> PolicyPart {
+    PolicyPart {
+        key: (p.namespace.clone(), p.name.clone()),
+        target: info.key.clone(),
+        mode,
+        combined: combined_hash(resolved),
+        changed,
+        debounce: p.debounce.unwrap_or(fallbacks.debounce),
+        min_rollout_interval: p.min_rollout_interval.unwrap_or(fallbacks.min_rollout_interval),
+        max_rollouts_per_minute: p
+            .spec
+            .max_rollouts_per_minute
+            .and_then(|n| u32::try_from(n).ok())
+            .filter(|n| *n > 0),
+        windows: (!p.spec.ignore_windows && !p.spec.windows.is_empty()).then(|| p.windows.clone()),
     }
 }
 
@@ -254,5 +407,191 @@ mod tests {
             window_gate(Some(&invalid), &plan_of(&["b"]), &[], now),
             Err("window 1: bad".to_string())
         );
+    }
+}
+
+#[cfg(test)]
+mod add_policies_tests {
+    use super::*;
+    use crate::decide::policy_plan::record_key;
+    use crate::model::source::{SourceKind, SourceState};
+    use crate::model::workload::{POLICY_RECORD_ANNOTATION, WorkloadKind};
+    use serde_json::json;
+
+    fn policy(name: &str, extra: serde_json::Value) -> Arc<ActivePolicy> {
+        let mut spec = json!({
+            "sources": [{"kind": "ConfigMap", "name": "cfg"}],
+            "targets": [{"kind": "Deployment", "name": "api"}],
+        });
+        spec.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let spec = serde_json::from_value(spec).unwrap();
+        Arc::new(ActivePolicy::new("ns".into(), name.into(), Some(1), spec))
+    }
+
+    fn live(name: &str) -> Candidate {
+        (policy(name, json!({})), Some(Hasher::Sha1))
+    }
+
+    fn cfg() -> SourceRef {
+        SourceRef::new(SourceKind::ConfigMap, "cfg")
+    }
+
+    fn sources(hash: &str) -> Vec<(SourceRef, SourceFacts)> {
+        let state = SourceState { hash: hash.into(), matches_search: false, ignored: false };
+        let facts = SourceFacts {
+            state,
+            created_after_first_list: false,
+            created: 0,
+            changed_at: None,
+            labels: BTreeMap::new(),
+            key_hashes: BTreeMap::new(),
+            keys_untracked: false,
+        };
+        vec![(cfg(), facts)]
+    }
+
+    /// The Deployment `api`, its policy record holding `record` (policy → hash of `cfg`).
+    fn api(record: &[(&str, &str)]) -> WorkloadInfo {
+        let mut info = WorkloadInfo::bare(WorkloadKind::Deployment, "ns", "api");
+        if !record.is_empty() {
+            let record: BTreeMap<String, &str> =
+                record.iter().map(|(p, h)| (record_key(p, &cfg()), *h)).collect();
+            info.metadata_annotations
+                .insert(POLICY_RECORD_ANNOTATION.into(), serde_json::to_string(&record).unwrap());
+        }
+        info
+    }
+
+    fn run(
+        info: &WorkloadInfo,
+        policies: &[Candidate],
+        listed: bool,
+        sources: &[(SourceRef, SourceFacts)],
+        stamp: bool,
+    ) -> (Plan, Vec<PolicyPart>) {
+        let fallbacks = Fallbacks {
+            debounce: Duration::from_secs(7),
+            min_rollout_interval: Duration::from_secs(9),
+            last_reloaded_from: "lrf".into(),
+        };
+        let mut plan = Plan::default();
+        let input = PolicyInputs {
+            info,
+            policies,
+            listed,
+            sources,
+            now: 100,
+            now_rfc3339: "1970-01-01T00:01:40Z",
+            stamp,
+            fallbacks: &fallbacks,
+        };
+        let parts = add_policies(&mut plan, &input);
+        (plan, parts)
+    }
+
+    fn record(entries: &[(&str, &str)]) -> BTreeMap<String, String> {
+        entries.iter().map(|(p, h)| (record_key(p, &cfg()), h.to_string())).collect()
+    }
+
+    #[test]
+    fn suspended_before_dry_run_before_live() {
+        let mode = |extra| part_mode(&policy("p", extra).spec);
+        assert_eq!(mode(json!({})), PartMode::Live);
+        assert_eq!(mode(json!({"dryRun": true})), PartMode::DryRun);
+        assert_eq!(mode(json!({"suspend": true})), PartMode::Suspended);
+        assert_eq!(mode(json!({"suspend": true, "dryRun": true})), PartMode::Suspended);
+    }
+
+    #[test]
+    fn a_live_policy_whose_source_changed_joins_the_plan() {
+        let (plan, parts) = run(&api(&[("p", "h1")]), &[live("p")], true, &sources("h2"), false);
+        assert_eq!(plan.changes.iter().map(|c| c.source.clone()).collect::<Vec<_>>(), [cfg()]);
+        assert!(plan.template.is_some());
+        assert_eq!(plan.policy_record, Some(record(&[("p", "h2")])));
+        let [part] = parts.as_slice() else { panic!("{parts:?}") };
+        assert_eq!(part.key, ("ns".to_string(), "p".to_string()));
+        assert_eq!((part.mode, part.changed.as_slice()), (PartMode::Live, [cfg()].as_slice()));
+        assert!(part.carries_changes());
+        assert!(!part.combined.is_empty());
+        // The operator's settings where the policy has none.
+        assert_eq!(part.debounce, Duration::from_secs(7));
+        assert_eq!(part.min_rollout_interval, Duration::from_secs(9));
+        assert_eq!((part.max_rollouts_per_minute, part.windows.is_none()), (None, true));
+
+        // Nothing changed: no change, no record write, a part that carries nothing.
+        let (plan, parts) = run(&api(&[("p", "h2")]), &[live("p")], true, &sources("h2"), false);
+        assert!(plan.changes.is_empty() && plan.template.is_none());
+        assert_eq!(plan.policy_record, None);
+        assert!(!parts[0].carries_changes());
+    }
+
+    #[test]
+    fn dry_run_and_suspended_policies_write_nothing_but_take_part() {
+        for (extra, mode) in [
+            (json!({"dryRun": true}), PartMode::DryRun),
+            (json!({"suspend": true}), PartMode::Suspended),
+        ] {
+            let p = (policy("p", extra), Some(Hasher::Sha1));
+            let (plan, parts) = run(&api(&[("p", "h1")]), &[p], true, &sources("h2"), false);
+            assert!(plan.changes.is_empty() && plan.template.is_none(), "{mode:?}");
+            assert_eq!(plan.policy_record, None, "{mode:?}: its entry is kept as it is");
+            assert_eq!(parts[0].mode, mode);
+            assert_eq!(parts[0].changed, [cfg()], "{mode:?}: what it would reload");
+            assert!(!parts[0].carries_changes());
+        }
+    }
+
+    #[test]
+    fn a_keyed_policy_without_its_key_is_not_acted_on() {
+        let keyless = (policy("p", json!({})), None);
+        let (plan, parts) = run(&api(&[("p", "h1")]), &[keyless], true, &sources("h2"), false);
+        assert!(parts.is_empty() && plan.changes.is_empty());
+        assert_eq!(plan.policy_record, None, "its entry stays");
+    }
+
+    #[test]
+    fn entries_of_policies_not_targeting_the_workload_go_once_policies_are_listed() {
+        let elsewhere = (
+            policy("p", json!({"targets": [{"kind": "Deployment", "name": "web"}]})),
+            Some(Hasher::Sha1),
+        );
+        let info = api(&[("p", "h1"), ("gone", "h1")]);
+        let policies = [elsewhere];
+        // Before the first list a policy not seen may be one not seen yet: nothing is dropped.
+        let (plan, parts) = run(&info, &policies, false, &[], false);
+        assert!(parts.is_empty());
+        assert_eq!(plan.policy_record, None);
+        let existing = parse_policy_record(&info);
+        assert_eq!(kept_record(&existing, &policies, &info, false), existing);
+        // Listed: neither a policy targeting another workload nor a deleted one keeps its entry.
+        let (plan, _) = run(&info, &policies, true, &[], false);
+        assert_eq!(plan.policy_record, Some(BTreeMap::new()));
+        // A policy targeting it keeps its entry.
+        let kept = kept_record(&existing, &[live("p")], &info, true);
+        assert_eq!(kept, record(&[("p", "h1")]));
+    }
+
+    #[test]
+    fn an_admission_answer_names_only_the_sources_the_object_references() {
+        let info = api(&[("p", "h1")]);
+        let (plan, parts) = run(&info, &[live("p")], true, &sources("h2"), true);
+        assert!(plan.changes.is_empty());
+        assert!(parts[0].changed.is_empty());
+        let mut referencing = info.clone();
+        referencing.references.insert(cfg(), Default::default());
+        let (plan, parts) = run(&referencing, &[live("p")], true, &sources("h2"), true);
+        assert_eq!(plan.changes.len(), 1);
+        assert_eq!(parts[0].changed, [cfg()]);
+    }
+
+    #[test]
+    fn a_policy_settings_win_over_the_operators() {
+        let p = policy("p", json!({"debounce": "30s", "maxRolloutsPerMinute": 3}));
+        let (_, parts) = run(&api(&[]), &[(p, Some(Hasher::Sha1))], true, &sources("h"), false);
+        assert_eq!(parts[0].debounce, Duration::from_secs(30));
+        assert_eq!(parts[0].max_rollouts_per_minute, Some(3));
+        let none = policy("p", json!({"maxRolloutsPerMinute": 0}));
+        let (_, parts) = run(&api(&[]), &[(none, Some(Hasher::Sha1))], true, &sources("h"), false);
+        assert_eq!(parts[0].max_rollouts_per_minute, None, "0 is no budget");
     }
 }

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::decide::policy_part::{PartMode, PolicyPart};
 use crate::decide::policy_plan::{ActivePolicy, Resolved};
 use crate::model::policy::{
     PolicySource, PolicyTarget, ReloadPolicyStatus, SourceStatus, TargetStatus,
@@ -92,6 +93,57 @@ pub fn remembered_from_status(status: &ReloadPolicyStatus) -> (Outcomes, Rollout
     (outcomes, rollouts)
 }
 
+/// What a reconcile's report to a policy comes to besides the target's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reporting {
+    /// Nothing more.
+    Quiet,
+    /// A dry-run policy would have reloaded the target (a notice, once per content).
+    WouldReload,
+    /// The reload the policy asked for failed (a Warning).
+    Failed,
+    /// The policy reloaded the target (counted, and a Normal Event).
+    Reloaded,
+}
+
+/// The outcome of a workload's reconcile for one policy taking part (`error`: the write's),
+/// from its `previous` outcome there: `Suspended`; `DryRun` (would reload) or `UpToDate` for a
+/// dry run; `Failed` or `Reloaded` (at `now`) when its sources changed; else the target is at
+/// the current content: a target reloaded before stays `Reloaded` with that time, one that
+/// never needed a reload is `UpToDate`.
+pub fn reported_outcome(
+    part: &PolicyPart,
+    error: Option<&str>,
+    now: i64,
+    previous: Option<&Outcome>,
+) -> (Outcome, Reporting) {
+    let changed = !part.changed.is_empty();
+    let hash = Some(part.combined.clone());
+    let outcome =
+        |result, message: Option<String>, time, hash| Outcome { result, message, time, hash };
+    match (part.mode, error) {
+        (PartMode::Suspended, _) => (outcome("Suspended", None, None, None), Reporting::Quiet),
+        (PartMode::DryRun, _) if changed => (
+            outcome("DryRun", Some("would be reloaded".into()), None, hash),
+            Reporting::WouldReload,
+        ),
+        (PartMode::DryRun, _) => (outcome("UpToDate", None, None, None), Reporting::Quiet),
+        (PartMode::Live, Some(e)) if changed => {
+            (outcome("Failed", Some(e.to_string()), None, None), Reporting::Failed)
+        }
+        (PartMode::Live, None) if changed => {
+            (outcome("Reloaded", None, Some(now), hash), Reporting::Reloaded)
+        }
+        _ => {
+            let result = match previous.map(|o| o.result) {
+                Some("Reloaded") => "Reloaded",
+                _ => "UpToDate",
+            };
+            (outcome(result, None, previous.and_then(|o| o.time), hash), Reporting::Quiet)
+        }
+    }
+}
+
 fn describe_source(s: &PolicySource) -> String {
     match (&s.name, &s.selector) {
         (Some(n), _) => format!("{:?} {n}", s.kind),
@@ -110,27 +162,46 @@ fn time(seconds: i64) -> Option<Time> {
     Timestamp::from_second(seconds).ok().map(Time)
 }
 
-/// The status the policy should have now, keeping `lastTransitionTime` of conditions whose
-/// status did not change (so an unchanged state is an unchanged object and no write). `now`
-/// stamps what changes.
-#[allow(clippy::too_many_arguments)]
-pub fn desired_status(
-    policy: &ActivePolicy,
-    key_problem: Option<&str>,
-    resolved: &[Resolved],
-    missing_sources: &[&PolicySource],
-    targets: &[WorkloadInfo],
-    missing_targets: &[&PolicyTarget],
-    reported: Reported<'_>,
-    observed: &ReloadPolicyStatus,
-    reload_count: i64,
-    throttled_count: i64,
-    now: Timestamp,
-) -> ReloadPolicyStatus {
-    let Reported { outcomes, rollouts, next_windows, halted_by } = reported;
-    let generation = policy.generation;
-    let condition = |type_: &str, ok: bool, reason: &str, message: String| {
-        let status = if ok { "True" } else { "False" };
+/// What a policy's status is worked out from.
+#[derive(Debug, Clone, Copy)]
+pub struct StatusInputs<'a> {
+    pub policy: &'a ActivePolicy,
+    /// Why the policy's hash key is unavailable (`hashMode: HMAC-SHA256` without a key).
+    pub key_problem: Option<&'a str>,
+    pub resolved: &'a [Resolved],
+    pub missing_sources: &'a [&'a PolicySource],
+    pub targets: &'a [WorkloadInfo],
+    pub missing_targets: &'a [&'a PolicyTarget],
+    pub reported: Reported<'a>,
+    /// The status last seen on, or written to, the API server.
+    pub observed: &'a ReloadPolicyStatus,
+    pub reload_count: i64,
+    pub throttled_count: i64,
+}
+
+/// A condition as decided, before it is stamped with its transition time and generation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub status: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Verdict {
+    fn new(status: bool, reason: &'static str, message: impl Into<String>) -> Self {
+        Verdict { status, reason, message: message.into() }
+    }
+
+    /// The condition `type_`, keeping the observed `lastTransitionTime` while its status is
+    /// unchanged; `now` stamps a change.
+    fn stamped(
+        self,
+        type_: &str,
+        observed: &ReloadPolicyStatus,
+        generation: Option<i64>,
+        now: Timestamp,
+    ) -> Condition {
+        let status = if self.status { "True" } else { "False" };
         let previous = observed.conditions.iter().find(|c| c.type_ == type_);
         let last = match previous {
             Some(p) if p.status == status => p.last_transition_time.clone(),
@@ -139,45 +210,110 @@ pub fn desired_status(
         Condition {
             type_: type_.into(),
             status: status.into(),
-            reason: reason.into(),
-            message,
+            reason: self.reason.into(),
+            message: self.message,
             last_transition_time: last,
             observed_generation: generation,
         }
-    };
-    let failed: Vec<&String> =
-        outcomes.iter().filter(|(_, o)| o.result == "Failed").map(|((_, n), _)| n).collect();
-    let throttled: Vec<String> = outcomes
+    }
+}
+
+/// The status the policy should have now, keeping `lastTransitionTime` of conditions whose
+/// status did not change (so an unchanged state is an unchanged object and no write). `now`
+/// stamps what changes.
+pub fn desired_status(input: &StatusInputs<'_>, now: Timestamp) -> ReloadPolicyStatus {
+    let StatusInputs { policy, key_problem, resolved, targets, observed, .. } = *input;
+    let Reported { outcomes, rollouts, next_windows, halted_by } = input.reported;
+    let generation = policy.generation;
+    let failed = failed_targets(outcomes);
+    let throttled = throttled_targets(outcomes);
+    let sources = sources_resolved(resolved.len(), input.missing_sources);
+    let found = targets_resolved(targets.len(), input.missing_targets);
+    let ready = ready(policy, key_problem, &sources, &found, &failed);
+    let stalled = stalled(&ready, key_problem);
+    let mut target_status = target_statuses(targets, outcomes, rollouts, observed);
+    let verdicts = [
+        ("Ready", ready),
+        ("Stalled", stalled),
+        ("Reconciling", reconciling(key_problem, &throttled)),
+        ("SourcesResolved", sources),
+        ("TargetsResolved", found),
+        ("Degraded", degraded(&failed)),
+        ("Throttled", throttled_condition(&throttled)),
+        ("RolledOut", rolled_out(&target_status)),
+        ("Halted", halted(halted_by)),
+    ];
+    let conditions: Vec<Condition> = verdicts
+        .into_iter()
+        .map(|(type_, verdict)| verdict.stamped(type_, observed, generation, now))
+        .collect();
+    shown_targets(&mut target_status);
+    let (pending, next_window) = pending_targets(targets, outcomes, next_windows);
+    let last_reload_time = target_status
+        .iter()
+        .filter_map(|t| t.last_reload_time.clone())
+        .max_by_key(|t| t.0)
+        .or_else(|| observed.last_reload_time.clone());
+    ReloadPolicyStatus {
+        observed_generation: generation,
+        conditions,
+        resolved_sources: Some(resolved.len() as i32),
+        resolved_targets: Some(targets.len() as i32),
+        sources: source_statuses(resolved, key_problem, observed, now),
+        targets: target_status,
+        last_reload_time,
+        reload_count: input.reload_count,
+        throttled_count: input.throttled_count,
+        pending: (pending > 0).then_some(pending as i32),
+        next_window,
+    }
+}
+
+/// The targets whose last reload failed, by name.
+fn failed_targets(outcomes: &Outcomes) -> Vec<&String> {
+    outcomes.iter().filter(|(_, o)| o.result == "Failed").map(|((_, n), _)| n).collect()
+}
+
+/// The targets whose rollout a churn limit holds back, as "Kind name".
+fn throttled_targets(outcomes: &Outcomes) -> Vec<String> {
+    outcomes
         .iter()
         .filter(|(_, o)| o.result == "Throttled")
         .map(|((k, n), _)| format!("{} {n}", k.as_str()))
-        .collect();
-    let sources_ok = missing_sources.is_empty();
-    let targets_ok = missing_targets.is_empty();
-    let sources_msg = if sources_ok {
-        format!("{} source(s) found", resolved.len())
-    } else {
-        format!(
-            "not found: {}",
-            crate::model::limits::bounded_list(
-                &missing_sources.iter().map(|s| describe_source(s)).collect::<Vec<String>>(),
-                600
-            )
-        )
-    };
-    let targets_msg = if targets_ok {
-        format!("{} target(s) found", targets.len())
-    } else {
-        format!(
-            "not found: {}",
-            crate::model::limits::bounded_list(
-                &missing_targets.iter().map(|t| describe_target(t)).collect::<Vec<String>>(),
-                600
-            )
-        )
-    };
-    let (ready, ready_reason, ready_msg) = if let Some(problem) = key_problem {
-        (
+        .collect()
+}
+
+/// SourcesResolved: every source entry found something.
+fn sources_resolved(found: usize, missing: &[&PolicySource]) -> Verdict {
+    if missing.is_empty() {
+        return Verdict::new(true, "Found", format!("{found} source(s) found"));
+    }
+    let named: Vec<String> = missing.iter().map(|s| describe_source(s)).collect();
+    let message = format!("not found: {}", crate::model::limits::bounded_list(&named, 600));
+    Verdict::new(false, "SourcesNotFound", message)
+}
+
+/// TargetsResolved: every target entry found something.
+fn targets_resolved(found: usize, missing: &[&PolicyTarget]) -> Verdict {
+    if missing.is_empty() {
+        return Verdict::new(true, "Found", format!("{found} target(s) found"));
+    }
+    let named: Vec<String> = missing.iter().map(|t| describe_target(t)).collect();
+    let message = format!("not found: {}", crate::model::limits::bounded_list(&named, 600));
+    Verdict::new(false, "TargetsNotFound", message)
+}
+
+/// Ready: the first problem in the ladder (the hash key, the windows, sources, targets, a failed
+/// reload) names it; else suspended, dry run or ready.
+fn ready(
+    policy: &ActivePolicy,
+    key_problem: Option<&str>,
+    sources: &Verdict,
+    targets: &Verdict,
+    failed: &[&String],
+) -> Verdict {
+    if let Some(problem) = key_problem {
+        Verdict::new(
             false,
             "HashKeyUnavailable",
             format!(
@@ -185,123 +321,129 @@ pub fn desired_status(
             ),
         )
     } else if let Err(e) = policy.windows.as_ref() {
-        (false, "InvalidWindows", format!("spec.windows: {e}; nothing rolls until it is fixed"))
-    } else if !sources_ok {
-        (false, "SourcesNotFound", sources_msg.clone())
-    } else if !targets_ok {
-        (false, "TargetsNotFound", targets_msg.clone())
-    } else if !failed.is_empty() {
-        (
+        Verdict::new(
             false,
-            "ReloadFailed",
-            format!(
-                "reload failed for: {}",
-                crate::model::limits::bounded_list(
-                    &failed.iter().map(|s| s.to_string()).collect::<Vec<String>>(),
-                    600
-                )
-            ),
+            "InvalidWindows",
+            format!("spec.windows: {e}; nothing rolls until it is fixed"),
         )
+    } else if !sources.status {
+        Verdict::new(false, "SourcesNotFound", sources.message.clone())
+    } else if !targets.status {
+        Verdict::new(false, "TargetsNotFound", targets.message.clone())
+    } else if !failed.is_empty() {
+        let names: Vec<String> = failed.iter().map(|s| s.to_string()).collect();
+        let message =
+            format!("reload failed for: {}", crate::model::limits::bounded_list(&names, 600));
+        Verdict::new(false, "ReloadFailed", message)
     } else if policy.spec.suspend {
-        (true, "Suspended", "suspended: changes are observed, nothing is reloaded".to_string())
+        Verdict::new(true, "Suspended", "suspended: changes are observed, nothing is reloaded")
     } else if policy.spec.dry_run {
-        (true, "DryRun", "dry run: reloads are recorded, nothing is changed".to_string())
+        Verdict::new(true, "DryRun", "dry run: reloads are recorded, nothing is changed")
     } else {
-        (true, "Ready", "sources and targets resolved".to_string())
-    };
-    // kstatus (Argo CD, Flux, `kubectl wait`): Stalled when only a change by the user (or to
-    // the cluster's objects) helps, Reconciling while work toward the spec is still pending.
-    // Each condition carries observedGeneration, so after a spec change the old generation's
-    // Ready does not count until this generation's is written.
-    let stalled = !ready && key_problem.is_none();
-    let (reconciling, reconciling_reason, reconciling_msg) = if key_problem.is_some() {
-        (true, "WaitingForHashKey", "waiting for the operator's hash key".to_string())
+        Verdict::new(true, "Ready", "sources and targets resolved")
+    }
+}
+
+/// Stalled (kstatus: Argo CD, Flux, `kubectl wait`): not ready, and only a change by the user
+/// (or to the cluster's objects) helps; a missing hash key is waited for instead. Each
+/// condition carries observedGeneration, so after a spec change the old generation's Ready
+/// does not count until this generation's is written.
+fn stalled(ready: &Verdict, key_problem: Option<&str>) -> Verdict {
+    if !ready.status && key_problem.is_none() {
+        Verdict::new(true, ready.reason, ready.message.clone())
+    } else {
+        Verdict::new(false, "NotStalled", "no error that needs a change to the spec")
+    }
+}
+
+/// Reconciling (kstatus): work toward the spec is still pending (the hash key, rollouts held
+/// back by a churn limit).
+fn reconciling(key_problem: Option<&str>, throttled: &[String]) -> Verdict {
+    if key_problem.is_some() {
+        Verdict::new(true, "WaitingForHashKey", "waiting for the operator's hash key")
     } else if !throttled.is_empty() {
-        (true, "RolloutsHeldBack", "a churn limit holds back rollouts; they follow".to_string())
+        Verdict::new(true, "RolloutsHeldBack", "a churn limit holds back rollouts; they follow")
     } else {
-        (false, "Reconciled", "every change is applied".to_string())
+        Verdict::new(false, "Reconciled", "every change is applied")
+    }
+}
+
+/// Degraded: a target's reload failed.
+fn degraded(failed: &[&String]) -> Verdict {
+    if failed.is_empty() {
+        Verdict::new(false, "AsExpected", "no failed reloads")
+    } else {
+        Verdict::new(true, "ReloadFailed", format!("{} target(s) failed", failed.len()))
+    }
+}
+
+/// Throttled: a churn limit holds back a target's rollout.
+fn throttled_condition(throttled: &[String]) -> Verdict {
+    if throttled.is_empty() {
+        return Verdict::new(false, "NotThrottled", "no rollout is held back by a churn limit");
+    }
+    let message = format!(
+        "a churn limit holds back the rollout of {}; the latest state is applied when it allows",
+        crate::model::limits::bounded_list(throttled, 600)
+    );
+    Verdict::new(true, "RolloutsHeldBack", message)
+}
+
+/// RolledOut: every reload has rolled out; a failed rollout comes before one progressing.
+fn rolled_out(targets: &[TargetStatus]) -> Verdict {
+    let named = |state: &str| -> Vec<String> {
+        targets
+            .iter()
+            .filter(|t| t.rollout.as_deref() == Some(state))
+            .map(|t| format!("{:?} {}", t.kind, t.name))
+            .collect()
     };
-    let rolled_out_condition = |targets: &[TargetStatus]| {
-        let named = |state: &str| -> Vec<String> {
-            targets
-                .iter()
-                .filter(|t| t.rollout.as_deref() == Some(state))
-                .map(|t| format!("{:?} {}", t.kind, t.name))
-                .collect()
-        };
-        let (failed, progressing) = (named("Failed"), named("Progressing"));
-        if !failed.is_empty() {
-            let first = targets.iter().find(|t| t.rollout.as_deref() == Some("Failed"));
-            let why = first.and_then(|t| t.rollout_message.as_deref()).unwrap_or("failed");
-            condition(
-                "RolledOut",
-                false,
-                "RolloutFailed",
-                format!(
-                    "rollout failed for {}: {}",
-                    crate::model::limits::bounded_list(&failed, 300),
-                    crate::model::limits::truncate(why, 300)
-                ),
-            )
-        } else if !progressing.is_empty() {
-            condition(
-                "RolledOut",
-                false,
-                "Progressing",
-                format!("rolling out: {}", crate::model::limits::bounded_list(&progressing, 600)),
-            )
-        } else {
-            condition("RolledOut", true, "RolledOut", "every reload has rolled out".into())
-        }
-    };
-    let mut conditions = vec![
-        condition("Ready", ready, ready_reason, ready_msg.clone()),
-        condition(
-            "Stalled",
-            stalled,
-            if stalled { ready_reason } else { "NotStalled" },
-            if stalled { ready_msg } else { "no error that needs a change to the spec".into() },
+    let (failed, progressing) = (named("Failed"), named("Progressing"));
+    if !failed.is_empty() {
+        let first = targets.iter().find(|t| t.rollout.as_deref() == Some("Failed"));
+        let why = first.and_then(|t| t.rollout_message.as_deref()).unwrap_or("failed");
+        let message = format!(
+            "rollout failed for {}: {}",
+            crate::model::limits::bounded_list(&failed, 300),
+            crate::model::limits::truncate(why, 300)
+        );
+        Verdict::new(false, "RolloutFailed", message)
+    } else if !progressing.is_empty() {
+        let message =
+            format!("rolling out: {}", crate::model::limits::bounded_list(&progressing, 600));
+        Verdict::new(false, "Progressing", message)
+    } else {
+        Verdict::new(true, "RolledOut", "every reload has rolled out")
+    }
+}
+
+/// Halted: a failed target holds the staged rollout (`rollout.haltOnFailure`).
+fn halted(halted_by: Option<&str>) -> Verdict {
+    match halted_by {
+        Some(target) => Verdict::new(
+            true,
+            "RolloutFailed",
+            format!(
+                "the rollout of {target} failed; the targets not yet rolled keep their version \
+                 until the sources change again, it recovers, or spec.rollout.resume changes"
+            ),
         ),
-        condition("Reconciling", reconciling, reconciling_reason, reconciling_msg),
-        condition(
-            "SourcesResolved",
-            sources_ok,
-            if sources_ok { "Found" } else { "SourcesNotFound" },
-            sources_msg,
-        ),
-        condition(
-            "TargetsResolved",
-            targets_ok,
-            if targets_ok { "Found" } else { "TargetsNotFound" },
-            targets_msg,
-        ),
-        condition(
-            "Degraded",
-            !failed.is_empty(),
-            if failed.is_empty() { "AsExpected" } else { "ReloadFailed" },
-            if failed.is_empty() {
-                "no failed reloads".into()
-            } else {
-                format!("{} target(s) failed", failed.len())
-            },
-        ),
-        condition(
-            "Throttled",
-            !throttled.is_empty(),
-            if throttled.is_empty() { "NotThrottled" } else { "RolloutsHeldBack" },
-            if throttled.is_empty() {
-                "no rollout is held back by a churn limit".into()
-            } else {
-                format!(
-                    "a churn limit holds back the rollout of {}; the latest state is applied when it allows",
-                    crate::model::limits::bounded_list(&throttled, 600)
-                )
-            },
-        ),
-    ];
+        None => Verdict::new(false, "NotHalted", "no failed rollout holds targets back"),
+    }
+}
+
+/// `status.sources`: each resolved ConfigMap and Secret with its hash (none without the hash
+/// key), keeping its `lastChangeTime` while its hash is unchanged; the first ones only
+/// (`resolvedSources` counts them all).
+fn source_statuses(
+    resolved: &[Resolved],
+    key_problem: Option<&str>,
+    observed: &ReloadPolicyStatus,
+    now: Timestamp,
+) -> Vec<SourceStatus> {
     let previous_sources: HashMap<(String, String), &SourceStatus> =
         observed.sources.iter().map(|s| ((format!("{:?}", s.kind), s.name.clone()), s)).collect();
-    let sources = resolved
+    resolved
         .iter()
         .filter(|_| key_problem.is_none())
         .filter_map(|r| {
@@ -326,12 +468,21 @@ pub fn desired_status(
                 last_change_time,
             })
         })
-        // `resolvedSources` counts them all; the list shows the first ones.
         .take(crate::model::limits::MAX_STATUS_ITEMS)
-        .collect();
+        .collect()
+}
+
+/// `status.targets`: each target with its latest outcome and rollout, else what was last
+/// written of it (a restart, a new leader).
+fn target_statuses(
+    targets: &[WorkloadInfo],
+    outcomes: &Outcomes,
+    rollouts: &Rollouts,
+    observed: &ReloadPolicyStatus,
+) -> Vec<TargetStatus> {
     let previous_targets: HashMap<(crate::model::policy::PolicyTargetKind, &str), &TargetStatus> =
         observed.targets.iter().map(|p| ((p.kind, p.name.as_str()), p)).collect();
-    let mut target_status: Vec<TargetStatus> = targets
+    targets
         .iter()
         .filter_map(|t| {
             let kind = match t.key.kind {
@@ -377,39 +528,36 @@ pub fn desired_status(
                     .and_then(|r| r.resume.clone()),
             })
         })
-        .collect();
-    conditions.push(rolled_out_condition(&target_status));
-    conditions.push(match halted_by {
-        Some(target) => condition(
-            "Halted",
-            true,
-            "RolloutFailed",
-            format!(
-                "the rollout of {target} failed; the targets not yet rolled keep their version \
-                 until the sources change again, it recovers, or spec.rollout.resume changes"
-            ),
-        ),
-        None => {
-            condition("Halted", false, "NotHalted", "no failed rollout holds targets back".into())
-        }
-    });
-    // `resolvedTargets` counts them all; the list shows the ones needing attention first.
-    if target_status.len() > crate::model::limits::MAX_STATUS_ITEMS {
-        let attention =
-            |t: &TargetStatus| matches!(t.result.as_deref(), Some("Failed") | Some("Throttled"));
-        let needing = target_status.iter().filter(|t| attention(t)).count();
-        let mut room = crate::model::limits::MAX_STATUS_ITEMS.saturating_sub(needing);
-        target_status.retain(|t| {
-            if attention(t) {
-                return true;
-            }
-            let keep = room > 0;
-            room = room.saturating_sub(1);
-            keep
-        });
-        target_status.truncate(crate::model::limits::MAX_STATUS_ITEMS);
+        .collect()
+}
+
+/// The targets listed: at most `MAX_STATUS_ITEMS`, those needing attention (failed, throttled)
+/// first (`resolvedTargets` counts them all).
+fn shown_targets(target_status: &mut Vec<TargetStatus>) {
+    if target_status.len() <= crate::model::limits::MAX_STATUS_ITEMS {
+        return;
     }
-    // Targets whose rollout waits for a reload window, and when the first one opens.
+    let attention =
+        |t: &TargetStatus| matches!(t.result.as_deref(), Some("Failed") | Some("Throttled"));
+    let needing = target_status.iter().filter(|t| attention(t)).count();
+    let mut room = crate::model::limits::MAX_STATUS_ITEMS.saturating_sub(needing);
+    target_status.retain(|t| {
+        if attention(t) {
+            return true;
+        }
+        let keep = room > 0;
+        room = room.saturating_sub(1);
+        keep
+    });
+    target_status.truncate(crate::model::limits::MAX_STATUS_ITEMS);
+}
+
+/// How many targets' rollouts wait for a reload window, and when the first one opens.
+fn pending_targets(
+    targets: &[WorkloadInfo],
+    outcomes: &Outcomes,
+    next_windows: &NextWindows,
+) -> (usize, Option<Time>) {
     let pending: Vec<(WorkloadKind, String)> = targets
         .iter()
         .map(|t| (t.key.kind, t.key.name.clone()))
@@ -417,24 +565,7 @@ pub fn desired_status(
         .collect();
     let next_window =
         pending.iter().filter_map(|k| next_windows.get(k)).min().and_then(|t| time(*t));
-    let last_reload_time = target_status
-        .iter()
-        .filter_map(|t| t.last_reload_time.clone())
-        .max_by_key(|t| t.0)
-        .or_else(|| observed.last_reload_time.clone());
-    ReloadPolicyStatus {
-        observed_generation: generation,
-        conditions,
-        resolved_sources: Some(resolved.len() as i32),
-        resolved_targets: Some(targets.len() as i32),
-        sources,
-        targets: target_status,
-        last_reload_time,
-        reload_count,
-        throttled_count,
-        pending: (!pending.is_empty()).then_some(pending.len() as i32),
-        next_window,
-    }
+    (pending.len(), next_window)
 }
 
 #[cfg(test)]
@@ -527,24 +658,26 @@ mod tests {
         }
 
         fn status(&self, now: i64) -> ReloadPolicyStatus {
-            desired_status(
-                &self.policy,
-                self.key_problem,
-                &self.resolved,
-                &self.missing_sources.iter().collect::<Vec<_>>(),
-                &self.targets,
-                &self.missing_targets.iter().collect::<Vec<_>>(),
-                Reported {
+            let missing_sources: Vec<&PolicySource> = self.missing_sources.iter().collect();
+            let missing_targets: Vec<&PolicyTarget> = self.missing_targets.iter().collect();
+            let input = StatusInputs {
+                policy: &self.policy,
+                key_problem: self.key_problem,
+                resolved: &self.resolved,
+                missing_sources: &missing_sources,
+                targets: &self.targets,
+                missing_targets: &missing_targets,
+                reported: Reported {
                     outcomes: &self.outcomes,
                     rollouts: &self.rollouts,
                     next_windows: &self.next_windows,
                     halted_by: self.halted_by,
                 },
-                &self.observed,
-                self.reload_count,
-                self.throttled_count,
-                at(now),
-            )
+                observed: &self.observed,
+                reload_count: self.reload_count,
+                throttled_count: self.throttled_count,
+            };
+            desired_status(&input, at(now))
         }
     }
 
@@ -1006,5 +1139,289 @@ mod tests {
             .collect();
         assert_eq!(failed.len(), 2, "both failed targets are listed past the cut");
         assert!(failed.iter().all(|m| status.targets.iter().any(|t| t.name == *m)));
+    }
+
+    fn target_status(name: &str, result: Option<&str>, rollout: Option<&str>) -> TargetStatus {
+        TargetStatus {
+            kind: PolicyTargetKind::Deployment,
+            name: name.into(),
+            last_reload_time: None,
+            last_reload_hash: None,
+            result: result.map(Into::into),
+            message: None,
+            rollout: rollout.map(Into::into),
+            rollout_message: rollout.map(|r| format!("{r} because")),
+            failed_at_resume: None,
+        }
+    }
+
+    fn reason(v: &Verdict) -> (bool, &'static str) {
+        (v.status, v.reason)
+    }
+
+    #[test]
+    fn step_sources_and_targets_resolved() {
+        assert_eq!(sources_resolved(2, &[]), Verdict::new(true, "Found", "2 source(s) found"));
+        let gone = missing_source();
+        let v = sources_resolved(1, &[&gone]);
+        assert_eq!(
+            (reason(&v), v.message.as_str()),
+            ((false, "SourcesNotFound"), "not found: ConfigMap gone")
+        );
+        assert_eq!(targets_resolved(0, &[]), Verdict::new(true, "Found", "0 target(s) found"));
+        let nowhere = missing_target();
+        let v = targets_resolved(0, &[&nowhere]);
+        assert_eq!(
+            (reason(&v), v.message.as_str()),
+            ((false, "TargetsNotFound"), "not found: Deployment nowhere")
+        );
+    }
+
+    #[test]
+    fn step_ready_takes_the_first_problem_of_the_ladder() {
+        let healthy = policy(json!({}));
+        let ok = Verdict::new(true, "Found", "found");
+        let sources_gone = Verdict::new(false, "SourcesNotFound", "not found: ConfigMap gone");
+        let targets_gone = Verdict::new(false, "TargetsNotFound", "not found: Deployment x");
+        let api = "api".to_string();
+        let failed = [&api];
+        let bad_windows = policy(json!({"windows": [
+            {"type": "Allow", "schedule": "0 2 * * *", "duration": "1h", "timeZone": "Nowhere/Void"}
+        ]}));
+        type Case<'a> = (
+            &'a ActivePolicy,
+            Option<&'a str>,
+            &'a Verdict,
+            &'a Verdict,
+            &'a [&'a String],
+            (bool, &'a str),
+        );
+        let cases: [Case<'_>; 8] = [
+            (
+                &healthy,
+                Some("no key"),
+                &sources_gone,
+                &targets_gone,
+                &failed,
+                (false, "HashKeyUnavailable"),
+            ),
+            (&bad_windows, None, &sources_gone, &ok, &[], (false, "InvalidWindows")),
+            (&healthy, None, &sources_gone, &targets_gone, &failed, (false, "SourcesNotFound")),
+            (&healthy, None, &ok, &targets_gone, &failed, (false, "TargetsNotFound")),
+            (&healthy, None, &ok, &ok, &failed, (false, "ReloadFailed")),
+            (
+                &policy(json!({"suspend": true, "dryRun": true})),
+                None,
+                &ok,
+                &ok,
+                &[],
+                (true, "Suspended"),
+            ),
+            (&policy(json!({"dryRun": true})), None, &ok, &ok, &[], (true, "DryRun")),
+            (&healthy, None, &ok, &ok, &[], (true, "Ready")),
+        ];
+        for (policy, key, sources, targets, failed, want) in cases {
+            assert_eq!(reason(&ready(policy, key, sources, targets, failed)), want, "{want:?}");
+        }
+        // A missing source's message is Ready's.
+        assert_eq!(ready(&healthy, None, &sources_gone, &ok, &[]).message, sources_gone.message);
+        assert_eq!(ready(&healthy, None, &ok, &ok, &failed).message, "reload failed for: api");
+    }
+
+    #[test]
+    fn step_stalled_and_reconciling() {
+        let not_ready = Verdict::new(false, "TargetsNotFound", "not found: Deployment x");
+        assert_eq!(stalled(&not_ready, None), Verdict { status: true, ..not_ready.clone() });
+        assert_eq!(
+            reason(&stalled(&not_ready, Some("no key"))),
+            (false, "NotStalled"),
+            "the key is waited for"
+        );
+        let ready = Verdict::new(true, "Ready", "fine");
+        assert_eq!(reason(&stalled(&ready, None)), (false, "NotStalled"));
+
+        let held = ["Deployment api".to_string()];
+        assert_eq!(reason(&reconciling(Some("no key"), &held)), (true, "WaitingForHashKey"));
+        assert_eq!(reason(&reconciling(None, &held)), (true, "RolloutsHeldBack"));
+        assert_eq!(reason(&reconciling(None, &[])), (false, "Reconciled"));
+    }
+
+    #[test]
+    fn step_degraded_and_throttled_name_their_targets() {
+        let mut outcomes = Outcomes::new();
+        outcomes.insert((WorkloadKind::Deployment, "api".into()), outcome("Failed", None, None));
+        outcomes.insert((WorkloadKind::StatefulSet, "db".into()), outcome("Throttled", None, None));
+        outcomes.insert((WorkloadKind::Deployment, "web".into()), outcome("Reloaded", None, None));
+        let failed = failed_targets(&outcomes);
+        assert_eq!(failed, ["api"]);
+        let throttled = throttled_targets(&outcomes);
+        assert_eq!(throttled, ["StatefulSet db"]);
+        assert_eq!(degraded(&failed), Verdict::new(true, "ReloadFailed", "1 target(s) failed"));
+        assert_eq!(reason(&degraded(&[])), (false, "AsExpected"));
+        let v = throttled_condition(&throttled);
+        assert_eq!(reason(&v), (true, "RolloutsHeldBack"));
+        assert!(v.message.contains("the rollout of StatefulSet db;"), "{}", v.message);
+        assert_eq!(reason(&throttled_condition(&[])), (false, "NotThrottled"));
+    }
+
+    #[test]
+    fn step_rolled_out_says_a_failure_before_a_rollout_under_way() {
+        let done = target_status("a", Some("Reloaded"), Some("RolledOut"));
+        let rolling = target_status("b", Some("Reloaded"), Some("Progressing"));
+        let failed = target_status("c", Some("Reloaded"), Some("Failed"));
+        assert_eq!(reason(&rolled_out(std::slice::from_ref(&done))), (true, "RolledOut"));
+        assert_eq!(reason(&rolled_out(&[])), (true, "RolledOut"));
+        let v = rolled_out(&[done.clone(), rolling.clone()]);
+        assert_eq!(
+            (reason(&v), v.message.as_str()),
+            ((false, "Progressing"), "rolling out: Deployment b")
+        );
+        let v = rolled_out(&[done, rolling, failed]);
+        assert_eq!(
+            (reason(&v), v.message.as_str()),
+            ((false, "RolloutFailed"), "rollout failed for Deployment c: Failed because")
+        );
+    }
+
+    #[test]
+    fn step_halted() {
+        let v = halted(Some("Deployment api"));
+        assert_eq!(reason(&v), (true, "RolloutFailed"));
+        assert!(v.message.starts_with("the rollout of Deployment api failed;"));
+        assert_eq!(reason(&halted(None)), (false, "NotHalted"));
+    }
+
+    #[test]
+    fn a_stamped_condition_keeps_its_transition_time_while_its_status_holds() {
+        let mut observed = ReloadPolicyStatus::default();
+        observed.conditions.push(Verdict::new(true, "Ready", "x").stamped(
+            "Ready",
+            &observed,
+            Some(1),
+            at(T0),
+        ));
+        let same =
+            Verdict::new(true, "DryRun", "y").stamped("Ready", &observed, Some(2), at(T0 + 9));
+        assert_eq!(same.last_transition_time, Time(at(T0)));
+        assert_eq!(
+            (same.reason.as_str(), same.message.as_str(), same.observed_generation),
+            ("DryRun", "y", Some(2))
+        );
+        let flipped = Verdict::new(false, "ReloadFailed", "z").stamped(
+            "Ready",
+            &observed,
+            Some(2),
+            at(T0 + 9),
+        );
+        assert_eq!(
+            (flipped.status.as_str(), flipped.last_transition_time),
+            ("False", Time(at(T0 + 9)))
+        );
+        let other =
+            Verdict::new(true, "Found", "").stamped("SourcesResolved", &observed, None, at(T0 + 9));
+        assert_eq!(other.last_transition_time, Time(at(T0 + 9)), "never seen: stamped now");
+    }
+
+    #[test]
+    fn step_targets_shown_and_pending() {
+        let mut shown: Vec<TargetStatus> = (0..MAX_STATUS_ITEMS + 2)
+            .map(|i| target_status(&format!("t{i:03}"), None, None))
+            .collect();
+        shown.last_mut().unwrap().result = Some("Throttled".into());
+        shown_targets(&mut shown);
+        assert_eq!(shown.len(), MAX_STATUS_ITEMS);
+        assert_eq!(shown.last().unwrap().result.as_deref(), Some("Throttled"), "kept past the cut");
+        let mut few = vec![target_status("a", None, None)];
+        shown_targets(&mut few);
+        assert_eq!(few.len(), 1);
+
+        let targets = [target("a"), target("b"), target("c")];
+        let mut outcomes = Outcomes::new();
+        let mut next_windows = NextWindows::new();
+        for (name, opens) in [("a", T0 + 60), ("b", T0 + 30)] {
+            outcomes
+                .insert((WorkloadKind::Deployment, name.into()), outcome("Pending", None, None));
+            next_windows.insert((WorkloadKind::Deployment, name.into()), opens);
+        }
+        // A window remembered for a target no longer pending does not count.
+        next_windows.insert((WorkloadKind::Deployment, "c".into()), T0);
+        assert_eq!(pending_targets(&targets, &outcomes, &next_windows), (2, time(T0 + 30)));
+        assert_eq!(pending_targets(&targets, &Outcomes::new(), &next_windows), (0, None));
+    }
+
+    #[test]
+    fn step_target_statuses_carry_what_was_written() {
+        let mut observed = ReloadPolicyStatus::default();
+        let mut written = target_status("api", Some("Reloaded"), Some("Failed"));
+        written.failed_at_resume = Some("monday".into());
+        written.last_reload_hash = Some("h0".into());
+        observed.targets.push(written);
+        let listed =
+            target_statuses(&[target("api")], &Outcomes::new(), &Rollouts::new(), &observed);
+        let api = &listed[0];
+        assert_eq!(api.result.as_deref(), Some("Reloaded"));
+        assert_eq!(api.rollout.as_deref(), Some("Failed"));
+        assert_eq!(api.failed_at_resume.as_deref(), Some("monday"));
+        assert_eq!(api.last_reload_hash.as_deref(), Some("h0"));
+        // What is remembered wins.
+        let mut rollouts = Rollouts::new();
+        rollouts.insert(
+            (WorkloadKind::Deployment, "api".into()),
+            TargetRollout { state: RolloutState::RolledOut, message: None, resume: None },
+        );
+        let listed = target_statuses(&[target("api")], &Outcomes::new(), &rollouts, &observed);
+        assert_eq!(
+            (listed[0].rollout.as_deref(), listed[0].failed_at_resume.as_deref()),
+            (Some("RolledOut"), None)
+        );
+    }
+
+    #[test]
+    fn the_outcome_a_reconcile_reports_to_each_policy() {
+        use crate::model::source::{SourceKind, SourceRef};
+        let part = |mode, changed: bool| PolicyPart {
+            key: ("ns".into(), "p".into()),
+            target: target("api").key,
+            mode,
+            combined: "c1".into(),
+            changed: if changed {
+                vec![SourceRef::new(SourceKind::ConfigMap, "cfg")]
+            } else {
+                vec![]
+            },
+            debounce: Default::default(),
+            min_rollout_interval: Default::default(),
+            max_rollouts_per_minute: None,
+            windows: None,
+        };
+        let reloaded_before = outcome("Reloaded", Some(T0 - 60), Some("c0"));
+        let summary = |(o, r): (Outcome, Reporting)| (o.result, o.message, o.time, o.hash, r);
+        let c1 = Some("c1".to_string());
+        use PartMode::*;
+        use Reporting::*;
+        let cases = [
+            (part(Suspended, true), Some("boom"), ("Suspended", None, None, None, Quiet)),
+            (
+                part(DryRun, true),
+                None,
+                ("DryRun", Some("would be reloaded".into()), None, c1.clone(), WouldReload),
+            ),
+            (part(DryRun, false), None, ("UpToDate", None, None, None, Quiet)),
+            (part(Live, true), Some("boom"), ("Failed", Some("boom".into()), None, None, Failed)),
+            (part(Live, true), None, ("Reloaded", None, Some(T0), c1.clone(), Reloaded)),
+            // Nothing to change: a target reloaded before keeps that result and its time.
+            (part(Live, false), None, ("Reloaded", None, Some(T0 - 60), c1.clone(), Quiet)),
+            (part(Live, false), Some("boom"), ("Reloaded", None, Some(T0 - 60), c1.clone(), Quiet)),
+        ];
+        for (part, error, want) in cases {
+            let got = summary(reported_outcome(&part, error, T0, Some(&reloaded_before)));
+            assert_eq!(got, want, "{:?} {error:?}", part.mode);
+        }
+        // Never reloaded: up to date.
+        let waiting = outcome("Waiting", Some(T0 - 5), Some("c0"));
+        for previous in [None, Some(&waiting)] {
+            let (o, r) = reported_outcome(&part(Live, false), None, T0, previous);
+            assert_eq!((o.result, o.hash.as_deref(), r), ("UpToDate", Some("c1"), Quiet));
+        }
     }
 }

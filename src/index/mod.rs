@@ -1,7 +1,8 @@
-//! In-memory state fed by watch events: what is known of every source and workload, and which
-//! namespaces are served.
+//! In-memory state fed by watch events: what is known of every source, workload and
+//! ReloadPolicy, and which namespaces are served.
 
 pub mod namespaces;
+pub mod policies;
 pub mod relist;
 pub mod remembered;
 pub mod sparse;

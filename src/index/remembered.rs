@@ -66,6 +66,15 @@ impl PolicyMemory {
         self.outcomes.get(target).cloned()
     }
 
+    /// The policy's outcome on `target` now; a target no longer pending forgets when its
+    /// window opens.
+    pub fn set_outcome(&mut self, target: (WorkloadKind, String), outcome: Outcome) {
+        if outcome.result != "Pending" {
+            self.next_windows.remove(&target);
+        }
+        self.outcomes.insert(target, outcome);
+    }
+
     /// One more reload. The count starts from the status, which anyone who may write it can
     /// set to anything: it saturates rather than overflow.
     pub fn count_reload(&mut self) {

@@ -1,11 +1,13 @@
-//! ReloadPolicy next to annotation mode: the engine watches policies into [`Policies`], which
-//! adds each policy that targets a workload to that workload's plan (so a workload selected
-//! several ways rolls once), remembers what came of it per target, and writes each policy's
-//! status by server-side apply (leader only) from `decide::policy_status`.
+//! ReloadPolicy next to annotation mode: the engine watches policies into [`Policies`] (which
+//! keeps them in `index::policies`), which adds each policy that targets a workload to that
+//! workload's plan (`decide::policy_part::add_policies`: a workload selected several ways
+//! rolls once), remembers what came of it per target, and writes each policy's status by
+//! server-side apply (leader only) from `decide::policy_status`. The decisions are `decide`'s:
+//! this module gathers their inputs, calls them and applies what they return.
 
 use futures::FutureExt;
 use parking_lot::{Mutex, RwLock};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -22,24 +24,26 @@ use tracing::{debug, info, warn};
 use super::{Engine, EngineConfig, WatchItem};
 use crate::decide::churn::RolloutLimiter;
 use crate::decide::hash::Hasher;
-use crate::decide::plan::{Plan, TemplateWrite};
-use crate::decide::policy_part::{PartMode, PolicyKey, PolicyPart};
-use crate::decide::policy_plan::{
-    ActivePolicy, combined_hash, parse_policy_record, plan_policy, resolve_sources, target_kind,
+use crate::decide::plan::Plan;
+use crate::decide::policy_part::{
+    Candidate, Fallbacks, PolicyInputs, PolicyKey, PolicyPart, add_policies,
 };
+use crate::decide::policy_plan::{ActivePolicy, combined_hash, resolve_sources};
 use crate::decide::policy_status::{
-    Outcome, Reported, TargetRollout, condition_status, desired_status, remembered_from_status,
+    Reported, Reporting, StatusInputs, condition_status, desired_status, remembered_from_status,
+    reported_outcome,
 };
 use crate::decide::refusal::Backoffs;
 use crate::decide::rollout::Pending;
+use crate::decide::turns::halted_by;
+use crate::index::policies::{PolicyIndex, targets_of};
 use crate::index::remembered::{PolicyMemory, Remembered};
 use crate::index::store::Store;
 use crate::kube::hash_key::KeySlot;
-use crate::model::naming::env_var_name;
-use crate::model::policy::{PolicyTarget, ReloadPolicy};
+use crate::model::policy::ReloadPolicy;
 use crate::model::progress::RolloutState;
 use crate::model::source::SourceRef;
-use crate::model::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
+use crate::model::workload::{WorkloadInfo, WorkloadKey};
 use crate::report::events::EventWriter;
 use crate::report::metrics::Metrics;
 use crate::runtime::queue::WorkQueue;
@@ -66,7 +70,7 @@ impl Engine {
         let ar = kube::core::ApiResource::erase::<ReloadPolicy>(&());
         super::watches::wait_for_api(&self.client, &ar, self.config.api_discovery_interval).await;
         let mut watchers = tokio::task::JoinSet::new();
-        self.policies.watches_added(scopes.len());
+        self.policies.index.write().watches_added(scopes.len());
         for scope in scopes {
             watchers.spawn(self.clone().watch_policies(scope));
         }
@@ -82,7 +86,7 @@ impl Engine {
             "ReloadPolicy",
             scope.as_deref(),
             &self.metrics,
-            || engine.policies.watch_listed(),
+            || engine.policies.index.write().watch_listed(),
             |event, _after_first_list| match event {
                 WatchItem::Apply(p) => {
                     if !engine.feed.ignored(&p.namespace().unwrap_or_default()) {
@@ -93,7 +97,7 @@ impl Engine {
                     engine.policies.delete(&p.namespace().unwrap_or_default(), &p.name_any())
                 }
                 WatchItem::RelistDone(seen) => {
-                    let known = engine.policies.keys();
+                    let known = engine.policies.index.read().keys();
                     for (ns, name) in crate::index::relist::gone(known, scope.as_deref(), &seen) {
                         engine.policies.delete(&ns, &name);
                     }
@@ -112,8 +116,8 @@ pub(super) struct Policies {
     workloads: Arc<WorkQueue<WorkloadKey>>,
     /// Policies whose status needs writing.
     statuses: WorkQueue<PolicyKey>,
-    /// namespace → name → policy.
-    policies: RwLock<HashMap<String, BTreeMap<String, Arc<ActivePolicy>>>>,
+    /// The policies known (see [`crate::index::policies`]).
+    index: RwLock<PolicyIndex>,
     /// What is remembered per policy (see [`crate::index::remembered`]).
     memory: Mutex<Remembered<PolicyKey, PolicyMemory>>,
     events: Arc<EventWriter>,
@@ -122,16 +126,11 @@ pub(super) struct Policies {
     rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
     /// Set once the engine's caches are synced.
     synced: Arc<AtomicBool>,
-    /// Policy watches (one per namespace scope) whose first list is still to come; `usize::MAX`
-    /// until they start (the CRD may not be served yet, or policies not be readable at all).
-    unlisted: std::sync::atomic::AtomicUsize,
     leadership: watch::Receiver<bool>,
     /// Policies whose status writes are refused, each backing off.
     refused: Mutex<Backoffs<PolicyKey>>,
     /// The operator's settings a policy falls back to.
-    debounce: Duration,
-    min_rollout_interval: Duration,
-    last_reloaded_from: String,
+    fallbacks: Fallbacks,
 }
 
 /// What [`Policies`] shares with the engine.
@@ -165,67 +164,26 @@ impl Policies {
             store,
             workloads,
             statuses: WorkQueue::new(Duration::from_secs(2)),
-            policies: RwLock::default(),
+            index: RwLock::default(),
             memory: Mutex::default(),
             events,
             metrics,
             hash_key,
             rollouts,
             synced,
-            unlisted: std::sync::atomic::AtomicUsize::new(usize::MAX),
             leadership,
             refused: Mutex::default(),
-            debounce: config.debounce,
-            min_rollout_interval: config.min_rollout_interval,
-            last_reloaded_from: config.keys.last_reloaded_from.clone(),
+            fallbacks: Fallbacks {
+                debounce: config.debounce,
+                min_rollout_interval: config.min_rollout_interval,
+                last_reloaded_from: config.keys.last_reloaded_from.clone(),
+            },
         }
-    }
-
-    /// Every policy known, by namespace and name.
-    pub(super) fn keys(&self) -> Vec<PolicyKey> {
-        self.policies
-            .read()
-            .iter()
-            .flat_map(|(ns, m)| m.keys().map(move |n| (ns.clone(), n.clone())))
-            .collect()
-    }
-
-    /// Every policy watch has listed its policies: an unknown policy is a deleted one.
-    fn listed(&self) -> bool {
-        self.unlisted.load(Ordering::SeqCst) == 0
-    }
-
-    /// Policy watches start, `scopes` more of them (at start, or once a review found policies
-    /// readable in more scopes).
-    fn watches_added(&self, scopes: usize) {
-        let _ = self.unlisted.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-            Some(if n == usize::MAX { scopes } else { n.saturating_add(scopes) })
-        });
-    }
-
-    /// One policy watch has done its first list.
-    fn watch_listed(&self) {
-        let _ = self.unlisted.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-            (n != usize::MAX).then(|| n.saturating_sub(1))
-        });
     }
 
     /// No more status writes are taken (shutdown).
     pub(super) fn close(&self) {
         self.statuses.close();
-    }
-
-    fn outcome(&self, key: &PolicyKey, target: &(WorkloadKind, String)) -> Option<Outcome> {
-        self.memory.lock().get(key).and_then(|m| m.outcome(target))
-    }
-
-    fn set_outcome(&self, key: &PolicyKey, target: (WorkloadKind, String), outcome: Outcome) {
-        self.memory.lock().update(key, |m| {
-            if outcome.result != "Pending" {
-                m.next_windows.remove(&target);
-            }
-            m.outcomes.insert(target, outcome)
-        });
     }
 
     /// A policy was created or changed: kept, and its targets looked at when it changed.
@@ -242,7 +200,7 @@ impl Policies {
         // Turns and halts are decided from the targets' outcomes and rollouts: a replica that
         // sees the policy first (a restart) takes them from the status, and a standby keeps
         // following the leader's; the leader's own memory is ahead of what it has written.
-        let first_sight = self.policies.read().get(&ns).is_none_or(|m| !m.contains_key(&key.1));
+        let first_sight = !self.index.read().contains(&ns, &key.1);
         let follows_written = first_sight || !*self.leadership.borrow();
         // The larger of ours and the stored one: a standby follows the leader's count.
         self.memory.lock().update(&key, |m| {
@@ -253,16 +211,7 @@ impl Policies {
             }
             m.observed = status;
         });
-        let changed = {
-            let mut policies = self.policies.write();
-            let slot = policies.entry(ns.clone()).or_default();
-            let changed = slot
-                .get(&key.1)
-                .is_none_or(|old| old.spec != active.spec || old.generation != active.generation);
-            slot.insert(key.1.clone(), active.clone());
-            changed
-        };
-        if changed {
+        if self.index.write().apply(active) {
             debug!(policy = %format!("{ns}/{}", key.1), "policy changed");
             self.enqueue_namespace(&ns);
         }
@@ -287,7 +236,7 @@ impl Policies {
     }
 
     pub(super) fn delete(&self, ns: &str, name: &str) {
-        let removed = self.policies.write().get_mut(ns).and_then(|m| m.remove(name)).is_some();
+        let removed = self.index.write().delete(ns, name);
         let key = (ns.to_string(), name.to_string());
         self.memory.lock().forget(&key);
         self.rollouts.lock().forget_group(&format!("{ns}/{name}"));
@@ -301,17 +250,12 @@ impl Policies {
     }
 
     pub(super) fn count(&self) -> usize {
-        self.policies.read().values().map(BTreeMap::len).sum()
+        self.index.read().count()
     }
 
     /// Queues every policy's status for writing.
     pub(super) fn enqueue_all(&self) {
-        let keys: Vec<PolicyKey> = self
-            .policies
-            .read()
-            .iter()
-            .flat_map(|(ns, m)| m.keys().map(move |name| (ns.clone(), name.clone())))
-            .collect();
+        let keys = self.index.read().keys();
         for key in keys {
             self.statuses.add(key, Duration::ZERO);
         }
@@ -327,13 +271,9 @@ impl Policies {
         }
     }
 
-    fn policies_in(&self, ns: &str) -> Vec<Arc<ActivePolicy>> {
-        self.policies.read().get(ns).map(|m| m.values().cloned().collect()).unwrap_or_default()
-    }
-
     /// A source changed: queue the targets of every policy in its namespace that selects it.
     pub(super) fn enqueue_for_source(&self, ns: &str, source: &SourceRef) {
-        let policies = self.policies_in(ns);
+        let policies = self.index.read().policies_in(ns);
         if policies.is_empty() {
             return;
         }
@@ -352,13 +292,14 @@ impl Policies {
                     .collect()
             };
             for t in targets {
-                self.workloads.add(t, p.debounce.unwrap_or(self.debounce));
+                self.workloads.add(t, p.debounce.unwrap_or(self.fallbacks.debounce));
             }
             self.statuses.add((ns.to_string(), p.name.clone()), Duration::ZERO);
         }
     }
 
-    /// Adds every policy that targets `info` to `plan`; returns what each contributed.
+    /// Adds every policy that targets `info` to `plan` (see [`add_policies`]); returns what
+    /// each contributed.
     pub(super) fn add_to_plan(
         &self,
         info: &WorkloadInfo,
@@ -367,106 +308,48 @@ impl Policies {
         now_rfc3339: &str,
         stamp: bool,
     ) -> Vec<PolicyPart> {
-        let policies = self.policies_in(&info.key.namespace);
-        let existing = parse_policy_record(info);
-        // Entries of policies not (or no longer) targeting the workload are dropped, but only
-        // once the policies have been listed: before, a policy not yet seen is not a deleted
-        // one, and dropping its entry would lose a change made while the operator was down.
-        let listed = self.listed();
-        let mut record: BTreeMap<String, String> = existing
-            .iter()
-            .filter(|(k, _)| {
-                let policy = k.split('/').next().unwrap_or_default();
-                !listed || policies.iter().any(|p| p.name == policy && p.target_for(info).is_some())
+        let (policies, listed) = {
+            let index = self.index.read();
+            (index.policies_in(&info.key.namespace), index.listed())
+        };
+        let policies: Vec<Candidate> = policies
+            .into_iter()
+            .map(|p| {
+                let hasher = self.hash_key.hasher(p.spec.hash_mode.mode()).ok();
+                (p, hasher)
             })
-            .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         // Copying the namespace's sources is the cost of this call: only when a policy targets
         // the workload (most workloads have none, and a namespace may hold thousands of sources).
-        let ns_sources = if policies.iter().any(|p| p.target_for(info).is_some()) {
+        let sources = if policies.iter().any(|(p, _)| p.target_for(info).is_some()) {
             self.store.read().sources_in(&info.key.namespace)
         } else {
             Default::default()
         };
-        // Variables annotation mode manages here: the ones its record covers.
-        let annotation_env: Vec<String> = plan
-            .record
-            .clone()
-            .unwrap_or_else(|| info.record())
-            .keys()
-            .map(|s| env_var_name(s.kind, &s.name))
-            .collect();
-        let mut parts = Vec::new();
-        for p in policies {
-            let Some(target) = p.target_for(info) else { continue };
-            // A keyed policy without its key is not acted on (its status says why); its
-            // record entries stay as they are.
-            let Ok(hasher) = self.hash_key.hasher(p.spec.hash_mode.mode()) else { continue };
-            let (mut resolved, _) = resolve_sources(&p, &ns_sources, &hasher);
-            if stamp {
-                // Admission answers go to whoever can reach the webhook: they name and hash
-                // only sources the object itself references.
-                resolved.retain(|r| info.references.contains_key(&r.source));
-            }
-            let pp = plan_policy(
-                info,
-                &p,
-                target,
-                &resolved,
-                &annotation_env,
-                now,
-                now_rfc3339,
-                &self.last_reloaded_from,
-                stamp,
-            );
-            let mode = if p.spec.suspend {
-                PartMode::Suspended
-            } else if p.spec.dry_run {
-                PartMode::DryRun
-            } else {
-                PartMode::Live
-            };
-            let changed: Vec<SourceRef> = pp.changes.iter().map(|c| c.source.clone()).collect();
-            if mode == PartMode::Live {
-                plan.changes.extend(pp.changes);
-                plan.template = TemplateWrite::combine(plan.template.take(), pp.template);
-                record.extend(pp.record);
-            }
-            // A suspended or dry-run policy writes nothing, not even its record: its existing
-            // entries were kept when `record` was built.
-            parts.push(PolicyPart {
-                key: (p.namespace.clone(), p.name.clone()),
-                target: info.key.clone(),
-                mode,
-                combined: combined_hash(&resolved),
-                changed,
-                debounce: p.debounce.unwrap_or(self.debounce),
-                min_rollout_interval: p.min_rollout_interval.unwrap_or(self.min_rollout_interval),
-                max_rollouts_per_minute: p
-                    .spec
-                    .max_rollouts_per_minute
-                    .and_then(|n| u32::try_from(n).ok())
-                    .filter(|n| *n > 0),
-                windows: (!p.spec.ignore_windows && !p.spec.windows.is_empty())
-                    .then(|| p.windows.clone()),
-            });
-        }
-        if record != existing {
-            plan.policy_record = Some(record);
-        }
-        parts
+        let input = PolicyInputs {
+            info,
+            policies: &policies,
+            listed,
+            sources: &sources,
+            now,
+            now_rfc3339,
+            stamp,
+            fallbacks: &self.fallbacks,
+        };
+        add_policies(plan, &input)
     }
 
-    /// Reports the outcome of a workload reconcile to the policies that took part in it.
+    /// Reports the outcome of a workload reconcile to the policies that took part in it (see
+    /// [`reported_outcome`]), with the Events, counts and notices that go with it.
     pub(super) async fn report(&self, parts: Vec<PolicyPart>, error: Option<&str>) {
         let now = Timestamp::now().as_second();
         for part in parts {
             let target = (part.target.kind, part.target.name.clone());
-            let outcome = match (&part.mode, error) {
-                (PartMode::Suspended, _) => {
-                    Outcome { result: "Suspended", message: None, time: None, hash: None }
-                }
-                (PartMode::DryRun, _) if !part.changed.is_empty() => {
+            let previous = self.memory.lock().get(&part.key).and_then(|m| m.outcome(&target));
+            let (outcome, reporting) = reported_outcome(&part, error, now, previous.as_ref());
+            match reporting {
+                Reporting::Quiet => {}
+                Reporting::WouldReload => {
                     let first = self.memory.lock().update(&part.key, |m| {
                         m.dry_run_seen.insert(part.target.clone(), part.combined.clone())
                             != Some(part.combined.clone())
@@ -485,33 +368,15 @@ impl Policies {
                             .about_policy(&part.key, EventType::Normal, "DryRun", note)
                             .await;
                     }
-                    Outcome {
-                        result: "DryRun",
-                        message: Some("would be reloaded".into()),
-                        time: None,
-                        hash: Some(part.combined.clone()),
-                    }
                 }
-                (PartMode::DryRun, _) => {
-                    Outcome { result: "UpToDate", message: None, time: None, hash: None }
-                }
-                (PartMode::Live, Some(e)) if !part.changed.is_empty() => {
+                Reporting::Failed => {
+                    let note =
+                        format!("Reload of {} failed: {}", part.target, error.unwrap_or_default());
                     self.events
-                        .about_policy(
-                            &part.key,
-                            EventType::Warning,
-                            "ReloadFail",
-                            format!("Reload of {} failed: {e}", part.target),
-                        )
+                        .about_policy(&part.key, EventType::Warning, "ReloadFail", note)
                         .await;
-                    Outcome {
-                        result: "Failed",
-                        message: Some(e.to_string()),
-                        time: None,
-                        hash: None,
-                    }
                 }
-                (PartMode::Live, None) if !part.changed.is_empty() => {
+                Reporting::Reloaded => {
                     self.metrics
                         .policy_reloads
                         .with_label_values(&[&part.key.0, &part.key.1])
@@ -526,32 +391,9 @@ impl Policies {
                         )
                     );
                     self.events.about_policy(&part.key, EventType::Normal, "Reloaded", note).await;
-                    Outcome {
-                        result: "Reloaded",
-                        message: None,
-                        time: Some(now),
-                        hash: Some(part.combined.clone()),
-                    }
                 }
-                _ => {
-                    // Nothing to change: the target is at the current content (its hash), and
-                    // keeps the time of its last reload.
-                    // A target reloaded before keeps that result; "UpToDate" means never needed
-                    // one. After a restart the memory holds what the status says (`apply`).
-                    let previous = self.outcome(&part.key, &target);
-                    let result = match previous.as_ref().map(|o| o.result) {
-                        Some("Reloaded") => "Reloaded",
-                        _ => "UpToDate",
-                    };
-                    Outcome {
-                        result,
-                        message: None,
-                        time: previous.as_ref().and_then(|o| o.time),
-                        hash: Some(part.combined.clone()),
-                    }
-                }
-            };
-            self.set_outcome(&part.key, target, outcome);
+            }
+            self.memory.lock().update(&part.key, |m| m.set_outcome(target, outcome));
             self.statuses.add(part.key, Duration::from_millis(100));
         }
     }
@@ -578,8 +420,7 @@ impl Policies {
         if !self.synced.load(Ordering::SeqCst) {
             return Ok(false);
         }
-        let Some(policy) = self.policies.read().get(&key.0).and_then(|m| m.get(&key.1).cloned())
-        else {
+        let Some(policy) = self.index.read().get(&key.0, &key.1) else {
             return Ok(false);
         };
         self.say_invalid_selectors(key, &policy).await;
@@ -588,31 +429,31 @@ impl Policies {
         // Without its key the policy's sources are still resolved, but no hash is reported.
         let (resolved, missing_sources) =
             resolve_sources(&policy, &ns_sources, hasher.as_ref().unwrap_or(&Hasher::Sha1));
-        let (targets, missing_targets) = self.resolve_targets(&policy);
+        let (targets, missing_targets) = targets_of(&self.store.read(), &policy);
         let memory = self.memory.lock().get(key).cloned().unwrap_or_default();
-        let halted_by =
-            policy.spec.rollout.as_ref().filter(|r| r.halt_on_failure).and_then(|_| {
-                Self::halted_by(&policy, &targets, &memory, &combined_hash(&resolved))
-            });
+        let halted_by = policy.spec.rollout.as_ref().filter(|r| r.halt_on_failure).and_then(|_| {
+            let content = combined_hash(&resolved);
+            halted_by(&policy, &targets, turns::seen(&memory), &content)
+        });
         let reported = Reported {
             outcomes: &memory.outcomes,
             rollouts: &memory.rollouts,
             next_windows: &memory.next_windows,
             halted_by: halted_by.as_deref(),
         };
-        let desired = desired_status(
-            &policy,
-            hasher.as_ref().err().map(String::as_str),
-            &resolved,
-            &missing_sources,
-            &targets,
-            &missing_targets,
+        let input = StatusInputs {
+            policy: &policy,
+            key_problem: hasher.as_ref().err().map(String::as_str),
+            resolved: &resolved,
+            missing_sources: &missing_sources,
+            targets: &targets,
+            missing_targets: &missing_targets,
             reported,
-            &memory.observed,
-            memory.reload_count,
-            memory.throttled_count,
-            Timestamp::now(),
-        );
+            observed: &memory.observed,
+            reload_count: memory.reload_count,
+            throttled_count: memory.throttled_count,
+        };
+        let desired = desired_status(&input, Timestamp::now());
         let ready = condition_status(&desired, "Ready") == Some("True");
         self.metrics.policy_ready.with_label_values(&[&key.0, &key.1]).set(i64::from(ready));
         let observed = memory.observed;
@@ -667,29 +508,5 @@ impl Policies {
               "policy selectors that do not parse select nothing");
         let note = format!("Selectors that do not parse select nothing: {errors}");
         self.events.about_policy(key, EventType::Warning, "InvalidSelector", note).await;
-    }
-
-    fn resolve_targets<'a>(
-        &self,
-        policy: &'a ActivePolicy,
-    ) -> (Vec<WorkloadInfo>, Vec<&'a PolicyTarget>) {
-        let store = self.store.read();
-        let infos: Vec<WorkloadInfo> = store
-            .workload_keys()
-            .into_iter()
-            .filter(|k| k.namespace == policy.namespace)
-            .filter_map(|k| store.workload(&k))
-            .map(|e| e.info.clone())
-            .filter(|i| policy.target_for(i).is_some())
-            .collect();
-        let missing = policy
-            .spec
-            .targets
-            .iter()
-            .enumerate()
-            .filter(|(index, _)| !infos.iter().any(|i| policy.target_entry_selects(*index, i)))
-            .map(|(_, t)| t)
-            .collect();
-        (infos, missing)
     }
 }

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::decide::refusal::{Refusal, refusal_of};
+use crate::decide::turns;
 use crate::kube::access::{self, Right, Verb};
 
 impl Policies {
@@ -12,7 +13,7 @@ impl Policies {
     /// missing right is asked about before the next write, and each episode is said once).
     pub(super) async fn write_status_or_back_off(&self, key: &PolicyKey) -> Option<Duration> {
         let policy = format!("{}/{}", key.0, key.1);
-        if !self.policies.read().get(&key.0).is_some_and(|m| m.contains_key(&key.1)) {
+        if !self.index.read().contains(&key.0, &key.1) {
             // Deleted: its episode goes with it (it would otherwise be asked about forever).
             self.refused.lock().succeeded(key);
             return None;
@@ -22,7 +23,7 @@ impl Policies {
             return Some(wait);
         }
         let last = self.refused.lock().episode(key).map(|e| e.reason);
-        if last == Some(Refusal::ForbiddenRbac) && !self.may_write_status(&key.0).await {
+        if last == Some(Refusal::ForbiddenRbac) && !may_write_status(&self.client, &key.0).await {
             // Still missing: no write, a longer wait.
             let again = self.refused.lock().refused(
                 key.clone(),
@@ -48,12 +49,13 @@ impl Policies {
                 let refusal = refusal_of(&e).unwrap_or(Refusal::Other);
                 // A 403 that is no missing right (the review grants it) is refused by something
                 // else: backed off all the same, but written again rather than asked about.
-                let refusal =
-                    if refusal == Refusal::ForbiddenRbac && self.may_write_status(&key.0).await {
-                        Refusal::Other
-                    } else {
-                        refusal
-                    };
+                let refusal = if refusal == Refusal::ForbiddenRbac
+                    && may_write_status(&self.client, &key.0).await
+                {
+                    Refusal::Other
+                } else {
+                    refusal
+                };
                 if matches!(e, kube::Error::Api(_)) {
                     self.metrics.policy_status_writes.with_label_values(&[refusal.as_str()]).inc();
                 }
@@ -86,25 +88,13 @@ impl Policies {
         Some(refused.delay)
     }
 
-    /// Whether an access review grants patching ReloadPolicy status in `namespace` (an
-    /// unanswered review counts as granted: the write then says).
-    async fn may_write_status(&self, namespace: &str) -> bool {
-        let right = Right::new(access::RELOAD_POLICIES.sub("status"), Verb::Patch, Some(namespace));
-        access::review(&self.client, std::slice::from_ref(&right)).await.grants(&right)
-    }
-
     /// A target whose rollout is held (`result`, with why in `message`) keeps the time and hash
     /// of its last reload; its policy's status is written soon after.
     pub(super) fn hold_target(&self, part: &PolicyPart, result: &'static str, message: String) {
         let target = (part.target.kind, part.target.name.clone());
-        let previous = self.outcome(&part.key, &target);
-        let outcome = Outcome {
-            result,
-            message: Some(message),
-            time: previous.as_ref().and_then(|o| o.time),
-            hash: previous.and_then(|o| o.hash),
-        };
-        self.set_outcome(&part.key, target, outcome);
+        let previous = self.memory.lock().get(&part.key).and_then(|m| m.outcome(&target));
+        let outcome = turns::held(result, message, previous);
+        self.memory.lock().update(&part.key, |m| m.set_outcome(target, outcome));
         self.statuses.add(part.key.clone(), Duration::from_millis(100));
     }
 
@@ -168,6 +158,8 @@ impl Policies {
     ) -> Vec<String> {
         let target = (key.kind, key.name.clone());
         let staged: HashMap<PolicyKey, (Option<String>, bool)> = self
+            .index
+            .read()
             .policies_in(&key.namespace)
             .iter()
             .filter_map(|p| {
@@ -179,15 +171,14 @@ impl Policies {
         self.memory.lock().update_all(|policy, m| {
             if policy.0 == key.namespace && m.outcomes.contains_key(&target) {
                 let (resume, _) = staged.get(policy).cloned().unwrap_or_default();
-                let resume = resume.filter(|_| state == RolloutState::Failed);
-                let rollout = TargetRollout { state, message: message.clone(), resume };
+                let rollout = turns::reported_rollout(state, message.clone(), resume);
                 m.rollouts.insert(target.clone(), rollout);
                 touched.push(policy.clone());
             }
         });
         let mut halted = Vec::new();
         for policy in touched {
-            if state == RolloutState::Failed && staged.get(&policy).is_some_and(|(_, halt)| *halt) {
+            if staged.get(&policy).is_some_and(|(_, halt)| turns::halts(state, *halt)) {
                 halted.push(format!("{}/{}", policy.0, policy.1));
                 let note = format!(
                     "Halted: the rollout of {key} failed; the targets not yet rolled keep their \
@@ -212,24 +203,18 @@ impl Policies {
         key: &WorkloadKey,
     ) -> Option<RolloutState> {
         let target = (key.kind, key.name.clone());
-        let mut claimed = None;
-        for policy in self.policies_in(&key.namespace) {
-            let policy_key = (policy.namespace.clone(), policy.name.clone());
-            let memory = self.memory.lock();
-            let Some(m) = memory.get(&policy_key) else { continue };
-            let remembered = m.rollouts.get(&target).map(|r| r.state);
-            let written = m
-                .observed
-                .targets
-                .iter()
-                .find(|t| t.name == key.name && target_kind(t.kind) == key.kind)
-                .and_then(|t| RolloutState::parse(t.rollout.as_deref()?));
-            match remembered.or(written) {
-                Some(RolloutState::Failed) => return Some(RolloutState::Failed),
-                Some(RolloutState::Progressing) => claimed = Some(RolloutState::Progressing),
-                _ => {}
-            }
-        }
-        claimed
+        let policies = self.index.read().policies_in(&key.namespace);
+        let memory = self.memory.lock();
+        turns::claimed(policies.iter().filter_map(|policy| {
+            let m = memory.get(&(policy.namespace.clone(), policy.name.clone()))?;
+            Some(turns::rollout_in_policy(key, m.rollouts.get(&target), &m.observed))
+        }))
     }
+}
+
+/// Whether an access review grants patching ReloadPolicy status in `namespace` (an unanswered
+/// review counts as granted: the write then says).
+async fn may_write_status(client: &Client, namespace: &str) -> bool {
+    let right = Right::new(access::RELOAD_POLICIES.sub("status"), Verb::Patch, Some(namespace));
+    access::review(client, std::slice::from_ref(&right)).await.grants(&right)
 }

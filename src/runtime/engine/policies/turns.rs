@@ -1,91 +1,50 @@
-//! Whose turn it is in a policy's staged rollout (`spec.rollout`): the policy's targets as the
-//! rules of `decide::staging` read them, a turn taken under the policies' memory lock (so two
+//! Whose turn it is in a policy's staged rollout (`spec.rollout`): the policy's targets and
+//! what is remembered of them handed to `decide::turns` (which says what the turn rules of
+//! `decide::staging` make of them), a turn taken under the policies' memory lock (so two
 //! workers never both take the last slot), released when its write does not happen, and the
 //! targets looked at again when one of them finishes. A turn taken is in the policy's status
 //! before its target rolls, and `Policies::apply` reads the status back after a restart: the
 //! cluster holds turns and halts, memory only what is ahead of the last write.
 
 use super::*;
-use crate::decide::staging::{self, TargetTurn, Wait};
+use crate::decide::staging::Wait;
+use crate::decide::turns::{self, Seen, StagedPart};
 
 impl Policies {
-    /// `targets` of `policy` as the turn rules see them, from what is remembered of it.
-    fn turns_of(
-        policy: &ActivePolicy,
-        targets: &[WorkloadInfo],
-        memory: Option<&PolicyMemory>,
-    ) -> Vec<TargetTurn> {
-        targets
-            .iter()
-            .map(|t| {
-                let key = (t.key.kind, t.key.name.clone());
-                let rollout = memory.and_then(|m| m.rollouts.get(&key));
-                TargetTurn {
-                    kind: t.key.kind,
-                    name: t.key.name.clone(),
-                    group: policy.order_group(t),
-                    reloaded_to: memory
-                        .and_then(|m| m.outcomes.get(&key))
-                        .and_then(|o| o.hash.clone()),
-                    rollout: rollout.map(|r| r.state),
-                    failed_at_resume: rollout.and_then(|r| r.resume.clone()),
-                }
-            })
-            .collect()
-    }
-
-    /// The staged policies among `parts` that carry a change, with the part.
-    fn staged<'p>(&self, parts: &'p [PolicyPart]) -> Vec<(Arc<ActivePolicy>, &'p PolicyPart)> {
-        let policies = self.policies.read();
-        parts
-            .iter()
-            .filter(|p| p.carries_changes())
-            .filter_map(|p| {
-                let policy = policies.get(&p.key.0)?.get(&p.key.1)?.clone();
-                policy.spec.rollout.is_some().then_some((policy, p))
-            })
-            .collect()
-    }
-
     /// Whether `info` may roll now in every staged policy taking part (`None`), or what it
-    /// waits for. With `claim`, a turn it may take is taken: it counts as rolling from now.
+    /// waits for (see [`turns::may_take_turn`]). With `claim`, a turn it may take is taken: it
+    /// counts as rolling from now.
     pub(in crate::runtime::engine) fn turn(
         &self,
         parts: &[PolicyPart],
         info: &WorkloadInfo,
         claim: bool,
     ) -> Option<Wait> {
-        let staged = self.staged(parts);
+        let staged = self.index.read().staged(parts);
         if staged.is_empty() {
             return None;
         }
         // The targets are read before the memory is locked (never the store under it).
         let targets: Vec<Vec<WorkloadInfo>> =
-            staged.iter().map(|(policy, _)| self.resolve_targets(policy).0).collect();
-        let me = (info.key.kind, info.key.name.clone());
+            staged.iter().map(|(policy, _)| targets_of(&self.store.read(), policy).0).collect();
         let mut memory = self.memory.lock();
-        for ((policy, part), targets) in staged.iter().zip(&targets) {
-            let views = Self::turns_of(policy, targets, memory.get(&part.key));
-            let mine =
-                views.iter().find(|t| t.kind == me.0 && t.name == me.1).cloned().unwrap_or_else(
-                    || Self::turns_of(policy, std::slice::from_ref(info), None).remove(0),
-                );
-            if let Err(wait) = staging::turn(&mine, &views, &policy.staging(), &part.combined) {
-                return Some(wait);
-            }
+        let views: Vec<StagedPart<'_>> = staged
+            .iter()
+            .zip(&targets)
+            .map(|((policy, part), targets)| StagedPart {
+                policy,
+                targets,
+                seen: memory.get(&part.key).map(seen),
+                content: &part.combined,
+            })
+            .collect();
+        if let Err(wait) = turns::may_take_turn(info, &views) {
+            return Some(wait);
         }
         if claim {
+            let me = (info.key.kind, info.key.name.clone());
             for (_, part) in &staged {
-                memory.update(&part.key, |m| {
-                    m.rollouts.insert(
-                        me.clone(),
-                        TargetRollout {
-                            state: RolloutState::Progressing,
-                            message: None,
-                            resume: None,
-                        },
-                    )
-                });
+                memory.update(&part.key, |m| m.rollouts.insert(me.clone(), turns::turn_taken()));
             }
         }
         None
@@ -98,7 +57,8 @@ impl Policies {
         &self,
         parts: &[PolicyPart],
     ) -> Result<(), String> {
-        for (_, part) in self.staged(parts) {
+        let staged = self.index.read().staged(parts);
+        for (_, part) in staged {
             // A policy whose status writes are refused is not written to here either: it
             // takes no turn until its backoff ends (see `write_status_or_back_off`).
             if self.refused.lock().waiting(&part.key, std::time::Instant::now()).is_some() {
@@ -114,9 +74,10 @@ impl Policies {
     pub(in crate::runtime::engine) fn release_turn(&self, parts: &[PolicyPart], key: &WorkloadKey) {
         let target = (key.kind, key.name.clone());
         let mut memory = self.memory.lock();
-        for (_, part) in self.staged(parts) {
+        let staged = self.index.read().staged(parts);
+        for (_, part) in staged {
             memory.update(&part.key, |m| {
-                if m.rollouts.get(&target).is_some_and(|r| r.state == RolloutState::Progressing) {
+                if turns::gives_back(m.rollouts.get(&target)) {
                     m.rollouts.remove(&target);
                 }
             });
@@ -127,7 +88,8 @@ impl Policies {
     /// are looked at again (the next ones may take their turn).
     pub(in crate::runtime::engine) fn next_turns(&self, key: &WorkloadKey) {
         let target = (key.kind, key.name.clone());
-        for policy in self.policies_in(&key.namespace) {
+        let policies = self.index.read().policies_in(&key.namespace);
+        for policy in policies {
             if policy.spec.rollout.is_none() {
                 continue;
             }
@@ -140,7 +102,8 @@ impl Policies {
             if !reports {
                 continue;
             }
-            for t in self.resolve_targets(&policy).0 {
+            let (targets, _) = targets_of(&self.store.read(), &policy);
+            for t in targets {
                 if t.key != *key {
                     // Sooner than a waiting target's own recheck (`add` would keep the later).
                     self.workloads.schedule(t.key, Duration::ZERO);
@@ -149,23 +112,17 @@ impl Policies {
         }
     }
 
-    /// The failed target that halts `policy` now (`rollout.haltOnFailure`), for its status.
-    pub(in crate::runtime::engine) fn halted_by(
-        policy: &ActivePolicy,
-        targets: &[WorkloadInfo],
-        memory: &PolicyMemory,
-        content: &str,
-    ) -> Option<String> {
-        let views = Self::turns_of(policy, targets, Some(memory));
-        staging::halted_by(&views, &policy.staging(), content)
-            .map(|t| format!("{} {}", t.kind.as_str(), t.name))
-    }
-
     /// Tells the staged policies taking part that their target waits for its turn: its result
     /// becomes `Waiting`, with what it waits for.
     pub(in crate::runtime::engine) fn report_waiting(&self, parts: &[PolicyPart], wait: &Wait) {
-        for (_, part) in self.staged(parts) {
+        let staged = self.index.read().staged(parts);
+        for (_, part) in staged {
             self.hold_target(part, "Waiting", format!("waits for its turn: {wait}"));
         }
     }
+}
+
+/// What is remembered of a policy's targets, as the turn rules read it.
+pub(super) fn seen(memory: &PolicyMemory) -> Seen<'_> {
+    Seen { outcomes: &memory.outcomes, rollouts: &memory.rollouts }
 }
