@@ -73,6 +73,22 @@ pub struct SourceFacts {
     pub keys_untracked: bool,
 }
 
+#[cfg(test)]
+impl SourceFacts {
+    /// A source with content `hash`, seen at start, with no labels or key hashes (tests).
+    pub(crate) fn with_hash(hash: &str) -> Self {
+        SourceFacts {
+            state: SourceState { hash: hash.into(), matches_search: false, ignored: false },
+            created_after_first_list: false,
+            created: 0,
+            changed_at: None,
+            labels: Default::default(),
+            key_hashes: Default::default(),
+            keys_untracked: false,
+        }
+    }
+}
+
 /// Global switches that shape a plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlanOptions {

@@ -48,6 +48,31 @@ pub struct PolicyPart {
 /// Reload windows as parsed once per change of their policy or annotation.
 pub type Windows = std::sync::Arc<Result<Vec<Window>, String>>;
 
+#[cfg(test)]
+impl PolicyPart {
+    /// Policy `key`'s part for `target` with the operator's settings; `changed`: its ConfigMap
+    /// `cfg` changed (tests).
+    pub(crate) fn for_test(
+        key: PolicyKey,
+        target: WorkloadKey,
+        mode: PartMode,
+        changed: bool,
+    ) -> Self {
+        let cfg = SourceRef::new(crate::model::source::SourceKind::ConfigMap, "cfg");
+        PolicyPart {
+            key,
+            target,
+            mode,
+            combined: String::new(),
+            changed: if changed { vec![cfg] } else { vec![] },
+            debounce: Duration::ZERO,
+            min_rollout_interval: Duration::ZERO,
+            max_rollouts_per_minute: None,
+            windows: None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PartMode {
     Live,
@@ -414,7 +439,7 @@ mod tests {
 mod add_policies_tests {
     use super::*;
     use crate::decide::policy_plan::record_key;
-    use crate::model::source::{SourceKind, SourceState};
+    use crate::model::source::SourceKind;
     use crate::model::workload::{POLICY_RECORD_ANNOTATION, WorkloadKind};
     use serde_json::json;
 
@@ -437,17 +462,7 @@ mod add_policies_tests {
     }
 
     fn sources(hash: &str) -> Vec<(SourceRef, SourceFacts)> {
-        let state = SourceState { hash: hash.into(), matches_search: false, ignored: false };
-        let facts = SourceFacts {
-            state,
-            created_after_first_list: false,
-            created: 0,
-            changed_at: None,
-            labels: BTreeMap::new(),
-            key_hashes: BTreeMap::new(),
-            keys_untracked: false,
-        };
-        vec![(cfg(), facts)]
+        vec![(cfg(), SourceFacts::with_hash(hash))]
     }
 
     /// The Deployment `api`, its policy record holding `record` (policy → hash of `cfg`).

@@ -1378,21 +1378,9 @@ mod tests {
 
     #[test]
     fn the_outcome_a_reconcile_reports_to_each_policy() {
-        use crate::model::source::{SourceKind, SourceRef};
         let part = |mode, changed: bool| PolicyPart {
-            key: ("ns".into(), "p".into()),
-            target: target("api").key,
-            mode,
             combined: "c1".into(),
-            changed: if changed {
-                vec![SourceRef::new(SourceKind::ConfigMap, "cfg")]
-            } else {
-                vec![]
-            },
-            debounce: Default::default(),
-            min_rollout_interval: Default::default(),
-            max_rollouts_per_minute: None,
-            windows: None,
+            ..PolicyPart::for_test(("ns".into(), "p".into()), target("api").key, mode, changed)
         };
         let reloaded_before = outcome("Reloaded", Some(T0 - 60), Some("c0"));
         let summary = |(o, r): (Outcome, Reporting)| (o.result, o.message, o.time, o.hash, r);

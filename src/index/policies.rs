@@ -192,7 +192,6 @@ mod tests {
     #[test]
     fn staged_are_the_policies_with_a_rollout_whose_part_carries_changes() {
         use crate::decide::policy_part::PartMode;
-        use crate::model::source::{SourceKind, SourceRef};
         use crate::model::workload::{WorkloadKey, WorkloadKind};
         let mut index = PolicyIndex::default();
         let staged_spec = serde_json::from_value(json!({
@@ -203,24 +202,13 @@ mod tests {
         .unwrap();
         index.apply(Arc::new(ActivePolicy::new("a".into(), "staged".into(), Some(1), staged_spec)));
         index.apply(policy("a", "plain", 1, "api"));
-        let part = |name: &str, mode: PartMode, changed: bool| PolicyPart {
-            key: ("a".into(), name.into()),
-            target: WorkloadKey {
-                kind: WorkloadKind::Deployment,
-                namespace: "a".into(),
-                name: "api".into(),
-            },
-            mode,
-            combined: String::new(),
-            changed: if changed {
-                vec![SourceRef::new(SourceKind::ConfigMap, "cfg")]
-            } else {
-                vec![]
-            },
-            debounce: Default::default(),
-            min_rollout_interval: Default::default(),
-            max_rollouts_per_minute: None,
-            windows: None,
+        let api = WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: "a".into(),
+            name: "api".into(),
+        };
+        let part = |name: &str, mode: PartMode, changed: bool| {
+            PolicyPart::for_test(("a".into(), name.into()), api.clone(), mode, changed)
         };
         let parts = [
             part("staged", PartMode::Live, true),

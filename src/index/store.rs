@@ -665,19 +665,10 @@ impl StoreReader {
 mod tests {
     use super::*;
     use crate::model::annotations::AnnotationKeys;
-    use crate::model::source::SourceState;
     use crate::model::workload::WorkloadKind;
 
     fn facts(hash: &str) -> SourceFacts {
-        SourceFacts {
-            state: SourceState { hash: hash.into(), matches_search: false, ignored: false },
-            created_after_first_list: false,
-            created: 0,
-            changed_at: None,
-            labels: BTreeMap::new(),
-            key_hashes: BTreeMap::new(),
-            keys_untracked: false,
-        }
+        SourceFacts::with_hash(hash)
     }
     fn entry(name: &str, refs: &[&str], meta: &[(&str, &str)]) -> WorkloadEntry {
         let metadata: BTreeMap<String, String> =
