@@ -575,19 +575,7 @@ mod tests {
             crate::kube::leader::sole_leader(),
         );
         engine.feed.caches_synced(true);
-        let facts = crate::decide::plan::SourceFacts {
-            state: crate::model::source::SourceState {
-                hash: "h1".into(),
-                matches_search: false,
-                ignored: false,
-            },
-            created_after_first_list: false,
-            created: 0,
-            changed_at: None,
-            labels: Default::default(),
-            key_hashes: Default::default(),
-            keys_untracked: false,
-        };
+        let facts = crate::decide::plan::SourceFacts::with_hash("h1");
         let source = crate::model::source::SourceRef::new(
             crate::model::source::SourceKind::ConfigMap,
             "app-config",
