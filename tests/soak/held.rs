@@ -25,12 +25,12 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, ResourceExt};
+use kube::{Client, ResourceExt};
 use reloader::model::policy::{ReloadPolicy, ReloadPolicyStatus};
 use serde_json::{Value, json};
 
 use super::support::admission::{Denial, job_json};
-use super::support::fixture::sha1_hex;
+use super::support::fixture::{create_in, sha1_hex};
 use super::support::invariants::Rng;
 use super::{Ctx, WAIT, say};
 
@@ -51,33 +51,18 @@ fn env_value(template: &Value, var: &str) -> Option<String> {
     super::invariants::template_env(template).get(var).cloned()
 }
 
-async fn create<K>(client: &Client, ns: &str, body: Value)
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + serde::Serialize
-        + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(body).unwrap();
-    Api::<K>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &obj)
-        .await
-        .unwrap_or_else(|e| panic!("create {}: {e}", obj.name_any()));
-}
-
 /// Before the operators start: the staged policy and its three Deployments (a pod of theirs
 /// never becomes ready once its template carries the bad content, and each gives up after 4 s),
 /// and the Job with its ConfigMap.
 pub(super) async fn create_objects(client: &Client, ns: &str) {
-    create::<ConfigMap>(
+    create_in::<ConfigMap>(
         client,
         ns,
         json!({"metadata": {"name": HALT_CM}, "data": {"mode": "one"}}),
     )
     .await;
     for name in HALT_TARGETS {
-        create::<Deployment>(
+        create_in::<Deployment>(
             client,
             ns,
             json!({
@@ -96,7 +81,10 @@ pub(super) async fn create_objects(client: &Client, ns: &str) {
         )
         .await;
     }
-    let policy: ReloadPolicy = serde_json::from_value(json!({
+    create_in::<ReloadPolicy>(
+        client,
+        ns,
+        json!({
         "apiVersion": "reloader.rs/v1alpha1", "kind": "ReloadPolicy",
         "metadata": {"name": HALT_POLICY},
         "spec": {
@@ -106,15 +94,13 @@ pub(super) async fn create_objects(client: &Client, ns: &str) {
             "minRolloutInterval": "0s",
             "rollout": {"maxConcurrent": 1, "haltOnFailure": true}
         }
-    }))
-    .unwrap();
-    Api::<ReloadPolicy>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &policy)
-        .await
-        .unwrap();
-    create::<ConfigMap>(client, ns, json!({"metadata": {"name": JOB_CM}, "data": {"a": "0"}}))
+    }),
+    )
+    .await;
+    create_in::<ConfigMap>(client, ns, json!({"metadata": {"name": JOB_CM}, "data": {"a": "0"}}))
         .await;
-    create::<Job>(client, ns, job_json(JOB, json!({"reloader.stakater.com/auto": "true"}))).await;
+    create_in::<Job>(client, ns, job_json(JOB, json!({"reloader.stakater.com/auto": "true"})))
+        .await;
 }
 
 fn halted(s: &ReloadPolicyStatus) -> bool {

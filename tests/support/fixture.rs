@@ -88,11 +88,7 @@ impl Fixture {
             + std::fmt::Debug,
     {
         let deployment = value["kind"] == "Deployment";
-        let obj: K = serde_json::from_value(value).unwrap();
-        let created = Api::<K>::namespaced(self.client.clone(), self.name())
-            .create(&PostParams::default(), &obj)
-            .await
-            .unwrap_or_else(|e| panic!("create {}: {e}", obj.name_any()));
+        let created: K = create_in(&self.client, self.name(), value).await;
         if deployment {
             self.wait_observed(&created.name_any()).await;
         }
@@ -303,6 +299,22 @@ impl Sentinel {
         f.patch_configmap("sentinel", json!({"data": {"n": n.to_string()}})).await;
         f.wait_replicasets("sentinel", self.replicasets + n).await;
     }
+}
+
+/// Creates the object `value` describes in namespace `ns`, failing the test if it cannot.
+pub async fn create_in<K>(client: &Client, ns: &str, value: Value) -> K
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let obj: K = serde_json::from_value(value).unwrap();
+    Api::<K>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("create {}: {e}", obj.name_any()))
 }
 
 pub fn workload_json(kind: &str, name: &str, annotations: Value, pod: Value) -> Value {

@@ -161,10 +161,8 @@ impl Feed {
         let added = self.namespaces.write().apply(name);
         if added && self.is_synced() {
             info!(namespace = %name, "namespace now matches the namespace selector");
-            for key in self.store.read().workload_keys().into_iter().filter(|k| k.namespace == name)
-            {
-                self.queue.add(key, Duration::ZERO);
-            }
+            let keys = self.store.read().workload_keys();
+            self.queue(keys.into_iter().filter(|k| k.namespace == name), Duration::ZERO);
         }
         added
     }
@@ -184,9 +182,7 @@ impl Feed {
         let counts = (keys.len(), self.store.read().source_count());
         self.memory.mark_first_pass(&keys, leading);
         self.synced.store(true, Ordering::SeqCst);
-        for key in keys {
-            self.queue.add(key, Duration::ZERO);
-        }
+        self.queue(keys, Duration::ZERO);
         counts
     }
 
@@ -214,19 +210,19 @@ impl Feed {
         }
     }
 
-    /// Queues `key` to be reconciled after `delay`.
-    pub(super) fn queue_after(&self, key: WorkloadKey, delay: Duration) {
-        self.queue.add(key, delay);
-    }
-
     /// Queues every workload known, now.
     pub(super) fn queue_everything(&self) -> usize {
         let keys = self.store.read().workload_keys();
         let n = keys.len();
-        for key in keys {
-            self.queue.add(key, Duration::ZERO);
-        }
+        self.queue(keys, Duration::ZERO);
         n
+    }
+
+    /// Queues `keys` to be reconciled after `delay`.
+    pub(super) fn queue(&self, keys: impl IntoIterator<Item = WorkloadKey>, delay: Duration) {
+        for key in keys {
+            self.queue.add(key, delay);
+        }
     }
 
     /// A source no longer exists (a SecretProviderClass whose last pod status went): forgotten

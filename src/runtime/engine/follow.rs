@@ -159,9 +159,7 @@ impl Scanner {
             }));
         }
         debug!(kind = %key.kind, namespace = ?key.namespace, listed = listed.len(), queued = queued.len(), "listed workloads for a change");
-        for k in queued {
-            self.feed.queue_after(k, delay);
-        }
+        self.feed.queue(queued, delay);
         Ok(())
     }
 
