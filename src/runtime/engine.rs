@@ -337,9 +337,9 @@ impl Engine {
             if self.feed.is_synced() {
                 // Marked before anything is queued (runtime/engine/outcome.rs).
                 self.feed.mark_rollouts_to_look_at(leading);
-            }
-            if leading && self.feed.is_synced() {
-                self.enqueue_everything();
+                if leading {
+                    self.enqueue_everything();
+                }
             }
             if leadership.changed().await.is_err() {
                 return;
