@@ -108,6 +108,18 @@ impl KeySlot {
         self.state.send_replace(KeyState::Loaded(key));
     }
 
+    /// No key is looked for (policy mode off, annotation mode on SHA-1): said so, so that what
+    /// waits for the key to be settled (the pending-Job records' seal) does not wait for it.
+    pub fn not_used(&self) {
+        self.fail("no hash key is used: policy mode is off and --hash-mode is sha1".into());
+    }
+
+    /// Resolves once the key is loaded or known unavailable, or after `at_most`.
+    pub async fn settled(&self, at_most: std::time::Duration) {
+        let mut state = self.subscribe();
+        let _ = tokio::time::timeout(at_most, state.wait_for(|s| *s != KeyState::Pending)).await;
+    }
+
     fn fail(&self, reason: String) {
         self.state.send_if_modified(|s| match s {
             KeyState::Loaded(_) => false,

@@ -50,6 +50,8 @@ pub enum RecordError {
     #[error(transparent)]
     Kube(#[from] kube::Error),
 }
+/// How long reading the records back waits for the hash key to be loaded or found unavailable.
+const KEY_SETTLE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The pending Jobs, in memory and as records in the cluster.
 pub struct PendingJobs {
@@ -199,6 +201,9 @@ impl PendingJobs {
             .api()
             .list(&ListParams::default().labels(&format!("{PENDING_JOB_LABEL}=true")))
             .await?;
+        // Sealed with the key where there is one: a record read before the key is loaded
+        // would not match its seal and be lost.
+        self.hash_key.settled(KEY_SETTLE).await;
         let sealer = self.sealer();
         let mut keys = Vec::new();
         for cm in list.items {

@@ -183,22 +183,14 @@ pub async fn run(cli: Cli) -> Result<()> {
         key_slot.load_once(&client, !ha).await?;
     }
     let stop_key = CancellationToken::new();
-    let key_task = {
-        let stop = stop_key.clone().cancelled_owned();
-        let maintain =
-            crate::kube::hash_key::maintain(client.clone(), key_slot, key_leadership, stop);
-        // In sha1 mode the key serves keyed ReloadPolicies only: not looked for while policy
-        // mode is off (an identity that may not read policies, such as Reloader's).
-        let keyed_annotations = cli.reload.hash_mode == HashMode::HmacSha256;
-        let mut policy_mode = engine.policy_mode();
-        tokio::spawn(async move {
-            let needed =
-                keyed_annotations || policy_mode.wait_for(|on| *on == Some(true)).await.is_ok();
-            if needed {
-                maintain.await;
-            }
-        })
-    };
+    let key_task = tokio::spawn(keep_the_key(
+        client.clone(),
+        key_slot,
+        key_leadership,
+        stop_key.clone(),
+        cli.reload.hash_mode == HashMode::HmacSha256,
+        engine.policy_mode(),
+    ));
     let webhook_mode = cli.reload.webhook_url.as_deref().is_some_and(|u| !u.is_empty());
     let alerts = crate::report::alerts::start_from_settings(
         &cli.alerts.settings(),
@@ -320,4 +312,26 @@ pub fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
             _ = int.recv() => {},
         }
     })
+}
+
+/// Keeps the hash key loaded (and, on the leader, created) while it is used: always for keyed
+/// annotations; in sha1 mode only for keyed ReloadPolicies, so not looked for while policy mode
+/// is off (an identity that may not read policies, such as Reloader's). Off at start, the slot
+/// says no key is looked for, until policy mode turns on.
+async fn keep_the_key(
+    client: Client,
+    slot: Arc<crate::kube::hash_key::KeySlot>,
+    leadership: tokio::sync::watch::Receiver<bool>,
+    stop: CancellationToken,
+    keyed_annotations: bool,
+    mut policy_mode: tokio::sync::watch::Receiver<Option<bool>>,
+) {
+    let off = policy_mode.wait_for(Option::is_some).await.is_ok_and(|m| *m == Some(false));
+    if !keyed_annotations && off {
+        slot.not_used();
+    }
+    let needed = keyed_annotations || policy_mode.wait_for(|on| *on == Some(true)).await.is_ok();
+    if needed {
+        crate::kube::hash_key::maintain(client, slot, leadership, stop.cancelled_owned()).await;
+    }
 }
