@@ -12,8 +12,8 @@ use std::time::Duration;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{ArgAction, Parser, ValueEnum};
 
-use crate::decide::plan::Strategy;
 use crate::model::annotations::AnnotationKeys;
+use crate::model::strategy::Strategy;
 use crate::model::workload::HashMode;
 use crate::model::workload::WorkloadKind;
 use crate::serve::admission::{CertSource, Endpoint, Scope, WebhookError, parse_labels, url_host};

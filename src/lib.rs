@@ -29,7 +29,8 @@
 //! 4. `runtime/engine/reconcile.rs`: `reconcile` reads the workload and its sources from the
 //!    index and **decides**: `decide/plan.rs` (annotation mode: stored hashes versus current ones,
 //!    stakater/Reloader's precedence from `decide/selection.rs`) and `decide/policy_plan.rs`
-//!    with `decide/policy_part.rs::add_policies` (policies) give one plan, which pause
+//!    with `decide/policy_part.rs::add_policies` (policies) give one plan (both read stored hashes
+//!    and write through `decide/trigger.rs`, one strategy from `model/strategy.rs`), which pause
 //!    (`decide/pause.rs`) may hold; `decide/rollout.rs::decide` passes it through the gates to
 //!    its write, in order: up to date, suspended, the reload windows (`decide/window.rs`), a
 //!    staged policy's turn (`decide/staging.rs` and `decide/turns.rs`, taken in

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::decide::plan::TemplateWrite;
 use crate::decide::template::apply_to_template;
+use crate::decide::trigger::TemplateWrite;
 
 /// Labels the Job controller owns; a re-created Job must not carry the old Job's values.
 const CONTROLLER_LABELS: [&str; 4] = [
@@ -323,7 +323,7 @@ mod tests {
         assert_eq!(recreate_retry(9), Duration::from_secs(30));
         assert_eq!(recreate_retry(u32::MAX), Duration::from_secs(30));
     }
-    use crate::decide::plan::EnvWrite;
+    use crate::decide::trigger::EnvWrite;
     use serde_json::json;
 
     fn write() -> TemplateWrite {

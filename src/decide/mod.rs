@@ -6,7 +6,8 @@
 //! - [`policy_plan`]: the same for a `ReloadPolicy`'s targets; [`policy_part`]: the policies'
 //!   part of a workload's plan and what each brings to a rollout (its debounce and churn
 //!   limits); [`policy_status`]: its status;
-//! - [`template`]: a plan turned into the pod-template write (env var or annotation strategy);
+//! - [`trigger`]: for both modes, where a strategy's stored hash is read back and the write
+//!   that rolls a workload under it; [`template`]: a plan turned into the patch;
 //! - [`pause`], [`settle`], [`churn`]: pausing after a reload, the debounce of rollouts, and the
 //!   rollout budgets; [`window`]: reload windows; [`staging`]: whose turn it is in a staged
 //!   rollout, and [`turns`]: turns and halts as a policy's targets are remembered;
@@ -35,5 +36,6 @@ pub mod settle;
 pub mod staging;
 pub mod template;
 pub mod token_bucket;
+pub mod trigger;
 pub mod turns;
 pub mod window;

@@ -61,7 +61,7 @@ pub fn apply(
 mod tests {
 
     use super::*;
-    use crate::decide::plan::TemplateWrite;
+    use crate::decide::trigger::TemplateWrite;
 
     fn info(kind: WorkloadKind, annotations: &[(&str, &str)]) -> WorkloadInfo {
         let mut info = WorkloadInfo::bare(kind, "ns", "w");

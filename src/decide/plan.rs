@@ -6,51 +6,16 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
-
 use crate::decide::hash;
 use crate::decide::selection::{Selection, Via};
+use crate::decide::trigger::{
+    EnvChanges, EnvRemoval, EnvWrite, FirstRolled, StoredLookup, TemplateWrite, WriteContext,
+    template_write,
+};
 use crate::model::naming::env_var_name;
 use crate::model::source::{SourceRef, SourceState};
-use crate::model::workload::{RESTARTED_AT_ANNOTATION, UnknownValue, WorkloadInfo};
-
-/// How a rollout is triggered in the pod template.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Strategy {
-    /// Set `STAKATER_<NAME>_<TYPE>` to the source's hash in one container.
-    #[default]
-    EnvVars,
-    /// Set the `reloader.stakater.com/last-reloaded-from` pod-template annotation.
-    Annotations,
-    /// Set `kubectl.kubernetes.io/restartedAt`, as `kubectl rollout restart` does.
-    Restart,
-}
-
-impl Strategy {
-    pub const ALL: [Strategy; 3] = [Strategy::EnvVars, Strategy::Annotations, Strategy::Restart];
-
-    /// The flag value naming the strategy.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Strategy::EnvVars => "env-vars",
-            Strategy::Annotations => "annotations",
-            Strategy::Restart => "restart",
-        }
-    }
-}
-
-impl std::fmt::Display for Strategy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl std::str::FromStr for Strategy {
-    type Err = UnknownValue;
-    fn from_str(text: &str) -> Result<Self, UnknownValue> {
-        Self::ALL.into_iter().find(|s| s.as_str() == text).ok_or_else(|| UnknownValue(text.into()))
-    }
-}
+use crate::model::strategy::Strategy;
+use crate::model::workload::WorkloadInfo;
 
 /// What the engine knows of a candidate source.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,107 +120,6 @@ pub struct Change {
     pub hash: String,
 }
 
-/// A write to the pod template that makes the controller roll the workload.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TemplateWrite {
-    EnvVars {
-        set: Vec<EnvWrite>,
-        remove: Vec<EnvRemoval>,
-    },
-    Annotation {
-        key: String,
-        value: String,
-    },
-    /// Several writes made as one (annotation mode and policies on the same workload).
-    Combined(Vec<TemplateWrite>),
-}
-
-impl TemplateWrite {
-    /// The `restart` strategy: `kubectl.kubernetes.io/restartedAt`, as `kubectl rollout
-    /// restart` writes it.
-    pub fn restart(now_rfc3339: &str) -> TemplateWrite {
-        TemplateWrite::Annotation {
-            key: RESTARTED_AT_ANNOTATION.to_string(),
-            value: now_rfc3339.to_string(),
-        }
-    }
-
-    /// The `annotations` strategy: the `last-reloaded-from` pod-template annotation (under
-    /// `key`, renamable by flag) naming the source that rolled the workload, as stakater/Reloader
-    /// writes it.
-    pub fn last_reloaded_from(
-        key: &str,
-        source: &SourceRef,
-        namespace: &str,
-        hash: &str,
-        container_refs: Vec<&str>,
-        now: i64,
-    ) -> TemplateWrite {
-        let value = ReloadSource {
-            kind: source.kind.env_suffix(),
-            name: &source.name,
-            namespace,
-            hash,
-            container_refs,
-            observed_at: now,
-        };
-        TemplateWrite::Annotation {
-            key: key.to_string(),
-            value: serde_json::to_string(&value).expect("serialisable"),
-        }
-    }
-
-    /// Both writes as one, so a workload selected several ways rolls once.
-    pub fn combine(a: Option<TemplateWrite>, b: Option<TemplateWrite>) -> Option<TemplateWrite> {
-        match (a, b) {
-            (None, x) | (x, None) => x,
-            (Some(a), Some(b)) => {
-                let mut parts = Vec::new();
-                for w in [a, b] {
-                    match w {
-                        TemplateWrite::Combined(inner) => parts.extend(inner),
-                        other => parts.push(other),
-                    }
-                }
-                // Env writes merge into one, so one containers list is sent.
-                let (mut set, mut remove, mut rest) = (Vec::new(), Vec::new(), Vec::new());
-                for p in parts {
-                    match p {
-                        TemplateWrite::EnvVars { set: s, remove: r } => {
-                            for w in s {
-                                if !set.iter().any(|e: &EnvWrite| {
-                                    e.container == w.container && e.name == w.name
-                                }) {
-                                    set.push(w);
-                                }
-                            }
-                            remove.extend(r);
-                        }
-                        other => rest.push(other),
-                    }
-                }
-                if !set.is_empty() || !remove.is_empty() {
-                    rest.insert(0, TemplateWrite::EnvVars { set, remove });
-                }
-                Some(if rest.len() == 1 { rest.remove(0) } else { TemplateWrite::Combined(rest) })
-            }
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnvWrite {
-    pub container: String,
-    pub name: String,
-    pub value: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnvRemoval {
-    pub container: String,
-    pub name: String,
-}
-
 /// The outcome for one workload.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Plan {
@@ -282,30 +146,6 @@ impl Plan {
     }
 }
 
-/// The `last-reloaded-from` annotation value, field for field as stakater/Reloader writes it.
-#[derive(Debug, Serialize)]
-pub(crate) struct ReloadSource<'a> {
-    #[serde(rename = "type")]
-    pub kind: &'a str,
-    pub name: &'a str,
-    pub namespace: &'a str,
-    pub hash: &'a str,
-    #[serde(rename = "containerRefs")]
-    pub container_refs: Vec<&'a str>,
-    #[serde(rename = "observedAt")]
-    pub observed_at: i64,
-}
-
-#[derive(Debug, serde::Deserialize)]
-struct StoredReloadSource {
-    #[serde(rename = "type", default)]
-    kind: String,
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    hash: String,
-}
-
 struct Selected<'a> {
     source: &'a SourceRef,
     via: Via,
@@ -321,100 +161,113 @@ pub fn plan(
     candidates: &BTreeMap<SourceRef, Option<SourceFacts>>,
     opts: &PlanOptions,
 ) -> Plan {
-    let record = info.record();
-    let mut new_record = record.clone();
-    let last_reloaded = info
-        .template_annotations
-        .get(&opts.last_reloaded_from_key)
-        .and_then(|v| serde_json::from_str::<StoredReloadSource>(v).ok());
-    let stored_hash = |source: &SourceRef| -> Option<String> {
-        let from_template = match opts.strategy {
-            Strategy::EnvVars => info.env_value(&env_var_name(source.kind, &source.name)),
-            Strategy::Annotations | Strategy::Restart => None,
-        };
-        let from_annotation = last_reloaded
-            .as_ref()
-            .filter(|l| l.kind == source.kind.env_suffix() && l.name == source.name)
-            .map(|l| l.hash.as_str());
-        from_template
-            .or(record.get(source).map(String::as_str))
-            .or(from_annotation)
-            .map(String::from)
+    let planner = Planner {
+        info,
+        selection,
+        opts,
+        record: info.record(),
+        lookup: StoredLookup::annotation_mode(info, opts.strategy, &opts.last_reloaded_from_key),
     };
-
+    let mut new_record = planner.record.clone();
     let mut selected = Vec::new();
     let mut deleted = Vec::new();
     for (source, facts) in candidates {
-        let referenced = info.references.contains_key(source);
         match facts {
-            Some(facts) => {
-                let via = match selection.selects(
-                    source.kind,
-                    &source.name,
-                    &facts.state,
-                    referenced,
-                    opts.auto_reload_all,
-                ) {
-                    Ok(via) => via,
-                    Err(_) => {
-                        new_record.remove(source);
-                        continue;
-                    }
-                };
-                let stored = stored_hash(source);
-                let current = effective_hash(info, source, facts, opts.key_precise, &opts.hasher);
-                let roll = roll_cause(
-                    stored.as_deref(),
-                    &current,
-                    facts.changed_at.is_some_and(|at| at >= info.created),
-                    opts.stamp,
-                    opts.reload_on_create
-                        && (opts.sync_after_restart
-                            || (facts.created_after_first_list && facts.created >= info.created)),
-                );
-                new_record.insert(source.clone(), current.clone());
-                selected.push(Selected { source, via, hash: current, roll });
-            }
-            None => {
-                if !opts.reload_on_delete {
-                    continue;
+            Some(facts) => match planner.present(source, facts) {
+                Some(s) => {
+                    new_record.insert(source.clone(), s.hash.clone());
+                    selected.push(s);
                 }
-                let stored = match stored_hash(source) {
-                    Some(stored) => stored,
-                    // Its deletion was seen: nothing stored to compare, the deletion rolls.
-                    None if opts.triggered_by.contains(source) => String::new(),
-                    None => continue,
-                };
-                // The source is gone, so its own annotations are unknown: take it as selected
-                // when the workload's annotations would select it by name or by reference.
-                let probe =
-                    SourceState { hash: String::new(), matches_search: true, ignored: false };
-                if selection
-                    .selects(source.kind, &source.name, &probe, referenced, opts.auto_reload_all)
-                    .is_err()
-                {
-                    continue;
+                None => {
+                    new_record.remove(source);
                 }
-                let marker = hash::delete_marker_hash();
-                if stored == marker {
-                    continue;
-                }
-                deleted.push((source, stored));
-            }
+            },
+            None => deleted.extend(planner.deleted(source).map(|stored| (source, stored))),
         }
     }
-
     let mut out = Plan::default();
-    match opts.strategy {
-        Strategy::EnvVars => plan_env_vars(info, &selected, &deleted, &mut new_record, &mut out),
-        Strategy::Annotations | Strategy::Restart => {
-            plan_annotation(info, &selected, &deleted, opts, &mut new_record, &mut out)
+    let (first, env) = match opts.strategy {
+        Strategy::EnvVars => {
+            (None, env_changes(info, &selected, &deleted, &mut new_record, &mut out))
         }
-    }
-    if new_record != record {
+        Strategy::Annotations | Strategy::Restart => {
+            let first = first_rolled(info, &selected, &deleted, opts, &mut new_record, &mut out);
+            (first, EnvChanges::default())
+        }
+    };
+    let write = WriteContext {
+        namespace: &info.key.namespace,
+        now: opts.now,
+        now_rfc3339: &opts.now_rfc3339,
+        last_reloaded_from_key: &opts.last_reloaded_from_key,
+    };
+    out.template = template_write(opts.strategy, first, env, &write);
+    if new_record != planner.record {
         out.record = Some(new_record);
     }
     out
+}
+
+/// What annotation mode's plan for one workload is made from.
+struct Planner<'a> {
+    info: &'a WorkloadInfo,
+    selection: &'a Selection,
+    opts: &'a PlanOptions,
+    /// The operator's record on the workload, as stored.
+    record: BTreeMap<SourceRef, String>,
+    lookup: StoredLookup<'a>,
+}
+
+impl<'a> Planner<'a> {
+    fn stored_hash(&self, source: &SourceRef) -> Option<String> {
+        self.lookup.stored_hash(source, self.record.get(source).map(String::as_str))
+    }
+
+    /// An existing source, when the annotations select it: its current hash and whether (and
+    /// why) it rolls the workload. `None`: not selected (its record entry goes).
+    fn present(&self, source: &'a SourceRef, facts: &SourceFacts) -> Option<Selected<'a>> {
+        let (info, opts) = (self.info, self.opts);
+        let referenced = info.references.contains_key(source);
+        let via = self
+            .selection
+            .selects(source.kind, &source.name, &facts.state, referenced, opts.auto_reload_all)
+            .ok()?;
+        let stored = self.stored_hash(source);
+        let current = effective_hash(info, source, facts, opts.key_precise, &opts.hasher);
+        let roll = roll_cause(
+            stored.as_deref(),
+            &current,
+            facts.changed_at.is_some_and(|at| at >= info.created),
+            opts.stamp,
+            opts.reload_on_create
+                && (opts.sync_after_restart
+                    || (facts.created_after_first_list && facts.created >= info.created)),
+        );
+        Some(Selected { source, via, hash: current, roll })
+    }
+
+    /// A source that is gone: the hash stored for it when its deletion rolls the workload
+    /// (`--reload-on-delete`, selected, not already marked deleted), else `None`.
+    fn deleted(&self, source: &SourceRef) -> Option<String> {
+        let opts = self.opts;
+        if !opts.reload_on_delete {
+            return None;
+        }
+        let stored = match self.stored_hash(source) {
+            Some(stored) => stored,
+            // Its deletion was seen: nothing stored to compare, the deletion rolls.
+            None if opts.triggered_by.contains(source) => String::new(),
+            None => return None,
+        };
+        // The source is gone, so its own annotations are unknown: take it as selected when the
+        // workload's annotations would select it by name or by reference.
+        let probe = SourceState { hash: String::new(), matches_search: true, ignored: false };
+        let referenced = self.info.references.contains_key(source);
+        self.selection
+            .selects(source.kind, &source.name, &probe, referenced, opts.auto_reload_all)
+            .ok()?;
+        (stored != hash::delete_marker_hash()).then_some(stored)
+    }
 }
 
 fn target_container<'a>(info: &'a WorkloadInfo, source: &SourceRef, via: Via) -> Option<&'a str> {
@@ -426,13 +279,16 @@ fn target_container<'a>(info: &'a WorkloadInfo, source: &SourceRef, via: Via) ->
     info.containers.get(index).map(|c| c.name.as_str())
 }
 
-fn plan_env_vars(
+/// The env-var strategy's variables: one per variable name, in the container that has it (or
+/// the one that references the source), and the variables of deleted sources removed. Pushes
+/// the changes that roll and the sources with no container to write to onto `out`.
+fn env_changes(
     info: &WorkloadInfo,
     selected: &[Selected<'_>],
     deleted: &[(&SourceRef, String)],
     new_record: &mut BTreeMap<SourceRef, String>,
     out: &mut Plan,
-) {
+) -> EnvChanges {
     // Different source names can mangle to one variable name; such a variable holds a hash of
     // all of its sources, so it stays stable while none of them changes.
     let mut groups: BTreeMap<String, Vec<&Selected<'_>>> = BTreeMap::new();
@@ -490,21 +346,22 @@ fn plan_env_vars(
             });
         }
     }
-    if !set.is_empty() || !remove.is_empty() {
-        out.template = Some(TemplateWrite::EnvVars { set, remove });
-    }
+    EnvChanges { set, remove }
 }
 
-fn plan_annotation(
-    info: &WorkloadInfo,
-    selected: &[Selected<'_>],
-    deleted: &[(&SourceRef, String)],
+/// The annotation and restart strategies: the first source that rolls (the annotation names
+/// it), deleted sources recorded with the marker hash. Pushes the changes that roll and the
+/// sources with no container to name onto `out`.
+fn first_rolled<'a>(
+    info: &'a WorkloadInfo,
+    selected: &[Selected<'a>],
+    deleted: &[(&'a SourceRef, String)],
     opts: &PlanOptions,
     new_record: &mut BTreeMap<SourceRef, String>,
     out: &mut Plan,
-) {
+) -> Option<FirstRolled<'a>> {
     let marker = hash::delete_marker_hash();
-    let mut first: Option<(&SourceRef, String, Option<&str>)> = None;
+    let mut first: Option<FirstRolled<'a>> = None;
     for s in selected.iter().filter(|s| s.roll.is_some()) {
         let container = target_container(info, s.source, s.via);
         if container.is_none() && opts.strategy == Strategy::Annotations {
@@ -516,7 +373,11 @@ fn plan_annotation(
             cause: s.roll.unwrap_or(Cause::Changed),
             hash: s.hash.clone(),
         });
-        first.get_or_insert((s.source, s.hash.clone(), container));
+        first.get_or_insert_with(|| FirstRolled {
+            source: s.source,
+            hash: s.hash.clone(),
+            containers: container.into_iter().collect(),
+        });
     }
     for (source, _) in deleted {
         new_record.insert((*source).clone(), marker.clone());
@@ -525,21 +386,13 @@ fn plan_annotation(
             cause: Cause::Deleted,
             hash: marker.clone(),
         });
-        let container = info.containers.first().map(|c| c.name.as_str());
-        first.get_or_insert((source, marker.clone(), container));
-    }
-    let Some((source, hash, container)) = first else { return };
-    out.template = Some(match opts.strategy {
-        Strategy::Restart => TemplateWrite::restart(&opts.now_rfc3339),
-        _ => TemplateWrite::last_reloaded_from(
-            &opts.last_reloaded_from_key,
+        first.get_or_insert_with(|| FirstRolled {
             source,
-            &info.key.namespace,
-            &hash,
-            container.into_iter().collect(),
-            opts.now,
-        ),
-    });
+            hash: marker.clone(),
+            containers: info.containers.first().map(|c| c.name.as_str()).into_iter().collect(),
+        });
+    }
+    first
 }
 
 /// The one stored-versus-current rule of both modes: whether a source rolls a workload, and why.
@@ -601,6 +454,7 @@ mod tests {
     }
     use crate::model::annotations::AnnotationKeys;
     use crate::model::source::SourceKind;
+    use crate::model::workload::RESTARTED_AT_ANNOTATION;
     use crate::model::workload::{
         ContainerInfo, RECORD_ANNOTATION, WorkloadKey, WorkloadKind, format_record,
     };

@@ -11,10 +11,11 @@ use std::time::Duration;
 
 use crate::decide::churn::GroupBudget;
 use crate::decide::hash::Hasher;
-use crate::decide::plan::{Plan, SourceFacts, TemplateWrite};
+use crate::decide::plan::{Plan, SourceFacts};
 use crate::decide::policy_plan::{
     ActivePolicy, Resolved, combined_hash, parse_policy_record, plan_policy, resolve_sources,
 };
+use crate::decide::trigger::{TemplateWrite, WriteContext};
 use crate::decide::window::{self, Window, WindowGate};
 use crate::model::naming::env_var_name;
 use crate::model::policy::ReloadPolicySpec;
@@ -136,6 +137,12 @@ pub fn add_policies(plan: &mut Plan, input: &PolicyInputs<'_>) -> Vec<PolicyPart
         .keys()
         .map(|s| env_var_name(s.kind, &s.name))
         .collect();
+    let write = WriteContext {
+        namespace: &info.key.namespace,
+        now: input.now,
+        now_rfc3339: input.now_rfc3339,
+        last_reloaded_from_key: &input.fallbacks.last_reloaded_from,
+    };
     let mut parts = Vec::new();
     for (p, hasher) in input.policies {
         let Some(target) = p.target_for(info) else { continue };
@@ -147,17 +154,7 @@ pub fn add_policies(plan: &mut Plan, input: &PolicyInputs<'_>) -> Vec<PolicyPart
             // sources the object itself references.
             resolved.retain(|r| info.references.contains_key(&r.source));
         }
-        let pp = plan_policy(
-            info,
-            p,
-            target,
-            &resolved,
-            &annotation_env,
-            input.now,
-            input.now_rfc3339,
-            &input.fallbacks.last_reloaded_from,
-            input.stamp,
-        );
+        let pp = plan_policy(info, p, target, &resolved, &annotation_env, &write, input.stamp);
         let mode = part_mode(&p.spec);
         let changed: Vec<SourceRef> = pp.changes.iter().map(|c| c.source.clone()).collect();
         if mode == PartMode::Live {

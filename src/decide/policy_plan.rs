@@ -9,14 +9,17 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
 
 use crate::decide::hash;
-use crate::decide::plan::{Change, EnvWrite, SourceFacts, TemplateWrite, roll_cause};
+use crate::decide::plan::{Change, SourceFacts, roll_cause};
 use crate::decide::staging::Staging;
+use crate::decide::trigger::{
+    EnvChanges, EnvWrite, FirstRolled, StoredLookup, TemplateWrite, WriteContext, template_write,
+};
 use crate::model::naming::env_var_name;
 use crate::model::policy::{
-    PolicySource, PolicySourceKind, PolicyStrategy, PolicyTarget, PolicyTargetKind,
-    ReloadPolicySpec,
+    PolicySource, PolicySourceKind, PolicyTarget, PolicyTargetKind, ReloadPolicySpec,
 };
 use crate::model::source::{SourceKind, SourceRef};
+use crate::model::strategy::Strategy;
 use crate::model::workload::{POLICY_RECORD_ANNOTATION, WorkloadInfo, WorkloadKind};
 
 /// A policy as the engine holds it, its selectors parsed once when it changes.
@@ -306,47 +309,31 @@ pub struct PolicyPlan {
 
 /// Plans one policy for one target. `env_owned_by_annotations` names the variables annotation
 /// mode already manages on this workload: the policy leaves them to it (one writer per
-/// variable), and its rollout, if any, is the same write.
-#[allow(clippy::too_many_arguments)]
+/// variable), and its rollout, if any, is the same write. `stamp`: an admission answer, which
+/// writes the current hashes even where only a baseline would be taken.
 pub fn plan_policy(
     info: &WorkloadInfo,
     policy: &ActivePolicy,
     target: &PolicyTarget,
     resolved: &[Resolved],
     env_owned_by_annotations: &[String],
-    now: i64,
-    now_rfc3339: &str,
-    last_reloaded_from_key: &str,
+    write: &WriteContext<'_>,
     stamp: bool,
 ) -> PolicyPlan {
-    let record = parse_policy_record(info);
+    let strategy = policy.spec.strategy;
     let key_precise = policy.spec.key_precise_references;
+    let containers = target_containers(info, target);
+    let lookup = StoredLookup::policy(info, strategy, &containers, env_owned_by_annotations);
+    let record = parse_policy_record(info);
     let mut out = PolicyPlan::default();
-    let containers: Vec<&str> = info
-        .containers
-        .iter()
-        .map(|c| c.name.as_str())
-        .filter(|c| target.containers.as_ref().is_none_or(|list| list.iter().any(|l| l == c)))
-        .collect();
-    let mut rolled: Vec<(&Resolved, String)> = Vec::new();
+    let mut first = None;
     for r in resolved {
         let current = r.hash_for(info, key_precise);
         let key = record_key(&policy.name, &r.source);
-        let env = env_var_name(r.source.kind, &r.source.name);
-        let from_env = match policy.spec.strategy {
-            PolicyStrategy::EnvVar => containers.iter().find_map(|c| {
-                info.containers
-                    .iter()
-                    .find(|ci| ci.name == *c)
-                    .and_then(|ci| ci.reloader_env.get(&env))
-            }),
-            _ => None,
-        };
-        let stored =
-            record.get(&key).or(from_env.filter(|_| !env_owned_by_annotations.contains(&env)));
+        let stored = lookup.stored_hash(&r.source, record.get(&key).map(String::as_str));
         // Policies have no reload-on-create: a source created after its target is a change.
         let roll = roll_cause(
-            stored.map(String::as_str),
+            stored.as_deref(),
             &current,
             r.changed_at.is_some_and(|at| at >= info.created),
             stamp,
@@ -355,45 +342,57 @@ pub fn plan_policy(
         out.record.insert(key, current.clone());
         if let Some(cause) = roll {
             out.changes.push(Change { source: r.source.clone(), cause, hash: current.clone() });
-            rolled.push((r, current));
+            first.get_or_insert_with(|| FirstRolled {
+                source: &r.source,
+                hash: current,
+                containers: containers.clone(),
+            });
         }
     }
-    if rolled.is_empty() {
-        return out;
-    }
-    out.template = Some(match policy.spec.strategy {
-        PolicyStrategy::EnvVar => {
-            let mut set = Vec::new();
-            for r in resolved {
-                let env = env_var_name(r.source.kind, &r.source.name);
-                if env_owned_by_annotations.contains(&env) {
-                    continue;
-                }
-                let value = r.hash_for(info, key_precise);
-                for c in &containers {
-                    set.push(EnvWrite {
-                        container: c.to_string(),
-                        name: env.clone(),
-                        value: value.clone(),
-                    });
-                }
-            }
-            TemplateWrite::EnvVars { set, remove: vec![] }
+    let env = match strategy {
+        Strategy::EnvVars if first.is_some() => {
+            policy_env(info, resolved, &containers, env_owned_by_annotations, key_precise)
         }
-        PolicyStrategy::Annotation => {
-            let (r, hash) = &rolled[0];
-            TemplateWrite::last_reloaded_from(
-                last_reloaded_from_key,
-                &r.source,
-                &info.key.namespace,
-                hash,
-                containers.clone(),
-                now,
-            )
-        }
-        PolicyStrategy::Restart => TemplateWrite::restart(now_rfc3339),
-    });
+        _ => EnvChanges::default(),
+    };
+    out.template = template_write(strategy, first, env, write);
     out
+}
+
+/// The target's containers a policy writes to: the entry's `containers`, or every one.
+fn target_containers<'a>(info: &'a WorkloadInfo, target: &PolicyTarget) -> Vec<&'a str> {
+    info.containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .filter(|c| target.containers.as_ref().is_none_or(|list| list.iter().any(|l| l == c)))
+        .collect()
+}
+
+/// A policy's variables when it rolls a target: every resolved source's current hash in each
+/// of `containers`, except the variables annotation mode manages there.
+fn policy_env(
+    info: &WorkloadInfo,
+    resolved: &[Resolved],
+    containers: &[&str],
+    env_owned_by_annotations: &[String],
+    key_precise: bool,
+) -> EnvChanges {
+    let mut set = Vec::new();
+    for r in resolved {
+        let env = env_var_name(r.source.kind, &r.source.name);
+        if env_owned_by_annotations.contains(&env) {
+            continue;
+        }
+        let value = r.hash_for(info, key_precise);
+        for c in containers {
+            set.push(EnvWrite {
+                container: c.to_string(),
+                name: env.clone(),
+                value: value.clone(),
+            });
+        }
+    }
+    EnvChanges { set, remove: vec![] }
 }
 
 #[cfg(test)]
@@ -446,6 +445,10 @@ mod tests {
             references_left_out: 0,
             progress: Default::default(),
         }
+    }
+    /// Writes at `now` in namespace `ns`, naming sources under the annotation key `lrf`.
+    fn at(now: i64, now_rfc3339: &str) -> WriteContext<'_> {
+        WriteContext { namespace: "ns", now, now_rfc3339, last_reloaded_from_key: "lrf" }
     }
     fn active(spec: ReloadPolicySpec) -> ActivePolicy {
         ActivePolicy::new("ns".into(), "p".into(), Some(1), spec)
@@ -564,14 +567,14 @@ mod tests {
         ));
         let w = workload(&[]);
         let t = &p.spec.targets[0];
-        let first = plan_policy(&w, &p, t, &resolved("h1", None), &[], 0, "", "lrf", false);
+        let first = plan_policy(&w, &p, t, &resolved("h1", None), &[], &at(0, ""), false);
         assert!(first.template.is_none());
         assert_eq!(first.record, BTreeMap::from([("p/configmap/c".to_string(), "h1".to_string())]));
 
         let mut w = w;
         w.metadata_annotations
             .insert(POLICY_RECORD_ANNOTATION.into(), r#"{"p/configmap/c":"h1"}"#.into());
-        let next = plan_policy(&w, &p, t, &resolved("h2", None), &[], 0, "", "lrf", false);
+        let next = plan_policy(&w, &p, t, &resolved("h2", None), &[], &at(0, ""), false);
         let Some(TemplateWrite::EnvVars { set, .. }) = next.template else { panic!("{next:?}") };
         assert_eq!(set.iter().map(|s| s.container.as_str()).collect::<Vec<_>>(), ["app", "side"]);
         assert!(set.iter().all(|s| s.name == "STAKATER_C_CONFIGMAP" && s.value == "h2"));
@@ -585,7 +588,7 @@ mod tests {
         w.metadata_annotations
             .insert(POLICY_RECORD_ANNOTATION.into(), r#"{"p/configmap/c":"h1"}"#.into());
         let t = &p.spec.targets[0];
-        let plan = plan_policy(&w, &p, t, &resolved("h2", None), &[], 0, "", "lrf", false);
+        let plan = plan_policy(&w, &p, t, &resolved("h2", None), &[], &at(0, ""), false);
         let Some(TemplateWrite::EnvVars { set, .. }) = plan.template else { panic!() };
         assert_eq!(set.len(), 1);
         assert_eq!(set[0].container, "side");
@@ -595,9 +598,7 @@ mod tests {
             t,
             &resolved("h2", None),
             &["STAKATER_C_CONFIGMAP".into()],
-            0,
-            "",
-            "lrf",
+            &at(0, ""),
             false,
         );
         assert_eq!(shared.template, Some(TemplateWrite::EnvVars { set: vec![], remove: vec![] }));
@@ -644,17 +645,8 @@ mod tests {
         assert_eq!(r("u1", "x1", None).hash_for(&workload(&[]), true), "full-u1-x1");
         // The plan: the record holds the key-precise hash.
         let p = active(s);
-        let plan = plan_policy(
-            &w,
-            &p,
-            &p.spec.targets[0],
-            &[r("u1", "x1", None)],
-            &[],
-            0,
-            "",
-            "lrf",
-            false,
-        );
+        let plan =
+            plan_policy(&w, &p, &p.spec.targets[0], &[r("u1", "x1", None)], &[], &at(0, ""), false);
         assert_eq!(plan.record.get("p/configmap/c"), Some(&url_only("u1")));
     }
 
@@ -694,7 +686,7 @@ mod tests {
             POLICY_RECORD_ANNOTATION.into(),
             r#"{"p/secret/db":"old","p/configmap/c":"old"}"#.into(),
         );
-        let plan = plan_policy(&w, &p, &p.spec.targets[0], &resolved, &[], 0, "", "lrf", false);
+        let plan = plan_policy(&w, &p, &p.spec.targets[0], &resolved, &[], &at(0, ""), false);
         assert_eq!(plan.record.get("p/secret/db"), Some(&hasher.apply("s1")));
         let Some(TemplateWrite::EnvVars { set, .. }) = plan.template else { panic!() };
         assert!(set.iter().all(|e| e.value.len() == 64), "{set:?}");
@@ -715,9 +707,7 @@ mod tests {
             &p.spec.targets[0],
             &resolved("h2", Some(20)),
             &[],
-            0,
-            "2026-01-01T00:00:00Z",
-            "lrf",
+            &at(0, "2026-01-01T00:00:00Z"),
             false,
         );
         assert_eq!(
@@ -727,7 +717,7 @@ mod tests {
                 value: "2026-01-01T00:00:00Z".into()
             })
         );
-        s.strategy = PolicyStrategy::Annotation;
+        s.strategy = Strategy::Annotations;
         let p = active(s);
         let plan = plan_policy(
             &w,
@@ -735,9 +725,7 @@ mod tests {
             &p.spec.targets[0],
             &resolved("h2", Some(20)),
             &[],
-            7,
-            "",
-            "lrf",
+            &at(7, ""),
             false,
         );
         let Some(TemplateWrite::Annotation { key, value }) = plan.template else { panic!() };

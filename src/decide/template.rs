@@ -10,7 +10,8 @@
 use k8s_openapi::api::core::v1::{EnvVar, PodTemplateSpec};
 use serde_json::{Map, Value, json};
 
-use crate::decide::plan::{Plan, TemplateWrite};
+use crate::decide::plan::Plan;
+use crate::decide::trigger::TemplateWrite;
 use crate::model::workload::{
     RECORD_ANNOTATION, ROLLED_GENERATION_ANNOTATION, WorkloadInfo, WorkloadKind, format_record,
 };
@@ -191,7 +192,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::decide::plan::{EnvRemoval, EnvWrite};
+    use crate::decide::trigger::{EnvRemoval, EnvWrite};
     use crate::model::source::{SourceKind, SourceRef};
 
     fn info(kind: WorkloadKind) -> WorkloadInfo {

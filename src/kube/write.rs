@@ -26,11 +26,12 @@ use crate::decide::jobs::{
     NameTaken, PendingJobRecord, is_controlled_by, job_from_cronjob, name_taken, recreate_retry,
     recreated_job, reload_job_name,
 };
-use crate::decide::plan::{Plan, TemplateWrite};
+use crate::decide::plan::Plan;
 use crate::decide::rollout::WriteResult;
 use crate::decide::template::{
     WORKLOAD_FIELD_MANAGER, apply_to_template, record_annotations, record_patch, workload_patch,
 };
+use crate::decide::trigger::TemplateWrite;
 use crate::kube::pending_jobs::{PendingJobs, RecordError};
 use crate::model::annotations::AnnotationKeys;
 use crate::model::workload::{

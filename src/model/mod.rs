@@ -1,7 +1,7 @@
 //! Vocabulary: what the operator talks about, with no behaviour beyond parsing and formatting.
 //! Sources and their references, workload kinds (every per-kind difference), the annotations and
-//! record formats shared with stakater/Reloader, input limits, Go-compatible durations, and the
-//! `ReloadPolicy` CRD types.
+//! record formats shared with stakater/Reloader, input limits, Go-compatible durations, the
+//! reload strategy both modes share, and the `ReloadPolicy` CRD types.
 
 pub mod annotations;
 pub mod duration;
@@ -11,4 +11,5 @@ pub mod policy;
 pub mod progress;
 pub mod schedule;
 pub mod source;
+pub mod strategy;
 pub mod workload;

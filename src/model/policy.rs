@@ -7,6 +7,8 @@ use kube::CustomResource;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::model::strategy::Strategy;
+
 /// A Go duration as `time.ParseDuration` reads it, without a sign (what the operator parses, see
 /// `model::duration`, and what CEL's `duration()` accepts): `0`, or numbers with an optional
 /// fraction, each with a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`): `500us`, `1.5m`, `1h30m`.
@@ -50,7 +52,7 @@ pub struct ReloadPolicySpec {
     /// source's hash, `Annotation` sets the `reloader.stakater.com/last-reloaded-from` pod
     /// annotation, `Restart` sets `kubectl.kubernetes.io/restartedAt`.
     #[serde(default)]
-    pub strategy: PolicyStrategy,
+    pub strategy: Strategy,
 
     /// Changes arriving within this window become one rollout (e.g. `5s`; at most `1h`).
     /// Defaults to the operator's `--debounce`.
@@ -257,16 +259,6 @@ pub enum PolicyTargetKind {
 #[derive(
     Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
 )]
-pub enum PolicyStrategy {
-    #[default]
-    EnvVar,
-    Annotation,
-    Restart,
-}
-
-#[derive(
-    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
-)]
 pub enum PolicyHashMode {
     #[default]
     #[serde(rename = "HMAC-SHA256")]
@@ -445,7 +437,7 @@ mod tests {
             "targets": [{"kind": "Deployment", "selector": {"matchLabels": {"app": "x"}}}]
         }))
         .unwrap();
-        assert_eq!(spec.strategy, PolicyStrategy::EnvVar);
+        assert_eq!(spec.strategy, Strategy::EnvVars);
         assert!(!spec.suspend && !spec.dry_run && spec.debounce.is_none());
         let back = serde_json::to_value(&spec).unwrap();
         assert_eq!(back["sources"][0]["keys"], serde_json::json!(["a"]));

@@ -11,8 +11,9 @@ use serde_json::{Map, Value, json};
 use tracing::{debug, info, warn};
 
 use super::Engine;
-use crate::decide::plan::{Plan, TemplateWrite, plan};
+use crate::decide::plan::{Plan, plan};
 use crate::decide::template::{record_annotations, template_path};
+use crate::decide::trigger::TemplateWrite;
 use crate::model::workload::{RESTARTED_AT_ANNOTATION, WorkloadInfo, WorkloadKind};
 use crate::serve::review::{
     self, EnvShape, Operation, ReloaderEnv, Review, TemplateShape, Workload,
@@ -407,7 +408,7 @@ impl TemplateState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decide::plan::EnvWrite;
+    use crate::decide::trigger::EnvWrite;
     use crate::serve::admission::Caller;
 
     fn deployment(annotations: Value, env: Value) -> Value {
@@ -697,18 +698,18 @@ mod tests {
         let write = TemplateWrite::Combined(vec![
             TemplateWrite::EnvVars {
                 set: vec![
-                    crate::decide::plan::EnvWrite {
+                    crate::decide::trigger::EnvWrite {
                         container: "app".into(),
                         name: "STAKATER_X_CONFIGMAP".into(),
                         value: "new".into(),
                     },
-                    crate::decide::plan::EnvWrite {
+                    crate::decide::trigger::EnvWrite {
                         container: "side".into(),
                         name: "STAKATER_X_CONFIGMAP".into(),
                         value: "new".into(),
                     },
                 ],
-                remove: vec![crate::decide::plan::EnvRemoval {
+                remove: vec![crate::decide::trigger::EnvRemoval {
                     container: "app".into(),
                     name: "STAKATER_GONE_SECRET".into(),
                 }],

@@ -1,0 +1,421 @@
+//! How a strategy triggers a rollout, the same for annotation mode and every ReloadPolicy: what a
+//! workload holds of the hash it was last rolled to for a source ([`StoredLookup`]: a
+//! `STAKATER_*` variable, the operator's record, stakater/Reloader's `last-reloaded-from`
+//! annotation) and the write that rolls it ([`template_write`]: the variables, the
+//! `last-reloaded-from` annotation or `restartedAt`). Which sources roll and which variables a
+//! mode sets stay each mode's rule (`plan`, `policy_plan`); where a hash is read back and how a
+//! strategy writes are decided here only.
+
+use serde::Serialize;
+
+use crate::model::naming::env_var_name;
+use crate::model::source::SourceRef;
+use crate::model::strategy::Strategy;
+use crate::model::workload::{RESTARTED_AT_ANNOTATION, WorkloadInfo};
+
+/// A write to the pod template that makes the controller roll the workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TemplateWrite {
+    EnvVars {
+        set: Vec<EnvWrite>,
+        remove: Vec<EnvRemoval>,
+    },
+    Annotation {
+        key: String,
+        value: String,
+    },
+    /// Several writes made as one (annotation mode and policies on the same workload).
+    Combined(Vec<TemplateWrite>),
+}
+
+impl TemplateWrite {
+    /// The `restart` strategy: `kubectl.kubernetes.io/restartedAt`, as `kubectl rollout
+    /// restart` writes it.
+    pub fn restart(now_rfc3339: &str) -> TemplateWrite {
+        TemplateWrite::Annotation {
+            key: RESTARTED_AT_ANNOTATION.to_string(),
+            value: now_rfc3339.to_string(),
+        }
+    }
+
+    /// The `annotations` strategy: the `last-reloaded-from` pod-template annotation (under
+    /// `key`, renamable by flag) naming the source that rolled the workload, as stakater/Reloader
+    /// writes it.
+    pub fn last_reloaded_from(
+        key: &str,
+        source: &SourceRef,
+        namespace: &str,
+        hash: &str,
+        container_refs: Vec<&str>,
+        now: i64,
+    ) -> TemplateWrite {
+        let value = ReloadSource {
+            kind: source.kind.env_suffix(),
+            name: &source.name,
+            namespace,
+            hash,
+            container_refs,
+            observed_at: now,
+        };
+        TemplateWrite::Annotation {
+            key: key.to_string(),
+            value: serde_json::to_string(&value).expect("serialisable"),
+        }
+    }
+
+    /// Both writes as one, so a workload selected several ways rolls once.
+    pub fn combine(a: Option<TemplateWrite>, b: Option<TemplateWrite>) -> Option<TemplateWrite> {
+        match (a, b) {
+            (None, x) | (x, None) => x,
+            (Some(a), Some(b)) => {
+                let mut parts = Vec::new();
+                for w in [a, b] {
+                    match w {
+                        TemplateWrite::Combined(inner) => parts.extend(inner),
+                        other => parts.push(other),
+                    }
+                }
+                // Env writes merge into one, so one containers list is sent.
+                let (mut set, mut remove, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+                for p in parts {
+                    match p {
+                        TemplateWrite::EnvVars { set: s, remove: r } => {
+                            for w in s {
+                                if !set.iter().any(|e: &EnvWrite| {
+                                    e.container == w.container && e.name == w.name
+                                }) {
+                                    set.push(w);
+                                }
+                            }
+                            remove.extend(r);
+                        }
+                        other => rest.push(other),
+                    }
+                }
+                // Writes that set nothing (policies whose variables annotation mode writes) still
+                // make one write: there must be one to return.
+                if !set.is_empty() || !remove.is_empty() || rest.is_empty() {
+                    rest.insert(0, TemplateWrite::EnvVars { set, remove });
+                }
+                Some(if rest.len() == 1 { rest.remove(0) } else { TemplateWrite::Combined(rest) })
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvWrite {
+    pub container: String,
+    pub name: String,
+    pub value: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvRemoval {
+    pub container: String,
+    pub name: String,
+}
+
+/// The `last-reloaded-from` annotation value, field for field as stakater/Reloader writes it.
+#[derive(Debug, Serialize)]
+pub(crate) struct ReloadSource<'a> {
+    #[serde(rename = "type")]
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub hash: &'a str,
+    #[serde(rename = "containerRefs")]
+    pub container_refs: Vec<&'a str>,
+    #[serde(rename = "observedAt")]
+    pub observed_at: i64,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct StoredReloadSource {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    hash: String,
+}
+
+/// Where one writer (annotation mode, or one policy on one target) reads what it last rolled a
+/// workload to. Built once per plan: the `last-reloaded-from` annotation is parsed here.
+pub struct StoredLookup<'a> {
+    info: &'a WorkloadInfo,
+    strategy: Strategy,
+    /// The containers whose variables count (`None`: any container).
+    containers: Option<&'a [&'a str]>,
+    /// Variables another writer manages on this workload: not this writer's hash.
+    env_owned_elsewhere: &'a [String],
+    /// stakater/Reloader's `last-reloaded-from`, read last (annotation mode takes it over).
+    last_reloaded: Option<StoredReloadSource>,
+    /// The record before the variable: a variable can serve several policies with different
+    /// key filters, while each policy's record entry is its own.
+    record_first: bool,
+}
+
+impl<'a> StoredLookup<'a> {
+    /// Annotation mode: the variable in any container, then the record, then the
+    /// `last-reloaded-from` annotation under `last_reloaded_from_key` (a workload
+    /// stakater/Reloader reloaded is taken over without a rollout).
+    pub fn annotation_mode(
+        info: &'a WorkloadInfo,
+        strategy: Strategy,
+        last_reloaded_from_key: &str,
+    ) -> Self {
+        let last_reloaded = info
+            .template_annotations
+            .get(last_reloaded_from_key)
+            .and_then(|v| serde_json::from_str::<StoredReloadSource>(v).ok());
+        StoredLookup {
+            info,
+            strategy,
+            containers: None,
+            env_owned_elsewhere: &[],
+            last_reloaded,
+            record_first: false,
+        }
+    }
+
+    /// A policy on one target: its record entry, then the variable in the target's
+    /// `containers`, unless annotation mode manages that variable (`env_owned_elsewhere`).
+    pub fn policy(
+        info: &'a WorkloadInfo,
+        strategy: Strategy,
+        containers: &'a [&'a str],
+        env_owned_elsewhere: &'a [String],
+    ) -> Self {
+        StoredLookup {
+            info,
+            strategy,
+            containers: Some(containers),
+            env_owned_elsewhere,
+            last_reloaded: None,
+            record_first: true,
+        }
+    }
+
+    /// The hash the workload was last rolled to for `source`; `recorded` is this writer's
+    /// record entry for it. `None`: nothing stored (a baseline, unless the rules say roll).
+    pub fn stored_hash(&self, source: &SourceRef, recorded: Option<&str>) -> Option<String> {
+        let variable = self.variable(source);
+        let from_annotation = self
+            .last_reloaded
+            .as_ref()
+            .filter(|l| l.kind == source.kind.env_suffix() && l.name == source.name)
+            .map(|l| l.hash.as_str());
+        let first = if self.record_first { recorded.or(variable) } else { variable.or(recorded) };
+        first.or(from_annotation).map(String::from)
+    }
+
+    /// The source's `STAKATER_*` variable, when the strategy writes one and it is this writer's.
+    fn variable(&self, source: &SourceRef) -> Option<&'a str> {
+        if !self.strategy.writes_hash_variables() {
+            return None;
+        }
+        let env = env_var_name(source.kind, &source.name);
+        if self.env_owned_elsewhere.contains(&env) {
+            return None;
+        }
+        let info = self.info;
+        match self.containers {
+            None => info.env_value(&env),
+            Some(names) => names.iter().find_map(|name| {
+                let container = info.containers.iter().find(|c| c.name == *name)?;
+                container.reloader_env.get(&env).map(String::as_str)
+            }),
+        }
+    }
+}
+
+/// The first source that rolls a workload, as the annotation strategy names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstRolled<'a> {
+    pub source: &'a SourceRef,
+    pub hash: String,
+    /// The containers the annotation's `containerRefs` names.
+    pub containers: Vec<&'a str>,
+}
+
+/// The variables the env-var strategy sets and removes, chosen by each mode's own rule.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EnvChanges {
+    pub set: Vec<EnvWrite>,
+    pub remove: Vec<EnvRemoval>,
+}
+
+/// Where and when a write is made, and the annotation key it names its source under.
+#[derive(Debug, Clone, Copy)]
+pub struct WriteContext<'a> {
+    pub namespace: &'a str,
+    /// Now, seconds since the epoch, and as RFC 3339.
+    pub now: i64,
+    pub now_rfc3339: &'a str,
+    pub last_reloaded_from_key: &'a str,
+}
+
+/// The write that rolls a workload under `strategy`, or `None` when nothing rolls (`first` is
+/// `None` and there are no variables to write). The env-var strategy writes `env`, even when
+/// it is empty while something rolls (its variables are another writer's in the same patch);
+/// the annotation strategy names `first` in `last-reloaded-from`; the restart strategy sets
+/// `restartedAt` to now.
+pub fn template_write(
+    strategy: Strategy,
+    first: Option<FirstRolled<'_>>,
+    env: EnvChanges,
+    write: &WriteContext<'_>,
+) -> Option<TemplateWrite> {
+    match strategy {
+        Strategy::EnvVars => (first.is_some() || !env.set.is_empty() || !env.remove.is_empty())
+            .then_some(TemplateWrite::EnvVars { set: env.set, remove: env.remove }),
+        Strategy::Annotations => first.map(|f| {
+            TemplateWrite::last_reloaded_from(
+                write.last_reloaded_from_key,
+                f.source,
+                write.namespace,
+                &f.hash,
+                f.containers,
+                write.now,
+            )
+        }),
+        Strategy::Restart => first.map(|_| TemplateWrite::restart(write.now_rfc3339)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::source::SourceKind;
+    use crate::model::workload::{ContainerInfo, WorkloadKind};
+
+    const LRF: &str = "reloader.stakater.com/last-reloaded-from";
+
+    fn cm(name: &str) -> SourceRef {
+        SourceRef::new(SourceKind::ConfigMap, name)
+    }
+    /// `shop/web` with containers `app` and `side`; `side` carries `STAKATER_CFG_CONFIGMAP`
+    /// with `variable`, and the template `last-reloaded-from` names `cfg` with `annotated`.
+    fn workload(variable: Option<&str>, annotated: Option<&str>) -> WorkloadInfo {
+        let mut w = WorkloadInfo::bare(WorkloadKind::Deployment, "shop", "web");
+        let env = variable.map(|v| ("STAKATER_CFG_CONFIGMAP".to_string(), v.to_string()));
+        w.containers = vec![
+            ContainerInfo { name: "app".into(), reloader_env: Default::default() },
+            ContainerInfo { name: "side".into(), reloader_env: env.into_iter().collect() },
+        ];
+        if let Some(hash) = annotated {
+            let value = format!(r#"{{"type":"CONFIGMAP","name":"cfg","hash":"{hash}"}}"#);
+            w.template_annotations.insert(LRF.into(), value);
+        }
+        w
+    }
+
+    #[test]
+    fn annotation_mode_reads_the_variable_then_the_record_then_last_reloaded_from() {
+        let w = workload(Some("var"), Some("lrf"));
+        let env = StoredLookup::annotation_mode(&w, Strategy::EnvVars, LRF);
+        assert_eq!(env.stored_hash(&cm("cfg"), Some("rec")).as_deref(), Some("var"));
+        // The strategies that write no variable never read one.
+        for strategy in [Strategy::Annotations, Strategy::Restart] {
+            let lookup = StoredLookup::annotation_mode(&w, strategy, LRF);
+            assert_eq!(lookup.stored_hash(&cm("cfg"), Some("rec")).as_deref(), Some("rec"));
+            assert_eq!(lookup.stored_hash(&cm("cfg"), None).as_deref(), Some("lrf"));
+        }
+        let w = workload(None, Some("lrf"));
+        let env = StoredLookup::annotation_mode(&w, Strategy::EnvVars, LRF);
+        assert_eq!(env.stored_hash(&cm("cfg"), Some("rec")).as_deref(), Some("rec"));
+        assert_eq!(env.stored_hash(&cm("cfg"), None).as_deref(), Some("lrf"));
+        // The annotation counts only for the source it names, and only under the key given.
+        assert_eq!(env.stored_hash(&cm("other"), None), None);
+        let secret = SourceRef::new(SourceKind::Secret, "cfg");
+        assert_eq!(env.stored_hash(&secret, None), None);
+        let renamed = StoredLookup::annotation_mode(&w, Strategy::EnvVars, "example.com/lrf");
+        assert_eq!(renamed.stored_hash(&cm("cfg"), None), None);
+        // A value that is not JSON is no stored hash.
+        let mut garbled = workload(None, None);
+        garbled.template_annotations.insert(LRF.into(), "{not json".into());
+        let lookup = StoredLookup::annotation_mode(&garbled, Strategy::Annotations, LRF);
+        assert_eq!(lookup.stored_hash(&cm("cfg"), None), None);
+    }
+
+    #[test]
+    fn a_policy_reads_its_record_then_its_own_variable_in_its_containers() {
+        let w = workload(Some("var"), Some("lrf"));
+        let both = ["app", "side"];
+        let lookup = StoredLookup::policy(&w, Strategy::EnvVars, &both, &[]);
+        assert_eq!(lookup.stored_hash(&cm("cfg"), Some("rec")).as_deref(), Some("rec"));
+        assert_eq!(lookup.stored_hash(&cm("cfg"), None).as_deref(), Some("var"));
+        // Only the target's containers count, and never `last-reloaded-from`.
+        let app = ["app"];
+        let lookup = StoredLookup::policy(&w, Strategy::EnvVars, &app, &[]);
+        assert_eq!(lookup.stored_hash(&cm("cfg"), None), None);
+        // A variable annotation mode manages is not the policy's.
+        let owned = ["STAKATER_CFG_CONFIGMAP".to_string()];
+        let lookup = StoredLookup::policy(&w, Strategy::EnvVars, &both, &owned);
+        assert_eq!(lookup.stored_hash(&cm("cfg"), None), None);
+        assert_eq!(lookup.stored_hash(&cm("cfg"), Some("rec")).as_deref(), Some("rec"));
+        // The strategies that write no variable read only the record.
+        let lookup = StoredLookup::policy(&w, Strategy::Annotations, &both, &[]);
+        assert_eq!(lookup.stored_hash(&cm("cfg"), None), None);
+    }
+
+    #[test]
+    fn each_strategy_writes_its_own_trigger() {
+        let source = cm("cfg");
+        let write = WriteContext {
+            namespace: "shop",
+            now: 7,
+            now_rfc3339: "2026-01-01T00:00:00Z",
+            last_reloaded_from_key: LRF,
+        };
+        let first =
+            || Some(FirstRolled { source: &source, hash: "h2".into(), containers: vec!["app"] });
+        let env = || EnvChanges {
+            set: vec![EnvWrite { container: "app".into(), name: "V".into(), value: "h2".into() }],
+            remove: vec![],
+        };
+        assert_eq!(
+            template_write(Strategy::EnvVars, first(), env(), &write),
+            Some(TemplateWrite::EnvVars { set: env().set, remove: vec![] })
+        );
+        assert_eq!(
+            template_write(Strategy::Annotations, first(), EnvChanges::default(), &write),
+            Some(TemplateWrite::Annotation {
+                key: LRF.into(),
+                value: r#"{"type":"CONFIGMAP","name":"cfg","namespace":"shop","hash":"h2","containerRefs":["app"],"observedAt":7}"#.into()
+            })
+        );
+        assert_eq!(
+            template_write(Strategy::Restart, first(), EnvChanges::default(), &write),
+            Some(TemplateWrite::Annotation {
+                key: RESTARTED_AT_ANNOTATION.into(),
+                value: "2026-01-01T00:00:00Z".into()
+            })
+        );
+        // Nothing rolls: no write, whatever the strategy.
+        for strategy in Strategy::ALL {
+            assert_eq!(template_write(strategy, None, EnvChanges::default(), &write), None);
+        }
+        // Variables to remove with nothing rolling (a deletion): still a write.
+        let removal = EnvChanges {
+            set: vec![],
+            remove: vec![EnvRemoval { container: "app".into(), name: "V".into() }],
+        };
+        assert!(template_write(Strategy::EnvVars, None, removal, &write).is_some());
+        // Something rolls but its variables are another writer's: an empty write, which joins
+        // the other writer's in the same patch.
+        assert_eq!(
+            template_write(Strategy::EnvVars, first(), EnvChanges::default(), &write),
+            Some(TemplateWrite::EnvVars { set: vec![], remove: vec![] })
+        );
+    }
+
+    #[test]
+    fn combining_writes_that_set_nothing_keeps_one_empty_write() {
+        let empty = || Some(TemplateWrite::EnvVars { set: vec![], remove: vec![] });
+        assert_eq!(TemplateWrite::combine(empty(), empty()), empty());
+        let restart = TemplateWrite::restart("t");
+        assert_eq!(TemplateWrite::combine(empty(), Some(restart.clone())), Some(restart));
+    }
+}
