@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use crate::decide::hash;
 use crate::decide::selection::{Selection, Via};
 use crate::decide::trigger::{
-    EnvChanges, EnvRemoval, EnvWrite, FirstRolled, StoredLookup, TemplateWrite, WriteContext,
-    template_write,
+    EnvChanges, EnvRemoval, EnvWrite, FirstRolled, StoredLookup, TemplateWrite, Trigger,
+    WriteContext, template_write,
 };
 use crate::model::naming::env_var_name;
 use crate::model::source::{SourceRef, SourceState};
@@ -161,12 +161,13 @@ pub fn plan(
     candidates: &BTreeMap<SourceRef, Option<SourceFacts>>,
     opts: &PlanOptions,
 ) -> Plan {
+    let trigger = Trigger::of(opts.strategy, selection.argo_restart, info.key.kind);
     let planner = Planner {
         info,
         selection,
         opts,
         record: info.record(),
-        lookup: StoredLookup::annotation_mode(info, opts.strategy, &opts.last_reloaded_from_key),
+        lookup: StoredLookup::annotation_mode(info, trigger, &opts.last_reloaded_from_key),
     };
     let mut new_record = planner.record.clone();
     let mut selected = Vec::new();
@@ -186,12 +187,12 @@ pub fn plan(
         }
     }
     let mut out = Plan::default();
-    let (first, env) = match opts.strategy {
-        Strategy::EnvVars => {
+    let (first, env) = match trigger {
+        Trigger::Template(Strategy::EnvVars) => {
             (None, env_changes(info, &selected, &deleted, &mut new_record, &mut out))
         }
-        Strategy::Annotations | Strategy::Restart => {
-            let first = first_rolled(info, &selected, &deleted, opts, &mut new_record, &mut out);
+        _ => {
+            let first = first_rolled(info, &selected, &deleted, trigger, &mut new_record, &mut out);
             (first, EnvChanges::default())
         }
     };
@@ -201,7 +202,7 @@ pub fn plan(
         now_rfc3339: &opts.now_rfc3339,
         last_reloaded_from_key: &opts.last_reloaded_from_key,
     };
-    out.template = template_write(opts.strategy, first, env, &write);
+    out.template = template_write(trigger, first, env, &write);
     if new_record != planner.record {
         out.record = Some(new_record);
     }
@@ -349,14 +350,14 @@ fn env_changes(
     EnvChanges { set, remove }
 }
 
-/// The annotation and restart strategies: the first source that rolls (the annotation names
-/// it), deleted sources recorded with the marker hash. Pushes the changes that roll and the
+/// The annotation and restart strategies and an Argo Rollout's restart: the first source that
+/// rolls (the annotation names it), deleted sources recorded with the marker hash. Pushes the changes that roll and the
 /// sources with no container to name onto `out`.
 fn first_rolled<'a>(
     info: &'a WorkloadInfo,
     selected: &[Selected<'a>],
     deleted: &[(&'a SourceRef, String)],
-    opts: &PlanOptions,
+    trigger: Trigger,
     new_record: &mut BTreeMap<SourceRef, String>,
     out: &mut Plan,
 ) -> Option<FirstRolled<'a>> {
@@ -364,7 +365,7 @@ fn first_rolled<'a>(
     let mut first: Option<FirstRolled<'a>> = None;
     for s in selected.iter().filter(|s| s.roll.is_some()) {
         let container = target_container(info, s.source, s.via);
-        if container.is_none() && opts.strategy == Strategy::Annotations {
+        if container.is_none() && trigger == Trigger::Template(Strategy::Annotations) {
             out.unwritable.push(s.source.clone());
             continue;
         }
@@ -454,7 +455,7 @@ mod tests {
     }
     use crate::model::annotations::AnnotationKeys;
     use crate::model::source::SourceKind;
-    use crate::model::workload::RESTARTED_AT_ANNOTATION;
+    use crate::model::workload::{ARGO_RESTART_ANNOTATION, RESTARTED_AT_ANNOTATION};
     use crate::model::workload::{
         ContainerInfo, RECORD_ANNOTATION, WorkloadKey, WorkloadKind, format_record,
     };
@@ -921,5 +922,54 @@ mod tests {
             })
         );
         assert_eq!(p.record, record_of(&[(cm("app-config"), "h2")]));
+    }
+
+    #[test]
+    fn an_argo_rollout_asking_restart_at_gets_spec_restart_at_and_its_record() {
+        let mut w = with_record(workload(), &[(cm("app-config"), "h1")]);
+        w.key.kind = WorkloadKind::Rollout;
+        w.metadata_annotations.insert(ARGO_RESTART_ANNOTATION.into(), "restart-at".into());
+        for strategy in Strategy::ALL {
+            let p = run(&w, &[(cm("app-config"), facts("h2"))], &opts(strategy));
+            assert_eq!(
+                p.template,
+                Some(TemplateWrite::RolloutRestartAt("2023-11-14T22:13:20Z".into())),
+                "{strategy}"
+            );
+            assert_eq!(p.changes[0].cause, Cause::Changed);
+            // The template holds no hash: the record remembers the content rolled to.
+            assert_eq!(p.record, record_of(&[(cm("app-config"), "h2")]));
+        }
+        // Rolled: a variable left from before the switch is not read, so nothing rolls again.
+        let rolled = with_env(
+            with_record(w.clone(), &[(cm("app-config"), "h2")]),
+            1,
+            "STAKATER_APP_CONFIG_CONFIGMAP",
+            "h1",
+        );
+        assert!(
+            run(&rolled, &[(cm("app-config"), facts("h2"))], &opts(Strategy::EnvVars)).is_noop()
+        );
+        // A deletion restarts it too, once.
+        let mut o = opts(Strategy::EnvVars);
+        o.reload_on_delete = true;
+        let p = run(&w, &[(cm("app-config"), None)], &o);
+        assert!(matches!(p.template, Some(TemplateWrite::RolloutRestartAt(_))), "{p:?}");
+        assert_eq!(p.changes[0].cause, Cause::Deleted);
+        // Only Rollouts: a Deployment with the annotation gets its strategy's write.
+        let mut deployment = w.clone();
+        deployment.key.kind = WorkloadKind::Deployment;
+        let p = run(&deployment, &[(cm("app-config"), facts("h2"))], &opts(Strategy::EnvVars));
+        assert!(matches!(p.template, Some(TemplateWrite::EnvVars { .. })), "{p:?}");
+        // `template`, an unknown value, or none: the strategy's write.
+        for value in [Some("template"), Some("sideways"), None] {
+            let mut r = w.clone();
+            match value {
+                Some(v) => r.metadata_annotations.insert(ARGO_RESTART_ANNOTATION.into(), v.into()),
+                None => r.metadata_annotations.remove(ARGO_RESTART_ANNOTATION),
+            };
+            let p = run(&r, &[(cm("app-config"), facts("h2"))], &opts(Strategy::EnvVars));
+            assert!(matches!(p.template, Some(TemplateWrite::EnvVars { .. })), "{value:?}: {p:?}");
+        }
     }
 }

@@ -12,7 +12,8 @@ use crate::decide::hash;
 use crate::decide::plan::{Change, SourceFacts, roll_cause};
 use crate::decide::staging::Staging;
 use crate::decide::trigger::{
-    EnvChanges, EnvWrite, FirstRolled, StoredLookup, TemplateWrite, WriteContext, template_write,
+    EnvChanges, EnvWrite, FirstRolled, StoredLookup, TemplateWrite, Trigger, WriteContext,
+    template_write,
 };
 use crate::model::naming::env_var_name;
 use crate::model::policy::{
@@ -320,10 +321,11 @@ pub fn plan_policy(
     write: &WriteContext<'_>,
     stamp: bool,
 ) -> PolicyPlan {
-    let strategy = policy.spec.strategy;
+    let spec = &policy.spec;
+    let trigger = Trigger::of(spec.strategy, spec.argo_restart, info.key.kind);
     let key_precise = policy.spec.key_precise_references;
     let containers = target_containers(info, target);
-    let lookup = StoredLookup::policy(info, strategy, &containers, env_owned_by_annotations);
+    let lookup = StoredLookup::policy(info, trigger, &containers, env_owned_by_annotations);
     let record = parse_policy_record(info);
     let mut out = PolicyPlan::default();
     let mut first = None;
@@ -349,13 +351,13 @@ pub fn plan_policy(
             });
         }
     }
-    let env = match strategy {
-        Strategy::EnvVars if first.is_some() => {
+    let env = match trigger {
+        Trigger::Template(Strategy::EnvVars) if first.is_some() => {
             policy_env(info, resolved, &containers, env_owned_by_annotations, key_precise)
         }
         _ => EnvChanges::default(),
     };
-    out.template = template_write(strategy, first, env, write);
+    out.template = template_write(trigger, first, env, write);
     out
 }
 
@@ -734,6 +736,38 @@ mod tests {
             value,
             r#"{"type":"CONFIGMAP","name":"c","namespace":"ns","hash":"h2","containerRefs":["app","side"],"observedAt":7}"#
         );
+    }
+
+    #[test]
+    fn argo_restart_restarts_rollout_targets_and_leaves_other_kinds_to_the_strategy() {
+        let p = active(spec(json!({"sources": [{"kind": "ConfigMap", "name": "c"}],
+            "targets": [{"kind": "Rollout", "name": "api"}, {"kind": "Deployment", "name": "api"}],
+            "argoRestart": "RestartAt"})));
+        let mut w = workload(&[]);
+        w.key.kind = WorkloadKind::Rollout;
+        w.metadata_annotations
+            .insert(POLICY_RECORD_ANNOTATION.into(), r#"{"p/configmap/c":"h1"}"#.into());
+        let t = p.target_for(&w).unwrap();
+        let plan = plan_policy(&w, &p, t, &resolved("h2", None), &[], &at(0, "t2"), false);
+        assert_eq!(plan.template, Some(TemplateWrite::RolloutRestartAt("t2".into())));
+        assert_eq!(plan.record.get("p/configmap/c").map(String::as_str), Some("h2"));
+        // Rolled: the record says so, and a variable left in the template is not read.
+        let mut rolled = w.clone();
+        rolled
+            .metadata_annotations
+            .insert(POLICY_RECORD_ANNOTATION.into(), r#"{"p/configmap/c":"h2"}"#.into());
+        rolled.containers[0].reloader_env.insert("STAKATER_C_CONFIGMAP".into(), "h1".into());
+        let again = plan_policy(&rolled, &p, t, &resolved("h2", None), &[], &at(0, "t3"), false);
+        assert!(again.template.is_none() && again.changes.is_empty(), "{again:?}");
+        // A Deployment target: the strategy's write.
+        w.key.kind = WorkloadKind::Deployment;
+        let t = p.target_for(&w).unwrap();
+        let plan = plan_policy(&w, &p, t, &resolved("h2", None), &[], &at(0, "t2"), false);
+        assert!(matches!(plan.template, Some(TemplateWrite::EnvVars { .. })), "{plan:?}");
+        // The default: the template.
+        let default = active(spec(json!({"sources": [{"kind": "ConfigMap", "name": "c"}],
+            "targets": [{"kind": "Rollout", "name": "api"}]})));
+        assert_eq!(default.spec.argo_restart, crate::model::strategy::ArgoRestart::Template);
     }
 
     #[test]

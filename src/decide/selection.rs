@@ -76,9 +76,10 @@ fn is_plain_name(item: &str) -> bool {
     !item.contains(['\\', '.', '+', '*', '?', '(', ')', '|', '[', ']', '{', '}', '^', '$'])
 }
 
+use crate::model::strategy::ArgoRestart;
 use crate::model::workload::{
-    IGNORE_WINDOWS_ANNOTATION, POLICY_RECORD_ANNOTATION, RECORD_ANNOTATION,
-    RESTARTED_AT_ANNOTATION, WINDOWS_ANNOTATION,
+    ARGO_RESTART_ANNOTATION, IGNORE_WINDOWS_ANNOTATION, POLICY_RECORD_ANNOTATION,
+    RECORD_ANNOTATION, RESTARTED_AT_ANNOTATION, WINDOWS_ANNOTATION,
 };
 
 /// What a [`Selection`] is parsed from: a workload's metadata and template annotations without
@@ -131,6 +132,9 @@ pub struct Selection {
     pub windows: Option<std::sync::Arc<Result<Vec<crate::decide::window::Window>, String>>>,
     /// `reloader.rs/ignore-windows: "true"`: roll now, whatever the windows say.
     pub ignore_windows: bool,
+    /// `reloader.rs/argo-restart`: how an Argo Rollout is reloaded (an unknown value is
+    /// reported and taken as the default, the template).
+    pub argo_restart: ArgoRestart,
 }
 
 impl Selection {
@@ -193,6 +197,19 @@ impl Selection {
             .get(IGNORE_WINDOWS_ANNOTATION)
             .and_then(|v| crate::model::annotations::parse_bool(v))
             .unwrap_or(false);
+        if let Some(value) = metadata.get(ARGO_RESTART_ANNOTATION) {
+            match value.parse::<ArgoRestart>() {
+                Ok(restart) => selection.argo_restart = restart,
+                Err(_) => selection.violations.push(LimitViolation::new(
+                    "argo_restart",
+                    format!(
+                        "{ARGO_RESTART_ANNOTATION}: unknown value {:?} (restart-at or template); \
+                         the pod template is written",
+                        limits::truncate(value, 64)
+                    ),
+                )),
+            }
+        }
         selection
     }
 
@@ -350,6 +367,29 @@ mod tests {
     }
     const CM: SourceKind = SourceKind::ConfigMap;
     const SECRET: SourceKind = SourceKind::Secret;
+
+    #[test]
+    fn argo_restart_is_read_from_the_metadata_and_an_unknown_value_reported() {
+        let keys = AnnotationKeys::default();
+        let parse = |value: &str| {
+            Selection::parse(&keys, &map(&[(ARGO_RESTART_ANNOTATION, value)]), &map(&[]))
+        };
+        assert_eq!(parse("restart-at").argo_restart, ArgoRestart::RestartAt);
+        assert_eq!(parse("template").argo_restart, ArgoRestart::Template);
+        assert!(parse("restart-at").violations.is_empty());
+        let unknown = parse("RestartAt");
+        assert_eq!(unknown.argo_restart, ArgoRestart::Template);
+        assert_eq!(unknown.violations.len(), 1);
+        assert!(unknown.violations[0].detail.contains(ARGO_RESTART_ANNOTATION));
+        // Bounded: a long value is cut in the report.
+        let long = parse(&"x".repeat(10_000));
+        assert!(long.violations[0].detail.len() < 300, "{}", long.violations[0].detail);
+        // Not from the template.
+        let from_template =
+            Selection::parse(&keys, &map(&[]), &map(&[(ARGO_RESTART_ANNOTATION, "restart-at")]));
+        assert_eq!(from_template.argo_restart, ArgoRestart::Template);
+        assert_eq!(Selection::default().argo_restart, ArgoRestart::Template);
+    }
 
     #[test]
     fn the_operators_records_are_no_input_of_a_selection() {

@@ -61,6 +61,8 @@ fn template_value(write: &TemplateWrite) -> Value {
                 .collect();
             json!({"spec": {"containers": containers}})
         }
+        // Not a template change: only Rollouts get it, and their writer sends `spec.restartAt`.
+        TemplateWrite::RolloutRestartAt(_) => json!({}),
     }
 }
 
@@ -111,6 +113,7 @@ pub fn apply_to_template(template: &mut PodTemplateSpec, write: &TemplateWrite) 
                 }
             }
         }
+        TemplateWrite::RolloutRestartAt(_) => {}
     }
 }
 

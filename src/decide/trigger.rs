@@ -10,10 +10,38 @@ use serde::Serialize;
 
 use crate::model::naming::env_var_name;
 use crate::model::source::SourceRef;
-use crate::model::strategy::Strategy;
-use crate::model::workload::{RESTARTED_AT_ANNOTATION, WorkloadInfo};
+use crate::model::strategy::{ArgoRestart, Strategy};
+use crate::model::workload::{RESTARTED_AT_ANNOTATION, WorkloadInfo, WorkloadKind};
 
-/// A write to the pod template that makes the controller roll the workload.
+/// How one writer rolls one workload: its strategy's write to the pod template, or an Argo
+/// Rollout's own restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    Template(Strategy),
+    /// `spec.restartAt`: no hash is written where it can be read back, so only the operator's
+    /// record remembers what the workload was rolled to (as with the restart strategy).
+    RolloutRestartAt,
+}
+
+impl Trigger {
+    /// The trigger of a writer with `strategy` and `argo_restart` on a workload of `kind`:
+    /// `argo_restart` counts for Argo Rollouts only.
+    pub fn of(strategy: Strategy, argo_restart: ArgoRestart, kind: WorkloadKind) -> Trigger {
+        match (kind, argo_restart) {
+            (WorkloadKind::Rollout, ArgoRestart::RestartAt) => Trigger::RolloutRestartAt,
+            _ => Trigger::Template(strategy),
+        }
+    }
+
+    /// Whether each source's hash is written into the template (a `STAKATER_*` variable),
+    /// where it can be read back.
+    fn writes_hash_variables(self) -> bool {
+        self == Trigger::Template(Strategy::EnvVars)
+    }
+}
+
+/// A write that makes the controller roll the workload: to its pod template, or an Argo
+/// Rollout's own restart.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TemplateWrite {
     EnvVars {
@@ -26,6 +54,9 @@ pub enum TemplateWrite {
     },
     /// Several writes made as one (annotation mode and policies on the same workload).
     Combined(Vec<TemplateWrite>),
+    /// An Argo Rollout's `spec.restartAt`, set to this time (RFC 3339), as `kubectl argo
+    /// rollouts restart` does; the template is not touched.
+    RolloutRestartAt(String),
 }
 
 impl TemplateWrite {
@@ -67,38 +98,48 @@ impl TemplateWrite {
     pub fn combine(a: Option<TemplateWrite>, b: Option<TemplateWrite>) -> Option<TemplateWrite> {
         match (a, b) {
             (None, x) | (x, None) => x,
-            (Some(a), Some(b)) => {
-                let mut parts = Vec::new();
-                for w in [a, b] {
-                    match w {
-                        TemplateWrite::Combined(inner) => parts.extend(inner),
-                        other => parts.push(other),
-                    }
-                }
-                // Env writes merge into one, so one containers list is sent.
-                let (mut set, mut remove, mut rest) = (Vec::new(), Vec::new(), Vec::new());
-                for p in parts {
-                    match p {
-                        TemplateWrite::EnvVars { set: s, remove: r } => {
-                            for w in s {
-                                if !set.iter().any(|e: &EnvWrite| {
-                                    e.container == w.container && e.name == w.name
-                                }) {
-                                    set.push(w);
-                                }
-                            }
-                            remove.extend(r);
+            (Some(a), Some(b)) => Some(Self::merged([a, b])),
+        }
+    }
+
+    /// Env writes merge into one, so one containers list is sent. A Rollout's `restartAt`
+    /// gives way to any template write, which rolls it anyway (both at once would also restart
+    /// the pods of the revision being replaced). Writes that set nothing (policies whose
+    /// variables annotation mode writes) still make one write: there must be one to return.
+    fn merged(writes: [TemplateWrite; 2]) -> TemplateWrite {
+        let (mut set, mut remove, mut rest) = (Vec::new(), Vec::new(), Vec::new());
+        let mut restart_at = None;
+        let parts = writes.into_iter().flat_map(|w| match w {
+            TemplateWrite::Combined(inner) => inner,
+            other => vec![other],
+        });
+        for part in parts {
+            match part {
+                TemplateWrite::EnvVars { set: s, remove: r } => {
+                    for w in s {
+                        if !set
+                            .iter()
+                            .any(|e: &EnvWrite| e.container == w.container && e.name == w.name)
+                        {
+                            set.push(w);
                         }
-                        other => rest.push(other),
                     }
+                    remove.extend(r);
                 }
-                // Writes that set nothing (policies whose variables annotation mode writes) still
-                // make one write: there must be one to return.
-                if !set.is_empty() || !remove.is_empty() || rest.is_empty() {
-                    rest.insert(0, TemplateWrite::EnvVars { set, remove });
+                TemplateWrite::RolloutRestartAt(at) => {
+                    restart_at.get_or_insert(at);
                 }
-                Some(if rest.len() == 1 { rest.remove(0) } else { TemplateWrite::Combined(rest) })
+                other => rest.push(other),
             }
+        }
+        if !set.is_empty() || !remove.is_empty() {
+            rest.insert(0, TemplateWrite::EnvVars { set, remove });
+        }
+        match (rest.len(), restart_at) {
+            (0, Some(at)) => TemplateWrite::RolloutRestartAt(at),
+            (0, None) => TemplateWrite::EnvVars { set: vec![], remove: vec![] },
+            (1, _) => rest.remove(0),
+            _ => TemplateWrite::Combined(rest),
         }
     }
 }
@@ -144,7 +185,7 @@ struct StoredReloadSource {
 /// workload to. Built once per plan: the `last-reloaded-from` annotation is parsed here.
 pub struct StoredLookup<'a> {
     info: &'a WorkloadInfo,
-    strategy: Strategy,
+    trigger: Trigger,
     /// The containers whose variables count (`None`: any container).
     containers: Option<&'a [&'a str]>,
     /// Variables another writer manages on this workload: not this writer's hash.
@@ -162,7 +203,7 @@ impl<'a> StoredLookup<'a> {
     /// stakater/Reloader reloaded is taken over without a rollout).
     pub fn annotation_mode(
         info: &'a WorkloadInfo,
-        strategy: Strategy,
+        trigger: Trigger,
         last_reloaded_from_key: &str,
     ) -> Self {
         let last_reloaded = info
@@ -171,7 +212,7 @@ impl<'a> StoredLookup<'a> {
             .and_then(|v| serde_json::from_str::<StoredReloadSource>(v).ok());
         StoredLookup {
             info,
-            strategy,
+            trigger,
             containers: None,
             env_owned_elsewhere: &[],
             last_reloaded,
@@ -183,13 +224,13 @@ impl<'a> StoredLookup<'a> {
     /// `containers`, unless annotation mode manages that variable (`env_owned_elsewhere`).
     pub fn policy(
         info: &'a WorkloadInfo,
-        strategy: Strategy,
+        trigger: Trigger,
         containers: &'a [&'a str],
         env_owned_elsewhere: &'a [String],
     ) -> Self {
         StoredLookup {
             info,
-            strategy,
+            trigger,
             containers: Some(containers),
             env_owned_elsewhere,
             last_reloaded: None,
@@ -212,7 +253,7 @@ impl<'a> StoredLookup<'a> {
 
     /// The source's `STAKATER_*` variable, when the strategy writes one and it is this writer's.
     fn variable(&self, source: &SourceRef) -> Option<&'a str> {
-        if !self.strategy.writes_hash_variables() {
+        if !self.trigger.writes_hash_variables() {
             return None;
         }
         let env = env_var_name(source.kind, &source.name);
@@ -256,21 +297,23 @@ pub struct WriteContext<'a> {
     pub last_reloaded_from_key: &'a str,
 }
 
-/// The write that rolls a workload under `strategy`, or `None` when nothing rolls (`first` is
+/// The write that rolls a workload with `trigger`, or `None` when nothing rolls (`first` is
 /// `None` and there are no variables to write). The env-var strategy writes `env`, even when
 /// it is empty while something rolls (its variables are another writer's in the same patch);
 /// the annotation strategy names `first` in `last-reloaded-from`; the restart strategy sets
-/// `restartedAt` to now.
+/// `restartedAt`, an Argo Rollout's restart `spec.restartAt`, to now.
 pub fn template_write(
-    strategy: Strategy,
+    trigger: Trigger,
     first: Option<FirstRolled<'_>>,
     env: EnvChanges,
     write: &WriteContext<'_>,
 ) -> Option<TemplateWrite> {
-    match strategy {
-        Strategy::EnvVars => (first.is_some() || !env.set.is_empty() || !env.remove.is_empty())
-            .then_some(TemplateWrite::EnvVars { set: env.set, remove: env.remove }),
-        Strategy::Annotations => first.map(|f| {
+    match trigger {
+        Trigger::Template(Strategy::EnvVars) => {
+            (first.is_some() || !env.set.is_empty() || !env.remove.is_empty())
+                .then_some(TemplateWrite::EnvVars { set: env.set, remove: env.remove })
+        }
+        Trigger::Template(Strategy::Annotations) => first.map(|f| {
             TemplateWrite::last_reloaded_from(
                 write.last_reloaded_from_key,
                 f.source,
@@ -280,7 +323,12 @@ pub fn template_write(
                 write.now,
             )
         }),
-        Strategy::Restart => first.map(|_| TemplateWrite::restart(write.now_rfc3339)),
+        Trigger::Template(Strategy::Restart) => {
+            first.map(|_| TemplateWrite::restart(write.now_rfc3339))
+        }
+        Trigger::RolloutRestartAt => {
+            first.map(|_| TemplateWrite::RolloutRestartAt(write.now_rfc3339.to_string()))
+        }
     }
 }
 
@@ -314,28 +362,33 @@ mod tests {
     #[test]
     fn annotation_mode_reads_the_variable_then_the_record_then_last_reloaded_from() {
         let w = workload(Some("var"), Some("lrf"));
-        let env = StoredLookup::annotation_mode(&w, Strategy::EnvVars, LRF);
+        let env = StoredLookup::annotation_mode(&w, Trigger::Template(Strategy::EnvVars), LRF);
         assert_eq!(env.stored_hash(&cm("cfg"), Some("rec")).as_deref(), Some("var"));
         // The strategies that write no variable never read one.
         for strategy in [Strategy::Annotations, Strategy::Restart] {
-            let lookup = StoredLookup::annotation_mode(&w, strategy, LRF);
+            let lookup = StoredLookup::annotation_mode(&w, Trigger::Template(strategy), LRF);
             assert_eq!(lookup.stored_hash(&cm("cfg"), Some("rec")).as_deref(), Some("rec"));
             assert_eq!(lookup.stored_hash(&cm("cfg"), None).as_deref(), Some("lrf"));
         }
         let w = workload(None, Some("lrf"));
-        let env = StoredLookup::annotation_mode(&w, Strategy::EnvVars, LRF);
+        let env = StoredLookup::annotation_mode(&w, Trigger::Template(Strategy::EnvVars), LRF);
         assert_eq!(env.stored_hash(&cm("cfg"), Some("rec")).as_deref(), Some("rec"));
         assert_eq!(env.stored_hash(&cm("cfg"), None).as_deref(), Some("lrf"));
         // The annotation counts only for the source it names, and only under the key given.
         assert_eq!(env.stored_hash(&cm("other"), None), None);
         let secret = SourceRef::new(SourceKind::Secret, "cfg");
         assert_eq!(env.stored_hash(&secret, None), None);
-        let renamed = StoredLookup::annotation_mode(&w, Strategy::EnvVars, "example.com/lrf");
+        let renamed = StoredLookup::annotation_mode(
+            &w,
+            Trigger::Template(Strategy::EnvVars),
+            "example.com/lrf",
+        );
         assert_eq!(renamed.stored_hash(&cm("cfg"), None), None);
         // A value that is not JSON is no stored hash.
         let mut garbled = workload(None, None);
         garbled.template_annotations.insert(LRF.into(), "{not json".into());
-        let lookup = StoredLookup::annotation_mode(&garbled, Strategy::Annotations, LRF);
+        let lookup =
+            StoredLookup::annotation_mode(&garbled, Trigger::Template(Strategy::Annotations), LRF);
         assert_eq!(lookup.stored_hash(&cm("cfg"), None), None);
     }
 
@@ -343,20 +396,20 @@ mod tests {
     fn a_policy_reads_its_record_then_its_own_variable_in_its_containers() {
         let w = workload(Some("var"), Some("lrf"));
         let both = ["app", "side"];
-        let lookup = StoredLookup::policy(&w, Strategy::EnvVars, &both, &[]);
+        let lookup = StoredLookup::policy(&w, Trigger::Template(Strategy::EnvVars), &both, &[]);
         assert_eq!(lookup.stored_hash(&cm("cfg"), Some("rec")).as_deref(), Some("rec"));
         assert_eq!(lookup.stored_hash(&cm("cfg"), None).as_deref(), Some("var"));
         // Only the target's containers count, and never `last-reloaded-from`.
         let app = ["app"];
-        let lookup = StoredLookup::policy(&w, Strategy::EnvVars, &app, &[]);
+        let lookup = StoredLookup::policy(&w, Trigger::Template(Strategy::EnvVars), &app, &[]);
         assert_eq!(lookup.stored_hash(&cm("cfg"), None), None);
         // A variable annotation mode manages is not the policy's.
         let owned = ["STAKATER_CFG_CONFIGMAP".to_string()];
-        let lookup = StoredLookup::policy(&w, Strategy::EnvVars, &both, &owned);
+        let lookup = StoredLookup::policy(&w, Trigger::Template(Strategy::EnvVars), &both, &owned);
         assert_eq!(lookup.stored_hash(&cm("cfg"), None), None);
         assert_eq!(lookup.stored_hash(&cm("cfg"), Some("rec")).as_deref(), Some("rec"));
         // The strategies that write no variable read only the record.
-        let lookup = StoredLookup::policy(&w, Strategy::Annotations, &both, &[]);
+        let lookup = StoredLookup::policy(&w, Trigger::Template(Strategy::Annotations), &both, &[]);
         assert_eq!(lookup.stored_hash(&cm("cfg"), None), None);
     }
 
@@ -376,18 +429,23 @@ mod tests {
             remove: vec![],
         };
         assert_eq!(
-            template_write(Strategy::EnvVars, first(), env(), &write),
+            template_write(Trigger::Template(Strategy::EnvVars), first(), env(), &write),
             Some(TemplateWrite::EnvVars { set: env().set, remove: vec![] })
         );
         assert_eq!(
-            template_write(Strategy::Annotations, first(), EnvChanges::default(), &write),
+            template_write(Trigger::Template(Strategy::Annotations), first(), EnvChanges::default(), &write),
             Some(TemplateWrite::Annotation {
                 key: LRF.into(),
                 value: r#"{"type":"CONFIGMAP","name":"cfg","namespace":"shop","hash":"h2","containerRefs":["app"],"observedAt":7}"#.into()
             })
         );
         assert_eq!(
-            template_write(Strategy::Restart, first(), EnvChanges::default(), &write),
+            template_write(
+                Trigger::Template(Strategy::Restart),
+                first(),
+                EnvChanges::default(),
+                &write
+            ),
             Some(TemplateWrite::Annotation {
                 key: RESTARTED_AT_ANNOTATION.into(),
                 value: "2026-01-01T00:00:00Z".into()
@@ -395,18 +453,28 @@ mod tests {
         );
         // Nothing rolls: no write, whatever the strategy.
         for strategy in Strategy::ALL {
-            assert_eq!(template_write(strategy, None, EnvChanges::default(), &write), None);
+            assert_eq!(
+                template_write(Trigger::Template(strategy), None, EnvChanges::default(), &write),
+                None
+            );
         }
         // Variables to remove with nothing rolling (a deletion): still a write.
         let removal = EnvChanges {
             set: vec![],
             remove: vec![EnvRemoval { container: "app".into(), name: "V".into() }],
         };
-        assert!(template_write(Strategy::EnvVars, None, removal, &write).is_some());
+        assert!(
+            template_write(Trigger::Template(Strategy::EnvVars), None, removal, &write).is_some()
+        );
         // Something rolls but its variables are another writer's: an empty write, which joins
         // the other writer's in the same patch.
         assert_eq!(
-            template_write(Strategy::EnvVars, first(), EnvChanges::default(), &write),
+            template_write(
+                Trigger::Template(Strategy::EnvVars),
+                first(),
+                EnvChanges::default(),
+                &write
+            ),
             Some(TemplateWrite::EnvVars { set: vec![], remove: vec![] })
         );
     }
@@ -417,5 +485,60 @@ mod tests {
         assert_eq!(TemplateWrite::combine(empty(), empty()), empty());
         let restart = TemplateWrite::restart("t");
         assert_eq!(TemplateWrite::combine(empty(), Some(restart.clone())), Some(restart));
+    }
+
+    #[test]
+    fn argo_restart_counts_for_rollouts_only() {
+        use ArgoRestart::{RestartAt, Template};
+        let restart = Trigger::of(Strategy::EnvVars, RestartAt, WorkloadKind::Rollout);
+        assert_eq!(restart, Trigger::RolloutRestartAt);
+        for kind in [WorkloadKind::Deployment, WorkloadKind::StatefulSet, WorkloadKind::CronJob] {
+            let trigger = Trigger::of(Strategy::Annotations, RestartAt, kind);
+            assert_eq!(trigger, Trigger::Template(Strategy::Annotations));
+        }
+        let template = Trigger::of(Strategy::Restart, Template, WorkloadKind::Rollout);
+        assert_eq!(template, Trigger::Template(Strategy::Restart));
+        // It writes no hash into the template: the record is what is stored.
+        let w = workload(Some("var"), None);
+        let lookup = StoredLookup::annotation_mode(&w, restart, LRF);
+        assert_eq!(lookup.stored_hash(&cm("cfg"), Some("rec")).as_deref(), Some("rec"));
+        let both = ["app", "side"];
+        let lookup = StoredLookup::policy(&w, restart, &both, &[]);
+        assert_eq!(lookup.stored_hash(&cm("cfg"), None), None);
+        // Its write: `spec.restartAt` at now, when something rolls.
+        let source = cm("cfg");
+        let first = FirstRolled { source: &source, hash: "h2".into(), containers: vec![] };
+        let write = WriteContext {
+            namespace: "shop",
+            now: 7,
+            now_rfc3339: "2026-01-01T00:00:00Z",
+            last_reloaded_from_key: LRF,
+        };
+        assert_eq!(
+            template_write(restart, Some(first), EnvChanges::default(), &write),
+            Some(TemplateWrite::RolloutRestartAt("2026-01-01T00:00:00Z".into()))
+        );
+        assert_eq!(template_write(restart, None, EnvChanges::default(), &write), None);
+    }
+
+    #[test]
+    fn a_rollout_restart_gives_way_to_a_template_write() {
+        let restart = || Some(TemplateWrite::RolloutRestartAt("t".into()));
+        let empty = || Some(TemplateWrite::EnvVars { set: vec![], remove: vec![] });
+        let env = || {
+            Some(TemplateWrite::EnvVars {
+                set: vec![EnvWrite { container: "a".into(), name: "V".into(), value: "h".into() }],
+                remove: vec![],
+            })
+        };
+        // Alone, or with writes that set nothing: the restart.
+        assert_eq!(TemplateWrite::combine(restart(), None), restart());
+        assert_eq!(TemplateWrite::combine(restart(), empty()), restart());
+        assert_eq!(TemplateWrite::combine(empty(), restart()), restart());
+        assert_eq!(TemplateWrite::combine(restart(), restart()), restart());
+        // With a template write, which rolls the Rollout anyway: the template write.
+        assert_eq!(TemplateWrite::combine(restart(), env()), env());
+        let annotation = Some(TemplateWrite::restart("t"));
+        assert_eq!(TemplateWrite::combine(annotation.clone(), restart()), annotation);
     }
 }

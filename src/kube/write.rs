@@ -340,7 +340,8 @@ impl WorkloadWriter {
 
     /// Rollouts and DeploymentConfigs are custom resources (no strategic merge): the pod template
     /// is sent whole in a merge patch guarded by the resourceVersion the plan was made from. A
-    /// Rollout annotated `rollout-strategy: restart`, or running a Deployment's template through
+    /// Rollout whose plan says so (`argo-restart: restart-at`, a policy's `argoRestart`),
+    /// annotated `rollout-strategy: restart`, or running a Deployment's template through
     /// `workloadRef`, is restarted with `spec.restartAt` instead.
     async fn patch_custom_resource(
         &self,
@@ -364,10 +365,15 @@ impl WorkloadWriter {
                         .get(&self.keys.rollout_strategy)
                         .map(String::as_str)
                         == Some("restart"));
-            if restart {
-                let now =
-                    k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-                patch["spec"] = serde_json::json!({"restartAt": now});
+            let restart_at = match write {
+                TemplateWrite::RolloutRestartAt(at) => Some(at.clone()),
+                _ if restart => Some(
+                    k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                ),
+                _ => None,
+            };
+            if let Some(at) = restart_at {
+                patch["spec"] = serde_json::json!({"restartAt": at});
             } else {
                 let current = self.read(key).await?;
                 let mut template: PodTemplateSpec = current

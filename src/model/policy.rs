@@ -7,7 +7,7 @@ use kube::CustomResource;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::model::strategy::Strategy;
+use crate::model::strategy::{ArgoRestart, Strategy};
 
 /// A Go duration as `time.ParseDuration` reads it, without a sign (what the operator parses, see
 /// `model::duration`, and what CEL's `duration()` accepts): `0`, or numbers with an optional
@@ -53,6 +53,13 @@ pub struct ReloadPolicySpec {
     /// annotation, `Restart` sets `kubectl.kubernetes.io/restartedAt`.
     #[serde(default)]
     pub strategy: Strategy,
+
+    /// For `Rollout` targets (Argo Rollouts): `RestartAt` sets `spec.restartAt` to now, as
+    /// `kubectl argo rollouts restart` does, instead of the strategy's write to the pod
+    /// template: the pods restart, the template and its revision stay. `Template` (default):
+    /// the strategy's write. Other kinds ignore it.
+    #[serde(default)]
+    pub argo_restart: ArgoRestart,
 
     /// Changes arriving within this window become one rollout (e.g. `5s`; at most `1h`).
     /// Defaults to the operator's `--debounce`.

@@ -1,7 +1,8 @@
 //! The one reload strategy of both modes: how a change rolls a workload. Annotation mode takes it
 //! from `--reload-strategy` (stakater/Reloader's values: `env-vars`, `annotations`, `restart`), a
 //! ReloadPolicy from `spec.strategy` (the CRD's values: `EnvVar`, `Annotation`, `Restart`); both
-//! spellings are kept as they are for compatibility.
+//! spellings are kept as they are for compatibility. And how an Argo Rollout is restarted
+//! ([`ArgoRestart`]): through its template, or its own `spec.restartAt`.
 
 use serde::{Deserialize, Serialize};
 
@@ -34,12 +35,6 @@ impl Strategy {
             Strategy::Restart => "restart",
         }
     }
-
-    /// Whether the strategy writes each source's hash into the template (a `STAKATER_*`
-    /// variable), where it can be read back; the others leave only the operator's record.
-    pub fn writes_hash_variables(self) -> bool {
-        self == Strategy::EnvVars
-    }
 }
 
 impl std::fmt::Display for Strategy {
@@ -49,6 +44,40 @@ impl std::fmt::Display for Strategy {
 }
 
 impl std::str::FromStr for Strategy {
+    type Err = UnknownValue;
+    fn from_str(text: &str) -> Result<Self, UnknownValue> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text).ok_or_else(|| UnknownValue(text.into()))
+    }
+}
+
+/// How an Argo Rollout is reloaded: ReloadPolicy `spec.argoRestart`, annotation
+/// `reloader.rs/argo-restart` (`template`, `restart-at`) in annotation mode. Other kinds ignore it.
+// No doc comments on the variants (see `Strategy`).
+#[derive(
+    Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum ArgoRestart {
+    // The strategy's write to the pod template: a new revision.
+    #[default]
+    Template,
+    // `spec.restartAt` set to now, as `kubectl argo rollouts restart` does: the pods restart,
+    // the template stays.
+    RestartAt,
+}
+
+impl ArgoRestart {
+    pub const ALL: [ArgoRestart; 2] = [ArgoRestart::Template, ArgoRestart::RestartAt];
+
+    /// The annotation value naming it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ArgoRestart::Template => "template",
+            ArgoRestart::RestartAt => "restart-at",
+        }
+    }
+}
+
+impl std::str::FromStr for ArgoRestart {
     type Err = UnknownValue;
     fn from_str(text: &str) -> Result<Self, UnknownValue> {
         Self::ALL.into_iter().find(|s| s.as_str() == text).ok_or_else(|| UnknownValue(text.into()))
@@ -74,5 +103,18 @@ mod tests {
         assert!("EnvVar".parse::<Strategy>().is_err(), "the flag takes the flag spelling only");
         assert!(serde_json::from_value::<Strategy>("env-vars".into()).is_err());
         assert_eq!(Strategy::default(), Strategy::EnvVars);
+    }
+
+    #[test]
+    fn argo_restart_spellings() {
+        for (restart, annotation, crd) in [
+            (ArgoRestart::Template, "template", "Template"),
+            (ArgoRestart::RestartAt, "restart-at", "RestartAt"),
+        ] {
+            assert_eq!(annotation.parse::<ArgoRestart>().unwrap(), restart);
+            assert_eq!(serde_json::to_value(restart).unwrap(), crd);
+        }
+        assert!("RestartAt".parse::<ArgoRestart>().is_err());
+        assert_eq!(ArgoRestart::default(), ArgoRestart::Template);
     }
 }

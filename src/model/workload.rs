@@ -33,6 +33,10 @@ pub const WINDOWS_ANNOTATION: &str = "reloader.rs/reload-windows";
 /// `"true"`: the workload rolls now, whatever its windows say (an emergency change).
 pub const IGNORE_WINDOWS_ANNOTATION: &str = "reloader.rs/ignore-windows";
 
+/// How an Argo Rollout is reloaded in annotation mode: `restart-at` sets `spec.restartAt`
+/// instead of writing the pod template (see `model::strategy::ArgoRestart`).
+pub const ARGO_RESTART_ANNOTATION: &str = "reloader.rs/argo-restart";
+
 /// The pod-template annotation `kubectl rollout restart` sets; the restart strategy writes it.
 pub const RESTARTED_AT_ANNOTATION: &str = "kubectl.kubernetes.io/restartedAt";
 
@@ -204,6 +208,7 @@ impl WorkloadInfo {
         wanted.push(ROLLED_GENERATION_ANNOTATION);
         wanted.push(WINDOWS_ANNOTATION);
         wanted.push(IGNORE_WINDOWS_ANNOTATION);
+        wanted.push(ARGO_RESTART_ANNOTATION);
         wanted.push(RESTARTED_AT_ANNOTATION);
         let filter = |annotations: Option<&BTreeMap<String, String>>| {
             annotations

@@ -2,7 +2,8 @@
 //! the operator started. Their CRDs are installed here (with open schemas, no controllers), after
 //! the operator is up, so the test also shows the APIs being discovered later.
 //!
-//! One test on purpose: the CRDs are cluster-wide and their appearance is the thing under test.
+//! The CRDs are cluster-wide: the tests here run one at a time (one sharing group), the first
+//! with the APIs appearing after the operator started, the second with Argo's CRD in place.
 
 use crate::support;
 
@@ -12,8 +13,9 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::{await_condition, conditions};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
-use support::fixture::{Fixture, TIMEOUT, env_from_cm, sha1_hex};
-use support::{Operator, eventually, within};
+use support::fixture::{Fixture, Sentinel, TIMEOUT, env_from_cm, sha1_hex};
+use support::policies::create_policy;
+use support::{Operator, eventually, install_policy_crd, within};
 
 fn crd(group: &str, version: &str, kind: &str, plural: &str) -> CustomResourceDefinition {
     serde_json::from_value(json!({
@@ -205,4 +207,78 @@ async fn rollouts_and_deployment_configs_are_discovered_later_and_reloaded() {
     // The other tests of this process ran on a cluster without these kinds: leave it so.
     uninstall(&f, "rollouts.argoproj.io").await;
     uninstall(&f, "deploymentconfigs.apps.openshift.io").await;
+}
+
+/// `kubectl argo rollouts restart` semantics: a Rollout annotated `reloader.rs/argo-restart:
+/// restart-at`, and one targeted by a policy with `argoRestart: RestartAt`, get `spec.restartAt`
+/// and no template change; the operator's record keeps the content, so they restart once.
+#[tokio::test]
+async fn argo_restart_sets_restart_at_and_leaves_the_template() {
+    let _cluster = support::sharing::cluster_wide("dynamic_kinds");
+    let f = Fixture::new("argo-at").await;
+    install_policy_crd(&f.client).await;
+    install(&f, crd("argoproj.io", "v1alpha1", "Rollout", "rollouts")).await;
+    let rollouts = dynamic(&f, "argoproj.io", "v1alpha1", "Rollout", "rollouts");
+    let _op = f.operator(&["--is-Argo-Rollouts=true"]);
+    f.configmap("app-config", json!({"a": "1"})).await;
+    let sentinel = Sentinel::create(&f).await;
+    let template = json!({"metadata": {"labels": {"app": "x"}}, "spec": env_from_cm("app-config")});
+    let rollout = |name: &str, annotations: Value| {
+        json!({"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout",
+            "metadata": {"name": name, "annotations": annotations},
+            "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": template}})
+    };
+    create(
+        &rollouts,
+        rollout(
+            "by-annotation",
+            json!({"reloader.stakater.com/auto": "true", "reloader.rs/argo-restart": "restart-at"}),
+        ),
+    )
+    .await;
+    create(&rollouts, rollout("by-policy", json!({}))).await;
+    create_policy(
+        &f,
+        "restart",
+        json!({"sources": [{"kind": "ConfigMap", "name": "app-config"}],
+               "targets": [{"kind": "Rollout", "name": "by-policy"}], "argoRestart": "RestartAt"}),
+    )
+    .await;
+    let names = [
+        ("by-annotation", "reloader.rs/source-hashes"),
+        ("by-policy", "reloader.rs/policy-hashes"),
+    ];
+    for (name, record) in names {
+        eventually(&format!("the baseline of {name}"), TIMEOUT, || async {
+            rollouts.get(name).await.unwrap().annotations().get(record).cloned()
+        })
+        .await;
+    }
+
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    let mut restarted_at = Vec::new();
+    for (name, _) in names {
+        let r = eventually(&format!("{name} to get spec.restartAt"), TIMEOUT, || async {
+            let r = rollouts.get(name).await.unwrap();
+            r.data["spec"]["restartAt"].is_string().then_some(r)
+        })
+        .await;
+        assert_eq!(r.data["spec"]["template"], template, "{name}: the template is not changed");
+        let at = r.data["spec"]["restartAt"].as_str().unwrap().to_string();
+        let parsed: k8s_openapi::jiff::Timestamp = at.parse().expect("RFC 3339");
+        let age = k8s_openapi::jiff::Timestamp::now().duration_since(parsed);
+        assert!(age.as_secs() < 120, "{name}: restartAt is now, not {at}");
+        restarted_at.push(at);
+    }
+    // Everything queued before is handled once the sentinel has rolled: no second restart.
+    sentinel.poke(&f).await;
+    for ((name, _), at) in names.iter().zip(&restarted_at) {
+        let r = rollouts.get(name).await.unwrap();
+        assert_eq!(
+            r.data["spec"]["restartAt"].as_str(),
+            Some(at.as_str()),
+            "{name} restarted twice"
+        );
+    }
+    uninstall(&f, "rollouts.argoproj.io").await;
 }

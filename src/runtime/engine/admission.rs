@@ -218,12 +218,13 @@ impl Engine {
     }
 }
 
-/// Drops `restartedAt` writes; says whether there was one.
+/// Drops restarts (`restartedAt`, a Rollout's `restartAt`); says whether there was one.
 fn without_restarts(write: Option<TemplateWrite>) -> (Option<TemplateWrite>, bool) {
     match write {
         Some(TemplateWrite::Annotation { key, .. }) if key == RESTARTED_AT_ANNOTATION => {
             (None, true)
         }
+        Some(TemplateWrite::RolloutRestartAt(_)) => (None, true),
         Some(TemplateWrite::Combined(parts)) => {
             let mut dropped = false;
             let mut kept = Vec::new();
@@ -307,11 +308,9 @@ impl TemplateState {
     /// that the next ops are written against the object as these leave it.
     fn ops(&mut self, prefix: &str, write: &TemplateWrite, ops: &mut Vec<Value>) {
         match write {
-            TemplateWrite::Combined(parts) => {
-                for part in parts {
-                    self.ops(prefix, part, ops);
-                }
-            }
+            TemplateWrite::Combined(parts) => parts.iter().for_each(|p| self.ops(prefix, p, ops)),
+            // Not a template change (and dropped from admission answers: a restart).
+            TemplateWrite::RolloutRestartAt(_) => {}
             TemplateWrite::Annotation { key, value } => {
                 if self.annotations.get(key) == Some(value) {
                     return;
