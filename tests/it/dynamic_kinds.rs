@@ -2,7 +2,7 @@
 //! the operator started. Their CRDs are installed here (with open schemas, no controllers), after
 //! the operator is up, so the test also shows the APIs being discovered later.
 //!
-//! The CRDs are cluster-wide: the tests here run one at a time (one sharing group), the first
+//! The CRDs are cluster-wide: the tests here run one at a time (a sharing group each), the first
 //! with the APIs appearing after the operator started, the second with Argo's CRD in place.
 
 use crate::support;
@@ -214,7 +214,8 @@ async fn rollouts_and_deployment_configs_are_discovered_later_and_reloaded() {
 /// and no template change; the operator's record keeps the content, so they restart once.
 #[tokio::test]
 async fn argo_restart_sets_restart_at_and_leaves_the_template() {
-    let _cluster = support::sharing::cluster_wide("dynamic_kinds");
+    // A group of its own: the test above removes the CRD (and every Rollout) when it starts.
+    let _cluster = support::sharing::cluster_wide("argo_restart");
     let f = Fixture::new("argo-at").await;
     install_policy_crd(&f.client).await;
     install(&f, crd("argoproj.io", "v1alpha1", "Rollout", "rollouts")).await;
