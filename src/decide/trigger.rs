@@ -2,7 +2,8 @@
 //! workload holds of the hash it was last rolled to for a source ([`StoredLookup`]: a
 //! `STAKATER_*` variable, the operator's record, stakater/Reloader's `last-reloaded-from`
 //! annotation) and the write that rolls it ([`template_write`]: the variables, the
-//! `last-reloaded-from` annotation or `restartedAt`). Which sources roll and which variables a
+//! `last-reloaded-from` annotation, `restartedAt`, or an Argo Rollout's own `spec.restartAt`,
+//! [`Trigger`]). Which sources roll and which variables a
 //! mode sets stay each mode's rule (`plan`, `policy_plan`); where a hash is read back and how a
 //! strategy writes are decided here only.
 
