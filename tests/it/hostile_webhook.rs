@@ -334,10 +334,10 @@ async fn adversarial_reviews_cost_bounded_memory() {
         });
         for c in calls {
             let (status, answer) = c.await.unwrap();
-            // Answered; or turned away while the bytes of others are in flight (429), or not
-            // answered within the review deadline on a loaded machine (503): the API server
-            // admits those unchanged.
-            assert!([200, 429, 503].contains(&status), "{status}: {answer}");
+            // Answered; or turned away while the bytes of others are in flight (429); or, on a
+            // loaded machine, a body not received within the body deadline (408) or not
+            // answered within the review deadline (503): the API server admits those unchanged.
+            assert!([200, 408, 429, 503].contains(&status), "{status}: {answer}");
             if status == 200 {
                 assert_eq!(
                     serde_json::from_str::<Value>(&answer).unwrap()["response"]["allowed"],
