@@ -89,7 +89,7 @@ impl Engine {
             || engine.policies.index.write().watch_listed(),
             |event, _after_first_list| match event {
                 WatchItem::Apply(p) => {
-                    if !engine.feed.ignored(&p.namespace().unwrap_or_default()) {
+                    if !engine.feed.namespaces().ignored(&p.namespace().unwrap_or_default()) {
                         engine.policies.apply(&p)
                     }
                 }
