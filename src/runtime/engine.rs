@@ -261,6 +261,18 @@ impl Common {
         policies: &Arc<policies::Policies>,
         rights: &Arc<rights::Rights>,
     ) -> Reconciler {
+        let alerter = Arc::new(std::sync::OnceLock::new());
+        let follower = outcome::Follower {
+            memory: self.memory.clone(),
+            index: self.index(),
+            queue: self.queue.clone(),
+            policies: policies.clone(),
+            events: self.events.clone(),
+            metrics: self.metrics.clone(),
+            alerter: alerter.clone(),
+            leadership: self.leadership.clone(),
+            rollout_timeout: self.config.rollout_timeout,
+        };
         Reconciler {
             config: self.config.clone(),
             feed: feed.clone(),
@@ -273,9 +285,27 @@ impl Common {
             writer: self.workload_writer(),
             metrics: self.metrics.clone(),
             events: self.events.clone(),
-            alerter: std::sync::OnceLock::new(),
+            alerter,
+            follower,
             hash_key: self.hash_key.clone(),
             leadership: self.leadership.clone(),
+        }
+    }
+
+    fn admission(
+        &self,
+        feed: &Arc<feed::Feed>,
+        policies: &Arc<policies::Policies>,
+        reconciler: &Arc<Reconciler>,
+    ) -> Admission {
+        Admission {
+            config: self.config.clone(),
+            feed: feed.clone(),
+            selections: feed::Selections::new(self.config.keys.clone(), self.store.clone()),
+            index: self.index(),
+            policies: policies.clone(),
+            planner: reconciler.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 
@@ -353,14 +383,7 @@ impl Engine {
             hash_key: common.hash_key.clone(),
             workers: crate::runtime::containment::Workers::default(),
         });
-        let admission = Arc::new(Admission {
-            config: common.config.clone(),
-            feed: feed.clone(),
-            index: common.index(),
-            policies: policies.clone(),
-            planner: reconciler.clone(),
-            metrics: common.metrics.clone(),
-        });
+        let admission = Arc::new(common.admission(&feed, &policies, &reconciler));
         let Common { client, config, events, metrics, queue, hash_key, leadership, .. } = common;
         Arc::new(Engine {
             csi,

@@ -11,7 +11,8 @@ use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use tracing::{debug, info, warn};
 
-use super::{EngineConfig, Reconciler, feed::Feed, policies::Policies};
+use super::feed::{Feed, Selections};
+use super::{EngineConfig, Reconciler, policies::Policies};
 use crate::decide::plan::{EnvRemoval, EnvWrite, Plan, TemplateWrite, plan};
 use crate::decide::template::{record_annotations, template_path};
 use crate::index::store::StoreReader;
@@ -49,6 +50,9 @@ pub fn admitted_kind(group: &str, kind: &str) -> Option<WorkloadKind> {
 pub struct Admission {
     pub(super) config: EngineConfig,
     pub(super) feed: Arc<Feed>,
+    /// Parses the selection annotations of a reviewed workload (the store's cache read, never
+    /// written).
+    pub(super) selections: Selections,
     pub(super) index: StoreReader,
     pub(super) policies: Arc<Policies>,
     pub(super) planner: Arc<Reconciler>,
@@ -214,7 +218,7 @@ impl Admission {
         let mut opts = self.planner.plan_options(&info.key)?;
         opts.stamp = true;
         opts.sync_after_restart = false;
-        let entry = self.feed.transient_entry(info);
+        let entry = self.selections.transient_entry(info);
         let mut candidates = self.index.candidates(&entry).sources;
         // Admission answers go to whoever can reach the webhook: they name and hash only
         // sources the object itself references (named patterns may match any source of the

@@ -13,10 +13,10 @@ use crate::runtime::engine::scans::{ScanKey, ScanState};
 /// change.
 pub(super) struct Feed {
     keys: AnnotationKeys,
-    /// The workload kinds served.
-    kinds: Vec<WorkloadKind>,
-    /// `--debounce`: how long a queued workload waits for more changes.
-    debounce: Duration,
+    /// Workload summaries with their selection annotations parsed (through the store's cache).
+    selections: Selections,
+    /// Who a source change concerns.
+    fanout: Fanout,
     /// `--reload-on-delete`.
     reload_on_delete: bool,
     store: Arc<RwLock<Store>>,
@@ -29,9 +29,6 @@ pub(super) struct Feed {
     /// Churn limits on rollouts (a workload that is gone is forgotten there too).
     rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
     policies: Arc<Policies>,
-    rights: Arc<Rights>,
-    /// Lists of the kinds followed by listing on change (see `follow`), asked for here.
-    scans: Arc<ScanState>,
     metrics: Arc<crate::report::metrics::Metrics>,
     /// Sources that break an input limit, reported by their own task.
     source_reports: Arc<crate::report::input_limits::SourceLimitReports>,
@@ -91,10 +88,21 @@ impl Feed {
         source_reports: Arc<crate::report::input_limits::SourceLimitReports>,
     ) -> Self {
         let Shared { store, memory, queue, rollouts, synced, scans } = shared;
+        let fanout = Fanout {
+            debounce: config.debounce,
+            kinds: config.kinds.clone(),
+            store: store.clone(),
+            memory: memory.clone(),
+            queue: queue.clone(),
+            metrics: metrics.clone(),
+            scans,
+            rights,
+            policies: policies.clone(),
+        };
         Feed {
             keys: config.keys.clone(),
-            kinds: config.kinds.clone(),
-            debounce: config.debounce,
+            selections: Selections::new(config.keys.clone(), store.clone()),
+            fanout,
             reload_on_delete: config.reload_on_delete,
             store,
             memory,
@@ -105,8 +113,6 @@ impl Feed {
             queue,
             rollouts,
             policies,
-            rights,
-            scans,
             metrics,
             source_reports,
             synced,
@@ -345,7 +351,7 @@ impl Feed {
             processed("queued");
         }
         debug!(namespace = %ns, source = %source, ?update, "source changed");
-        self.enqueue_affected(ns, &source);
+        self.fanout.enqueue_affected(ns, &source);
         update
     }
 
@@ -359,20 +365,8 @@ impl Feed {
             self.metrics.source_event_processed("delete", &source.kind.to_string(), result);
         }
         if self.is_synced() && self.reload_on_delete {
-            self.enqueue_affected(ns, &source);
+            self.fanout.enqueue_affected(ns, &source);
         }
-    }
-
-    pub(super) fn enqueue_affected(&self, ns: &str, source: &SourceRef) {
-        let affected = self.store.read().affected_by(ns, source);
-        for key in affected {
-            self.metrics.workloads_scanned.with_label_values(&[key.kind.as_str()]).inc();
-            self.memory.add_trigger(&key, source);
-            self.queue.add(key, self.debounce);
-        }
-        // Kinds that may be listed but not watched are listed now (Reloader's model).
-        self.scan_for_change(ns, source);
-        self.policies.enqueue_for_source(ns, source);
     }
 
     pub(super) fn apply_workload(&self, mut info: WorkloadInfo) {
@@ -418,7 +412,7 @@ impl Feed {
 
     /// Stores a workload and queues it when something that matters changed.
     pub(super) fn store_workload_entry(&self, info: WorkloadInfo) -> bool {
-        let entry = self.entry(info);
+        let entry = self.selections.entry(info);
         let key = entry.info.key.clone();
         let invalid = entry.selection.invalid_patterns.clone();
         let not_booleans = entry.selection.invalid_booleans.clone();
@@ -459,12 +453,25 @@ impl Feed {
 
     /// Stores a summary the API server just returned (no queueing: it reflects our own write).
     pub(super) fn store_workload(&self, info: WorkloadInfo) {
-        let entry = self.entry(info);
+        let entry = self.selections.entry(info);
         self.store.write().upsert_workload(entry);
     }
+}
 
-    /// A summary with its selection annotations parsed.
-    pub(super) fn entry(&self, info: WorkloadInfo) -> WorkloadEntry {
+/// Workload summaries with their selection annotations parsed, through the store's cache of
+/// parsed selections (only the feed keeps what it parses).
+pub(super) struct Selections {
+    keys: AnnotationKeys,
+    store: Arc<RwLock<Store>>,
+}
+
+impl Selections {
+    pub(super) fn new(keys: AnnotationKeys, store: Arc<RwLock<Store>>) -> Self {
+        Selections { keys, store }
+    }
+
+    /// A summary with its selection annotations parsed, kept in the store's cache.
+    fn entry(&self, info: WorkloadInfo) -> WorkloadEntry {
         let stored = self.store.read().selection_if_unchanged(&info);
         let selection = match stored {
             Some(selection) => selection,
@@ -494,9 +501,41 @@ impl Feed {
         let selection = cached.unwrap_or_else(|| Arc::new(inputs.parse(&self.keys)));
         WorkloadEntry { info, selection }
     }
+}
+
+/// Who a source change concerns: the workloads that use it (queued after the debounce, with
+/// the source as a trigger), the workloads of kinds listed on change in its namespace (a list
+/// asked for), and the policies that select it.
+struct Fanout {
+    /// `--debounce`: how long a queued workload waits for more changes.
+    debounce: Duration,
+    /// The workload kinds served.
+    kinds: Vec<WorkloadKind>,
+    store: Arc<RwLock<Store>>,
+    memory: Arc<WorkloadMemories>,
+    queue: Arc<WorkQueue<WorkloadKey>>,
+    metrics: Arc<crate::report::metrics::Metrics>,
+    /// Lists of the kinds followed by listing on change (see `follow`), asked for here.
+    scans: Arc<ScanState>,
+    rights: Arc<Rights>,
+    policies: Arc<Policies>,
+}
+
+impl Fanout {
+    fn enqueue_affected(&self, ns: &str, source: &SourceRef) {
+        let affected = self.store.read().affected_by(ns, source);
+        for key in affected {
+            self.metrics.workloads_scanned.with_label_values(&[key.kind.as_str()]).inc();
+            self.memory.add_trigger(&key, source);
+            self.queue.add(key, self.debounce);
+        }
+        // Kinds that may be listed but not watched are listed now (Reloader's model).
+        self.scan_for_change(ns, source);
+        self.policies.enqueue_for_source(ns, source);
+    }
 
     /// A source changed in `namespace`: the kinds listed on change list their workloads there.
-    pub(super) fn scan_for_change(&self, namespace: &str, source: &SourceRef) {
+    fn scan_for_change(&self, namespace: &str, source: &SourceRef) {
         let Some(scope) = self.rights.scope_of(namespace) else { return };
         for &kind in &self.kinds {
             if self.rights.follow_of(kind, scope.as_deref()) == Follow::ListOnChange {

@@ -12,10 +12,30 @@ use super::*;
 use crate::decide::outcome::{self, Following, Step};
 use crate::model::progress::RolloutState;
 
-impl Reconciler {
+/// Follows the rollouts reloads start (see the module documentation). Part of the reconcile,
+/// which asks it first and tells it of every reload written.
+pub(super) struct Follower {
+    /// Which rollouts are followed, and since when (per workload).
+    pub(super) memory: Arc<WorkloadMemories>,
+    /// The index, read.
+    pub(super) index: StoreReader,
+    /// A followed workload is looked at again when its rollout may have moved.
+    pub(super) queue: Arc<WorkQueue<WorkloadKey>>,
+    pub(super) policies: Arc<policies::Policies>,
+    pub(super) events: Arc<crate::report::events::EventWriter>,
+    pub(super) metrics: Arc<crate::report::metrics::Metrics>,
+    /// With `--alert-on-reload`: told about a failed rollout (shared with the reconcile).
+    pub(super) alerter: Arc<std::sync::OnceLock<crate::report::alerts::Alerter>>,
+    /// True while this replica may write: only the leader follows.
+    pub(super) leadership: watch::Receiver<bool>,
+    /// `--rollout-timeout`: for kinds without a deadline of their own.
+    pub(super) rollout_timeout: Duration,
+}
+
+impl Follower {
     /// A reload was just written: its rollout is followed (for kinds that roll pods by
     /// themselves: a CronJob's or an `OnDelete` StatefulSet's is not; `false` then).
-    pub(super) async fn start_following(&self, key: &WorkloadKey) -> bool {
+    pub(super) async fn start(&self, key: &WorkloadKey) -> bool {
         let Some(entry) = self.index.workload(key) else { return false };
         if outcome::verdict(&entry.info.progress).is_none() {
             return false;
@@ -32,15 +52,14 @@ impl Reconciler {
     /// What the followed rollout of `info` came to, reported; returns when to look again at
     /// the latest (the deadline of kinds that have none of their own), `None` to wait for the
     /// next report.
-    pub(super) async fn follow_rollout(&self, info: &WorkloadInfo) -> Option<Duration> {
+    pub(super) async fn follow(&self, info: &WorkloadInfo) -> Option<Duration> {
         let key = &info.key;
         if !*self.leadership.borrow() {
             return None;
         }
         let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
         let following = self.followed_or_resumed(info, now)?;
-        let step =
-            outcome::step(key.kind, &following, &info.progress, now, self.config.rollout_timeout);
+        let step = outcome::step(key.kind, &following, &info.progress, now, self.rollout_timeout);
         let took = outcome::elapsed(&following, now);
         match step {
             Step::Wait { recheck, .. } => recheck,

@@ -28,7 +28,9 @@ pub(super) struct Reconciler {
     /// Every Event is written through it.
     pub(super) events: Arc<crate::report::events::EventWriter>,
     /// With `--alert-on-reload`: told about every reloaded source (set once, at start).
-    pub(super) alerter: std::sync::OnceLock<Alerter>,
+    pub(super) alerter: Arc<std::sync::OnceLock<Alerter>>,
+    /// Follows the rollouts reloads start (runtime/engine/outcome.rs).
+    pub(super) follower: outcome::Follower,
     /// The key of keyed hashes, once loaded (see [`crate::kube::hash_key`]).
     pub(super) hash_key: Arc<KeySlot>,
     /// True while this replica may write (always, without `--enable-ha`).
@@ -124,7 +126,7 @@ impl Reconciler {
         let Some(opts) = self.plan_options(key) else { return Next::Idle };
         let Some(mut entry) = self.index.workload(key) else { return Next::Idle };
         // A rollout a reload started is followed first (runtime/engine/outcome.rs).
-        if let Some(recheck) = self.follow_rollout(&entry.info).await {
+        if let Some(recheck) = self.follower.follow(&entry.info).await {
             self.queue.schedule(key.clone(), recheck);
         }
         // A rollout admitted by the churn limits stays admitted through conflict retries (the
@@ -249,14 +251,14 @@ impl Reconciler {
                 let rolls = plan.template.is_some();
                 // Taken now, under the policies' lock: another worker may have taken the
                 // last slot since the look in `decide_gates`.
-                if rolls && let Some(wait) = self.policies.turn(parts, &entry.info, true) {
+                if rolls && let Some(wait) = self.policies.turns().take(parts, &entry.info, true) {
                     self.policies.report_waiting(parts, &wait);
                     return Err(Next::Held(rollout::TURN_RECHECK));
                 }
                 if rolls && let Err(e) = self.policies.persist_turn(parts).await {
                     // A turn that is not in the cluster is not taken: a restart would
                     // forget it and let another target roll beside this one.
-                    self.policies.release_turn(parts, key);
+                    self.policies.turns().give_back(parts, key);
                     warn!(workload = %key, error = %e, "cannot record the turn in the policy status; will retry");
                     return Err(Next::Retry(self.next_retry(key)));
                 }
@@ -294,7 +296,7 @@ impl Reconciler {
             rollout::pending(gate, now)
         };
         // A staged policy's turn (runtime/engine/policies/turns.rs), looked at; taken later.
-        let turn = if rolls { self.policies.turn(parts, &entry.info, false) } else { None };
+        let turn = if rolls { self.policies.turns().take(parts, &entry.info, false) } else { None };
         let gates = rollout::Gates {
             key,
             up_to_date: plan.is_noop(),
@@ -362,7 +364,7 @@ impl Reconciler {
                 }
             }
             AfterWrite::GiveUp => {
-                self.policies.release_turn(&planned.parts, key);
+                self.policies.turns().give_back(&planned.parts, key);
                 warn!(workload = %key, "gave up after repeated conflicts; will retry");
                 return Written::Done(Next::Retry(rollout::AFTER_CONFLICTS));
             }
@@ -372,7 +374,7 @@ impl Reconciler {
             }
             AfterWrite::Fail => executed.expect_err("after_write fails only a failed write"),
         };
-        self.policies.release_turn(&planned.parts, key);
+        self.policies.turns().give_back(&planned.parts, key);
         self.policies.report(planned.parts, Some(&error.to_string())).await;
         Written::Done(self.failed(&entry.info, &planned.plan, error).await)
     }
@@ -397,9 +399,9 @@ impl Reconciler {
         if !plan.changes.is_empty() {
             let followed = plan.template.is_some()
                 && self.config.webhook_url.is_none()
-                && self.start_following(key).await;
+                && self.follower.start(key).await;
             if !followed {
-                self.policies.release_turn(&parts, key);
+                self.policies.turns().give_back(&parts, key);
             }
         }
         self.policies.report(parts, None).await;
