@@ -20,14 +20,14 @@
 //!
 //! 1. `runtime/engine/watches.rs`: `watch_sources` receives the event (through
 //!    `runtime/watch.rs::drive`); `runtime/engine/feed.rs`: `Feed::apply_source` hashes the data
-//!    once, `source_observed` updates the index (`index/store.rs`) and `enqueue_affected` queues
-//!    the workloads that reference the ConfigMap (and `policies.rs` those of policies);
+//!    once, `source_observed` updates the index (`index/store.rs`) and its `Fanout` queues the
+//!    workloads that reference the ConfigMap (and `policies.rs` those of policies);
 //! 2. `runtime/queue.rs`: the key waits out the debounce (a later change extends it, up to a
 //!    maximum wait), one in flight per key;
-//! 3. `runtime/engine.rs`: a `worker` takes the key and runs `Reconciler::reconcile` under panic
-//!    containment;
+//! 3. `runtime/engine/loops.rs`: a `worker` takes the key and runs `Reconciler::reconcile` under
+//!    panic containment;
 //! 4. `runtime/engine/reconcile.rs`: `reconcile` reads the workload and its sources from the
-//!    index and **decides**: `decide/plan.rs` (annotation mode: stored hashes versus current ones,
+//!    index and **decides** (`plan_once`, then `pass_gates`, `write_planned`, `written`): `decide/plan.rs` (annotation mode: stored hashes versus current ones,
 //!    stakater/Reloader's precedence from `decide/selection.rs`) and `decide/policy_plan.rs`
 //!    with `decide/policy_part.rs::add_policies` (policies) give one plan (both read stored hashes
 //!    and write through `decide/trigger.rs`, one strategy from `model/strategy.rs`), which pause
@@ -47,7 +47,7 @@
 //!    `report/events.rs::EventWriter`, metrics, alerts);
 //!    `runtime/engine/policies.rs` writes the policy status that `decide/policy_status.rs`
 //!    computes (leader only, by server-side apply);
-//! 7. `runtime/engine/outcome.rs` then **follows the rollout**: each status report of the
+//! 7. `runtime/engine/outcome.rs::Follower` then **follows the rollout**: each status report of the
 //!    workload (`model/progress.rs`) is judged by `decide/outcome.rs` until it has rolled out
 //!    or failed, and reported (Events, metrics, alerts, the policy's `RolledOut`).
 //!
@@ -56,9 +56,10 @@
 //! change (`runtime/engine/follow.rs::Scanner`) or skipped, and which Events API is written to.
 //!
 //! The engine (`runtime/engine.rs::Engine`) is the wiring: it starts the watch tasks, the
-//! workers and the status writer and holds the parts, each one type with its state: `Feed`
-//! (what is known), `Reconciler` (decide, write, report), `Scanner` (lists on change),
-//! `Policies`, `Rights`, `Csi`.
+//! loops and the status writer and holds the parts, each one type with its state, reached
+//! through its methods: `Feed` (what is known), `Reconciler` (decide, write, report) with its
+//! `Follower` (rollouts), `Loops` (workers, resync, leadership), `Scanner` with `ScanState`
+//! (lists on change), `Policies` with `Turns`, `Rights`, `Csi`, `Admission` (webhook reviews).
 //!
 //! # What is remembered
 //!

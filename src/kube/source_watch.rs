@@ -126,75 +126,10 @@ type Step<K> = (Option<Result<Event<K>, watcher::Error>>, State<K>);
 impl Source {
     async fn step<K: WatchedSource>(&self, state: State<K>) -> Step<K> {
         match state {
-            State::Empty => {
-                let listing = State::Listing {
-                    continue_token: None,
-                    items: VecDeque::new(),
-                    resource_version: None,
-                };
-                if !self.streaming.load(Ordering::Relaxed) {
-                    return (Some(Ok(Event::Init)), listing);
-                }
-                match self.start_watch(None).await {
-                    Ok(events) => (Some(Ok(Event::Init)), State::Streaming { events }),
-                    // Refused (a server without streaming lists, or with them turned off): pages.
-                    Err(kube::Error::Api(status)) if matches!(status.code, 400 | 403 | 422) => {
-                        tracing::info!(
-                            url = %self.url,
-                            reason = %status.message,
-                            "streaming list refused; listing in pages"
-                        );
-                        self.streaming.store(false, Ordering::Relaxed);
-                        (Some(Ok(Event::Init)), listing)
-                    }
-                    Err(e) => (Some(Err(watcher::Error::InitialListFailed(e))), State::Empty),
-                }
-            }
-            State::Streaming { mut events } => {
-                match events.next_or_idle::<K>().await {
-                    Some(Ok(Change::Added(obj) | Change::Modified(obj))) => {
-                        (Some(Ok(Event::InitApply(obj))), State::Streaming { events })
-                    }
-                    Some(Ok(Change::Bookmark { resource_version, initial_events_end: true }))
-                        if !resource_version.is_empty() =>
-                    {
-                        (Some(Ok(Event::InitDone)), State::Watching { resource_version, events })
-                    }
-                    Some(Ok(Change::Bookmark { .. })) => (None, State::Streaming { events }),
-                    // Nothing is deleted from an initial state: the stream is out of step.
-                    Some(Ok(Change::Deleted(_))) => {
-                        (Some(Err(watcher::Error::NoResourceVersion)), State::Empty)
-                    }
-                    Some(Ok(Change::Error(status))) => {
-                        (Some(Err(watcher::Error::WatchError(status))), State::Empty)
-                    }
-                    Some(Err(e)) => (Some(Err(watcher::Error::WatchFailed(e))), State::Empty),
-                    // Ended before its end: start again.
-                    None => (Some(Err(watcher::Error::NoResourceVersion)), State::Empty),
-                }
-            }
-            State::Listing { continue_token, mut items, resource_version } => {
-                if let Some(item) = items.pop_front() {
-                    let state = State::Listing { continue_token, items, resource_version };
-                    return (Some(Ok(Event::InitApply(item))), state);
-                }
-                if let (None, Some(resource_version)) = (&continue_token, &resource_version) {
-                    let resource_version = resource_version.clone();
-                    return (Some(Ok(Event::InitDone)), State::Listed { resource_version });
-                }
-                match self.list_page::<K>(continue_token).await {
-                    Ok((meta, items)) => {
-                        let continue_token = Some(meta.continue_token).filter(|t| !t.is_empty());
-                        let resource_version =
-                            Some(meta.resource_version).filter(|v| !v.is_empty());
-                        if continue_token.is_none() && resource_version.is_none() {
-                            return (Some(Err(watcher::Error::NoResourceVersion)), State::Empty);
-                        }
-                        let items = items.into();
-                        (None, State::Listing { continue_token, items, resource_version })
-                    }
-                    Err(e) => (Some(Err(watcher::Error::InitialListFailed(e))), State::Empty),
-                }
+            State::Empty => self.begin().await,
+            State::Streaming { mut events } => streamed(events.next_or_idle::<K>().await, events),
+            State::Listing { continue_token, items, resource_version } => {
+                self.listing(continue_token, items, resource_version).await
             }
             State::Listed { resource_version } => {
                 match self.start_watch(Some(&resource_version)).await {
@@ -219,6 +154,59 @@ impl Source {
                     Some(Ok(change)) => on_change(change, resource_version, events),
                 }
             }
+        }
+    }
+
+    /// A (re)list begins: as a streaming list, or in pages where the server refuses those.
+    async fn begin<K: WatchedSource>(&self) -> Step<K> {
+        let listing =
+            State::Listing { continue_token: None, items: VecDeque::new(), resource_version: None };
+        if !self.streaming.load(Ordering::Relaxed) {
+            return (Some(Ok(Event::Init)), listing);
+        }
+        match self.start_watch(None).await {
+            Ok(events) => (Some(Ok(Event::Init)), State::Streaming { events }),
+            // Refused (a server without streaming lists, or with them turned off): pages.
+            Err(kube::Error::Api(status)) if matches!(status.code, 400 | 403 | 422) => {
+                tracing::info!(
+                    url = %self.url,
+                    reason = %status.message,
+                    "streaming list refused; listing in pages"
+                );
+                self.streaming.store(false, Ordering::Relaxed);
+                (Some(Ok(Event::Init)), listing)
+            }
+            Err(e) => (Some(Err(watcher::Error::InitialListFailed(e))), State::Empty),
+        }
+    }
+
+    /// A paged list: the items of the last page one by one, then the next page, and its end
+    /// once the last page is applied.
+    async fn listing<K: WatchedSource>(
+        &self,
+        continue_token: Option<String>,
+        mut items: VecDeque<K>,
+        resource_version: Option<String>,
+    ) -> Step<K> {
+        if let Some(item) = items.pop_front() {
+            let state = State::Listing { continue_token, items, resource_version };
+            return (Some(Ok(Event::InitApply(item))), state);
+        }
+        if let (None, Some(resource_version)) = (&continue_token, &resource_version) {
+            let resource_version = resource_version.clone();
+            return (Some(Ok(Event::InitDone)), State::Listed { resource_version });
+        }
+        match self.list_page::<K>(continue_token).await {
+            Ok((meta, items)) => {
+                let continue_token = Some(meta.continue_token).filter(|t| !t.is_empty());
+                let resource_version = Some(meta.resource_version).filter(|v| !v.is_empty());
+                if continue_token.is_none() && resource_version.is_none() {
+                    return (Some(Err(watcher::Error::NoResourceVersion)), State::Empty);
+                }
+                let items = items.into();
+                (None, State::Listing { continue_token, items, resource_version })
+            }
+            Err(e) => (Some(Err(watcher::Error::InitialListFailed(e))), State::Empty),
         }
     }
 
@@ -302,6 +290,32 @@ impl Source {
 }
 
 /// The watcher's answer to one change of a running watch.
+/// What a streaming list's next change means: an object of the initial state, its end (the
+/// `initial-events-end` bookmark), or a stream out of step (started again).
+fn streamed<K: WatchedSource>(next: Option<kube::Result<Change<K>>>, events: Events) -> Step<K> {
+    match next {
+        Some(Ok(Change::Added(obj) | Change::Modified(obj))) => {
+            (Some(Ok(Event::InitApply(obj))), State::Streaming { events })
+        }
+        Some(Ok(Change::Bookmark { resource_version, initial_events_end: true }))
+            if !resource_version.is_empty() =>
+        {
+            (Some(Ok(Event::InitDone)), State::Watching { resource_version, events })
+        }
+        Some(Ok(Change::Bookmark { .. })) => (None, State::Streaming { events }),
+        // Nothing is deleted from an initial state: the stream is out of step.
+        Some(Ok(Change::Deleted(_))) => {
+            (Some(Err(watcher::Error::NoResourceVersion)), State::Empty)
+        }
+        Some(Ok(Change::Error(status))) => {
+            (Some(Err(watcher::Error::WatchError(status))), State::Empty)
+        }
+        Some(Err(e)) => (Some(Err(watcher::Error::WatchFailed(e))), State::Empty),
+        // Ended before its end: start again.
+        None => (Some(Err(watcher::Error::NoResourceVersion)), State::Empty),
+    }
+}
+
 fn on_change<K: WatchedSource>(
     change: Change<K>,
     resource_version: String,

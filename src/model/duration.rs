@@ -50,9 +50,11 @@ fn format_duration(d: Duration) -> String {
     if s > 0 && s.is_multiple_of(3600) { format!("{}h", s / 3600) } else { format!("{d:?}") }
 }
 
+/// The largest magnitude in nanoseconds: Go's `int64`, whose negative side is one longer.
+const MAX: u64 = 1 << 63;
+
 /// Returns the sign and the magnitude in nanoseconds, which Go keeps in an `int64`.
 fn parse_signed(orig: &str) -> Result<(bool, u64), DurationError> {
-    const MAX: u64 = 1 << 63;
     let syntax = || DurationError::Syntax(orig.into());
     let overflow = || DurationError::Overflow(orig.into());
     let mut s = orig;
@@ -75,74 +77,97 @@ fn parse_signed(orig: &str) -> Result<(bool, u64), DurationError> {
         if !(first == b'.' || first.is_ascii_digit()) {
             return Err(syntax());
         }
-        // The integer part: [0-9]*
-        let digits = s.bytes().take_while(u8::is_ascii_digit).count();
-        let mut value: u64 = 0;
-        for b in s[..digits].bytes() {
-            value = value
-                .checked_mul(10)
-                .and_then(|v| v.checked_add(u64::from(b - b'0')))
-                .filter(|v| *v <= MAX)
-                .ok_or_else(overflow)?;
-        }
-        let had_integer = digits > 0;
-        s = &s[digits..];
-        // The fraction: (\.[0-9]*)? — digits past what fits are read and dropped, as Go does.
-        let (mut fraction, mut scale, mut had_fraction) = (0u64, 1u64, false);
-        if let Some(rest) = s.strip_prefix('.') {
-            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-            had_fraction = digits > 0;
-            let mut overflowed = false;
-            for b in rest[..digits].bytes() {
-                if overflowed {
-                    continue;
-                }
-                match fraction
-                    .checked_mul(10)
-                    .and_then(|v| v.checked_add(u64::from(b - b'0')))
-                    .filter(|v| *v <= MAX)
-                    .zip(scale.checked_mul(10))
-                {
-                    Some((f, sc)) => (fraction, scale) = (f, sc),
-                    None => overflowed = true,
-                }
-            }
-            s = &rest[digits..];
-        }
-        if !had_integer && !had_fraction {
-            return Err(syntax());
-        }
-        // The unit: everything up to the next digit or dot.
-        let unit_len = s.find(|c: char| c == '.' || c.is_ascii_digit()).unwrap_or(s.len());
-        if unit_len == 0 {
-            return Err(syntax());
-        }
-        let unit_text = &s[..unit_len];
-        s = &s[unit_len..];
-        let unit: u64 = match unit_text {
-            "ns" => 1,
-            "us" | "\u{00b5}s" | "\u{03bc}s" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            _ => return Err(DurationError::Unit(orig.into(), unit_text.into())),
-        };
-        let mut part = value.checked_mul(unit).filter(|v| *v <= MAX).ok_or_else(overflow)?;
-        if fraction > 0 {
-            // float64 as in Go: the fraction is at most 19 digits, exactness is not promised.
-            let extra = (fraction as f64) * (unit as f64 / scale as f64);
-            if !extra.is_finite() || extra >= MAX as f64 {
-                return Err(overflow());
-            }
-            part = part.checked_add(extra as u64).filter(|v| *v <= MAX).ok_or_else(overflow)?;
-        }
+        let (number, rest) = leading_number(s, orig)?;
+        let (unit, rest) = leading_unit(rest, orig)?;
+        s = rest;
+        let part = number.nanos(unit).ok_or_else(overflow)?;
         total = total.checked_add(part).filter(|v| *v <= MAX).ok_or_else(overflow)?;
     }
     if !negative && total > MAX - 1 {
         return Err(overflow());
     }
     Ok((negative, total))
+}
+
+/// A number of a duration: its integer part, and its fraction as `fraction / scale`.
+struct Number {
+    value: u64,
+    fraction: u64,
+    scale: u64,
+}
+
+impl Number {
+    /// The number times `unit` nanoseconds; `None` past [`MAX`].
+    fn nanos(&self, unit: u64) -> Option<u64> {
+        let part = self.value.checked_mul(unit).filter(|v| *v <= MAX)?;
+        if self.fraction == 0 {
+            return Some(part);
+        }
+        // float64 as in Go: the fraction is at most 19 digits, exactness is not promised.
+        let extra = (self.fraction as f64) * (unit as f64 / self.scale as f64);
+        if !extra.is_finite() || extra >= MAX as f64 {
+            return None;
+        }
+        part.checked_add(extra as u64).filter(|v| *v <= MAX)
+    }
+}
+
+/// The number `[0-9]*(\.[0-9]*)?` at the start of `s` (at least one digit), and the rest.
+fn leading_number<'a>(s: &'a str, orig: &str) -> Result<(Number, &'a str), DurationError> {
+    // The integer part: [0-9]*
+    let digits = s.bytes().take_while(u8::is_ascii_digit).count();
+    let mut value: u64 = 0;
+    for b in s[..digits].bytes() {
+        value = value
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(u64::from(b - b'0')))
+            .filter(|v| *v <= MAX)
+            .ok_or_else(|| DurationError::Overflow(orig.into()))?;
+    }
+    let had_integer = digits > 0;
+    let mut s = &s[digits..];
+    // The fraction: (\.[0-9]*)? — digits past what fits are read and dropped, as Go does.
+    let (mut fraction, mut scale, mut had_fraction) = (0u64, 1u64, false);
+    if let Some(rest) = s.strip_prefix('.') {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        had_fraction = digits > 0;
+        for b in rest[..digits].bytes() {
+            match fraction
+                .checked_mul(10)
+                .and_then(|v| v.checked_add(u64::from(b - b'0')))
+                .filter(|v| *v <= MAX)
+                .zip(scale.checked_mul(10))
+            {
+                Some((f, sc)) => (fraction, scale) = (f, sc),
+                None => break,
+            }
+        }
+        s = &rest[digits..];
+    }
+    if !had_integer && !had_fraction {
+        return Err(DurationError::Syntax(orig.into()));
+    }
+    Ok((Number { value, fraction, scale }, s))
+}
+
+/// The unit at the start of `s` (everything up to the next digit or dot) in nanoseconds, and
+/// the rest.
+fn leading_unit<'a>(s: &'a str, orig: &str) -> Result<(u64, &'a str), DurationError> {
+    let unit_len = s.find(|c: char| c == '.' || c.is_ascii_digit()).unwrap_or(s.len());
+    if unit_len == 0 {
+        return Err(DurationError::Syntax(orig.into()));
+    }
+    let unit_text = &s[..unit_len];
+    let unit: u64 = match unit_text {
+        "ns" => 1,
+        "us" | "\u{00b5}s" | "\u{03bc}s" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        _ => return Err(DurationError::Unit(orig.into(), unit_text.into())),
+    };
+    Ok((unit, &s[unit_len..]))
 }
 
 #[cfg(test)]

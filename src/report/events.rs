@@ -353,20 +353,26 @@ impl EventWriter {
             } else {
                 refusal
             };
-            self.count(refusal);
-            let refused =
-                self.refused.lock().refused(namespace.clone(), refusal, std::time::Instant::now());
-            if refusal == Refusal::NamespaceTerminating {
-                debug!(object = %object, "no Event written: its namespace is being deleted");
-            } else if refused.news {
-                warn!(namespace = %namespace, object = %object, refusal = refusal.as_str(), error = %e,
-                      retry_in_seconds = refused.delay.as_secs(),
-                      "Events refused in this namespace; none are written there until the backoff ends (other namespaces are not affected)");
-            } else {
-                debug!(namespace = %namespace, object = %object, refusal = refusal.as_str(), error = %e,
-                       retry_in_seconds = refused.delay.as_secs(), "Event refused again");
-            }
+            self.back_off(&namespace, &object, refusal, &e);
             return;
+        }
+    }
+
+    /// An Event refused in `namespace` (`e`, as `refusal`): counted, and no Event is written
+    /// there until the backoff ends; said once per episode.
+    fn back_off(&self, namespace: &str, object: &str, refusal: Refusal, e: &kube::Error) {
+        self.count(refusal);
+        let refused =
+            self.refused.lock().refused(namespace.to_string(), refusal, std::time::Instant::now());
+        if refusal == Refusal::NamespaceTerminating {
+            debug!(object = %object, "no Event written: its namespace is being deleted");
+        } else if refused.news {
+            warn!(namespace = %namespace, object = %object, refusal = refusal.as_str(), error = %e,
+                  retry_in_seconds = refused.delay.as_secs(),
+                  "Events refused in this namespace; none are written there until the backoff ends (other namespaces are not affected)");
+        } else {
+            debug!(namespace = %namespace, object = %object, refusal = refusal.as_str(), error = %e,
+                   retry_in_seconds = refused.delay.as_secs(), "Event refused again");
         }
     }
 

@@ -217,6 +217,8 @@ impl SkipReason {
 }
 
 impl Metrics {
+    /// Registers every metric the operator exports.
+    // long: one registration per metric, read top to bottom as the list of what is exported
     pub fn new(count_by_namespace: bool) -> Self {
         let registry = Registry::new();
         let counter = |name: &str, help: &str, labels: &[&str]| {

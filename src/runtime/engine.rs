@@ -31,6 +31,8 @@ mod csi;
 mod events;
 mod feed;
 mod follow;
+mod loops;
+mod mocked_api;
 mod outcome;
 mod policies;
 mod reconcile;
@@ -44,7 +46,7 @@ use events::*;
 use reconcile::Reconciler;
 use write::*;
 
-pub use admission::{AdmissionError, admission_patch, admitted_kind};
+pub use admission::{Admission, AdmissionError, admission_patch, admitted_kind};
 
 use crate::decide::churn::{RolloutLimiter, ThrottleReason};
 use crate::decide::jobs::is_controlled;
@@ -125,14 +127,16 @@ pub struct Engine {
     /// What the operator knows (index, per-workload memory, served namespaces) and the one way
     /// watch events change it.
     feed: Arc<feed::Feed>,
-    /// The index as the workers and the admission path read it (only the feed writes it).
-    index: StoreReader,
     /// The workloads to reconcile (the feed queues them; the workers take them).
     queue: Arc<WorkQueue<WorkloadKey>>,
     /// Sources that break an input limit (the feed finds them), reported by their own task.
     source_reports: Arc<crate::report::input_limits::SourceLimitReports>,
     /// Reconciles workloads taken from the queue (see `reconcile`).
-    reconciler: Reconciler,
+    reconciler: Arc<Reconciler>,
+    /// The reconcile workers, the resync, and what leadership and the hash key set going.
+    loops: Arc<loops::Loops>,
+    /// Answers admission reviews (see `admission`).
+    admission: Arc<Admission>,
     /// Lists on change, for kinds that may be listed but not watched (see `follow`).
     scanner: Arc<follow::Scanner>,
     /// The workload watches running, started and stopped as the rights say (see `watches`).
@@ -141,39 +145,41 @@ pub struct Engine {
     csi: Arc<csi::Csi>,
     /// ReloadPolicies, what is reported about them, and their status writer.
     policies: Arc<policies::Policies>,
+    /// Every Event is written through it (flushed at the end).
+    events: Arc<crate::report::events::EventWriter>,
     metrics: Arc<crate::report::metrics::Metrics>,
-    /// True while this replica may write (always, without `--enable-ha`).
-    leadership: watch::Receiver<bool>,
     /// The key of keyed hashes, once loaded (see [`crate::kube::hash_key`]).
     hash_key: Arc<crate::kube::hash_key::KeySlot>,
-    /// The reconcile workers still running, for `/live`.
-    workers: crate::runtime::containment::Workers,
+    /// True while this replica may write (always, without `--enable-ha`).
+    leadership: watch::Receiver<bool>,
 }
 
-/// The writer of every workload change, its pending-Job records in the operator's namespace.
-fn workload_writer(
-    client: &Client,
-    config: &EngineConfig,
-    hash_key: &Arc<crate::kube::hash_key::KeySlot>,
-) -> WorkloadWriter {
-    let records = crate::kube::pending_jobs::PendingJobs::new(
-        client.clone(),
-        config.own_namespace.clone(),
-        hash_key.clone(),
-    );
-    WorkloadWriter::new(client.clone(), config.webhook_url.clone(), config.keys.clone(), records)
+/// What the engine's parts share, made once by [`Engine::new`] and handed to each part as it
+/// is built: the client, the settings, the Event writer and metrics, the work queue, the churn
+/// limits, the index, the per-workload memory, the hash key and leadership.
+struct Common {
+    client: Client,
+    config: EngineConfig,
+    events: Arc<crate::report::events::EventWriter>,
+    metrics: Arc<crate::report::metrics::Metrics>,
+    queue: Arc<WorkQueue<WorkloadKey>>,
+    rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
+    store: Arc<RwLock<Store>>,
+    synced: Arc<AtomicBool>,
+    memory: Arc<WorkloadMemories>,
+    /// The lists on change waiting (the feed asks for them, the scanner runs them).
+    scans: Arc<scans::ScanState>,
+    hash_key: Arc<crate::kube::hash_key::KeySlot>,
+    leadership: watch::Receiver<bool>,
 }
 
-impl Engine {
-    /// `leadership` says when this replica may write: [`crate::kube::leader::sole_leader`] for one
-    /// replica, an [`crate::kube::leader::Election`]'s channel with `--enable-ha`.
-    /// `events_client` writes Events (on the budget's background lane when rate limited).
-    pub fn new(
+impl Common {
+    fn new(
         client: Client,
         events_client: Client,
         config: EngineConfig,
         leadership: watch::Receiver<bool>,
-    ) -> Arc<Self> {
+    ) -> Self {
         let events = Arc::new(crate::report::events::EventWriter::new(events_client));
         let metrics =
             Arc::new(crate::report::metrics::Metrics::new(config.metrics_count_by_namespace));
@@ -191,94 +197,214 @@ impl Engine {
             config.rollout_burst,
             tokio::time::Instant::now().into_std(),
         )));
-        let store = Arc::new(RwLock::new(Store::default()));
-        let synced = Arc::new(AtomicBool::new(false));
         let hash_key = Arc::new(crate::kube::hash_key::KeySlot::new(
             config.hash_key_namespace.clone(),
             config.hash_key_secret.clone(),
         ));
-        let policies = Arc::new(policies::Policies::new(
-            policies::Shared {
-                client: client.clone(),
-                store: store.clone(),
-                workloads: queue.clone(),
-                events: events.clone(),
-                metrics: metrics.clone(),
-                hash_key: hash_key.clone(),
-                rollouts: rollouts.clone(),
-                synced: synced.clone(),
-                leadership: leadership.clone(),
-            },
-            &config,
-        ));
-        let rights =
-            Arc::new(rights::Rights::new(client.clone(), &config, metrics.clone(), events.clone()));
-        let memory = Arc::new(WorkloadMemories::default());
-        let index = StoreReader::new(store.clone());
-        let source_reports =
-            Arc::new(crate::report::input_limits::SourceLimitReports::new(events.clone()));
-        let feed = Arc::new(feed::Feed::new(
-            &config,
-            feed::Shared {
-                store,
-                memory: memory.clone(),
-                queue: queue.clone(),
-                rollouts: rollouts.clone(),
-                synced,
-            },
+        Common {
+            client,
+            config,
+            events,
+            metrics,
+            queue,
+            rollouts,
+            store: Arc::new(RwLock::new(Store::default())),
+            synced: Arc::new(AtomicBool::new(false)),
+            memory: Arc::new(WorkloadMemories::default()),
+            scans: Arc::default(),
+            hash_key,
+            leadership,
+        }
+    }
+
+    fn policies(&self) -> policies::Policies {
+        let shared = policies::Shared {
+            client: self.client.clone(),
+            store: self.store.clone(),
+            workloads: self.queue.clone(),
+            events: self.events.clone(),
+            metrics: self.metrics.clone(),
+            hash_key: self.hash_key.clone(),
+            rollouts: self.rollouts.clone(),
+            synced: self.synced.clone(),
+            leadership: self.leadership.clone(),
+        };
+        policies::Policies::new(shared, &self.config)
+    }
+
+    fn feed(
+        &self,
+        policies: &Arc<policies::Policies>,
+        rights: &Arc<rights::Rights>,
+        source_reports: &Arc<crate::report::input_limits::SourceLimitReports>,
+    ) -> feed::Feed {
+        let shared = feed::Shared {
+            store: self.store.clone(),
+            memory: self.memory.clone(),
+            queue: self.queue.clone(),
+            rollouts: self.rollouts.clone(),
+            synced: self.synced.clone(),
+            scans: self.scans.clone(),
+        };
+        feed::Feed::new(
+            &self.config,
+            shared,
             policies.clone(),
             rights.clone(),
-            metrics.clone(),
+            self.metrics.clone(),
             source_reports.clone(),
-        ));
-        let reconciler = Reconciler {
-            config: config.clone(),
+        )
+    }
+
+    fn reconciler(
+        &self,
+        feed: &Arc<feed::Feed>,
+        policies: &Arc<policies::Policies>,
+        rights: &Arc<rights::Rights>,
+    ) -> Reconciler {
+        let alerter = Arc::new(std::sync::OnceLock::new());
+        let follower = outcome::Follower {
+            memory: self.memory.clone(),
+            index: self.index(),
+            queue: self.queue.clone(),
+            policies: policies.clone(),
+            events: self.events.clone(),
+            metrics: self.metrics.clone(),
+            alerter: alerter.clone(),
+            leadership: self.leadership.clone(),
+            rollout_timeout: self.config.rollout_timeout,
+        };
+        Reconciler {
+            config: self.config.clone(),
             feed: feed.clone(),
-            index: index.clone(),
-            memory: memory.clone(),
-            queue: queue.clone(),
-            rollouts,
+            index: self.index(),
+            memory: self.memory.clone(),
+            queue: self.queue.clone(),
+            rollouts: self.rollouts.clone(),
             policies: policies.clone(),
             rights: rights.clone(),
-            writer: workload_writer(&client, &config, &hash_key),
-            metrics: metrics.clone(),
-            events: events.clone(),
-            alerter: std::sync::OnceLock::new(),
-            hash_key: hash_key.clone(),
-            leadership: leadership.clone(),
-        };
-        let scanner = Arc::new(follow::Scanner {
-            client: client.clone(),
+            writer: self.workload_writer(),
+            metrics: self.metrics.clone(),
+            events: self.events.clone(),
+            alerter,
+            follower,
+            hash_key: self.hash_key.clone(),
+            leadership: self.leadership.clone(),
+        }
+    }
+
+    fn admission(
+        &self,
+        feed: &Arc<feed::Feed>,
+        policies: &Arc<policies::Policies>,
+        reconciler: &Arc<Reconciler>,
+    ) -> Admission {
+        Admission {
+            config: self.config.clone(),
             feed: feed.clone(),
-            index: index.clone(),
-            memory,
+            selections: feed::Selections::new(self.config.keys.clone(), self.store.clone()),
+            index: self.index(),
+            policies: policies.clone(),
+            planner: reconciler.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+
+    /// The index as the workers and the admission path read it (only the feed writes it).
+    fn index(&self) -> StoreReader {
+        StoreReader::new(self.store.clone())
+    }
+
+    /// The writer of every workload change, its pending-Job records in the operator's namespace.
+    fn workload_writer(&self) -> WorkloadWriter {
+        let records = crate::kube::pending_jobs::PendingJobs::new(
+            self.client.clone(),
+            self.config.own_namespace.clone(),
+            self.hash_key.clone(),
+        );
+        WorkloadWriter::new(
+            self.client.clone(),
+            self.config.webhook_url.clone(),
+            self.config.keys.clone(),
+            records,
+        )
+    }
+}
+
+impl Engine {
+    /// `leadership` says when this replica may write: [`crate::kube::leader::sole_leader`] for one
+    /// replica, an [`crate::kube::leader::Election`]'s channel with `--enable-ha`.
+    /// `events_client` writes Events (on the budget's background lane when rate limited).
+    pub fn new(
+        client: Client,
+        events_client: Client,
+        config: EngineConfig,
+        leadership: watch::Receiver<bool>,
+    ) -> Arc<Self> {
+        let common = Common::new(client, events_client, config, leadership);
+        let policies = Arc::new(common.policies());
+        let rights = Arc::new(rights::Rights::new(
+            common.client.clone(),
+            &common.config,
+            common.metrics.clone(),
+            common.events.clone(),
+        ));
+        let source_reports =
+            Arc::new(crate::report::input_limits::SourceLimitReports::new(common.events.clone()));
+        let feed = Arc::new(common.feed(&policies, &rights, &source_reports));
+        let reconciler = Arc::new(common.reconciler(&feed, &policies, &rights));
+        let scanner = Arc::new(follow::Scanner {
+            client: common.client.clone(),
+            feed: feed.clone(),
+            scans: common.scans.clone(),
+            kinds: common.config.kinds.clone(),
+            debounce: common.config.debounce,
+            index: common.index(),
+            memory: common.memory.clone(),
             rights: rights.clone(),
-            metrics: metrics.clone(),
+            metrics: common.metrics.clone(),
         });
         let csi = Arc::new(csi::Csi::new(
-            client.clone(),
+            common.client.clone(),
             feed.clone(),
-            metrics.clone(),
-            config.api_discovery_interval,
+            common.metrics.clone(),
+            common.config.api_discovery_interval,
         ));
+        let loops = Arc::new(loops::Loops {
+            resync_period: common.config.resync_period,
+            feed: feed.clone(),
+            index: common.index(),
+            queue: common.queue.clone(),
+            reconciler: reconciler.clone(),
+            scanner: scanner.clone(),
+            policies: policies.clone(),
+            rights: rights.clone(),
+            metrics: common.metrics.clone(),
+            leadership: common.leadership.clone(),
+            hash_key: common.hash_key.clone(),
+            workers: crate::runtime::containment::Workers::default(),
+        });
+        let admission = Arc::new(common.admission(&feed, &policies, &reconciler));
+        let Common { client, config, events, metrics, queue, hash_key, leadership, .. } = common;
         Arc::new(Engine {
             csi,
             scanner,
             watch_tasks: watches::WatchTasks::default(),
             rights,
             feed,
-            index,
             queue,
             source_reports,
             reconciler,
+            loops,
+            admission,
             client,
             pending_watchers: AtomicUsize::new(0),
             ready: watch::channel(Readiness::Syncing).0,
+            events,
             metrics,
             policies,
-            leadership,
             hash_key,
-            workers: crate::runtime::containment::Workers::default(),
+            leadership,
             config,
         })
     }
@@ -296,7 +422,7 @@ impl Engine {
 
     /// False once a worker has ended while the queue is open (`/live` answers 503 then).
     pub fn live(&self) -> watch::Receiver<bool> {
-        self.workers.live()
+        self.loops.live()
     }
 
     /// The slot of the hash key, for the operator to load it into.
@@ -304,60 +430,15 @@ impl Engine {
         self.hash_key.clone()
     }
 
-    /// When the key arrives, everything keyed that waited for it is looked at.
-    async fn follow_hash_key(self: Arc<Self>) {
-        let mut state = self.hash_key.subscribe();
-        while state.changed().await.is_ok() {
-            let loaded =
-                matches!(*state.borrow_and_update(), crate::kube::hash_key::KeyState::Loaded(_));
-            if loaded && self.feed.is_synced() {
-                self.enqueue_everything();
-            } else {
-                // Policies report why they wait.
-                self.policies.enqueue_all();
-            }
-        }
-    }
-
-    fn is_leader(&self) -> bool {
-        *self.leadership.borrow()
-    }
-
-    /// On taking over, every workload and policy is checked: level-triggered, so what the old
-    /// leader already did is a no-op and what it missed is done now.
-    async fn follow_leadership(self: Arc<Self>) {
-        let mut leadership = self.leadership.clone();
-        loop {
-            let leading = *leadership.borrow_and_update();
-            self.metrics.leader.set(i64::from(leading));
-            if leading {
-                // In the background: a slow or failing read must not hold up the takeover.
-                let engine = self.clone();
-                tokio::spawn(async move { engine.reconciler.resume_pending_jobs().await });
-            }
-            if self.feed.is_synced() {
-                // Marked before anything is queued (runtime/engine/outcome.rs).
-                self.feed.mark_rollouts_to_look_at(leading);
-                if leading {
-                    self.enqueue_everything();
-                }
-            }
-            if leadership.changed().await.is_err() {
-                return;
-            }
-        }
-    }
-
-    fn enqueue_everything(&self) {
-        let workloads = self.feed.queue_everything();
-        info!(workloads, "leading: checking every workload against its sources");
-        self.policies.enqueue_all();
+    /// The admission webhook's reviewer (see `admission`).
+    pub fn admission(&self) -> Arc<Admission> {
+        self.admission.clone()
     }
 
     /// Sends an alert for every source of every reload from now on (`--alert-on-reload`).
     /// A second alerter is ignored.
     pub fn send_alerts(&self, alerter: crate::report::alerts::Alerter) {
-        let _ = self.reconciler.alerter.set(alerter);
+        self.reconciler.send_alerts(alerter);
     }
 
     pub fn metrics(&self) -> Arc<crate::report::metrics::Metrics> {
@@ -378,27 +459,33 @@ impl Engine {
         if let Some(why) = self.rights.review().await {
             let _ = self.ready.send(Readiness::Unable(why));
         }
+        self.start_watches(&mut tasks, &scopes);
+        info!(
+            namespaces = ?self.config.namespaces,
+            kinds = ?self.config.kinds,
+            strategy = ?self.config.strategy,
+            "annotation mode starting"
+        );
+        let mut workers = tokio::task::JoinSet::new();
+        for _ in 0..self.config.workers {
+            workers.spawn(self.loops.clone().worker());
+        }
+        tasks.spawn(self.loops.clone().resync_loop());
+        tasks.spawn(crate::runtime::memory::trim_periodically());
+        tasks.spawn(self.loops.clone().follow_leadership());
+        tasks.spawn(self.loops.clone().follow_hash_key());
+
+        shutdown.await;
+        self.stop(workers, tasks).await;
+    }
+
+    /// Starts every watch the rights allow, the discovery of kinds whose API may not exist
+    /// (yet), the policies' status writer, the reports of sources over their limits, the
+    /// rights' healing and the lists on change.
+    fn start_watches(self: &Arc<Self>, tasks: &mut tokio::task::JoinSet<()>, scopes: &[Scope]) {
+        let (sources, watched) = watches_to_start(&self.config, &self.rights, scopes);
         // Every watcher reports its first list once; the count must be in place before any
         // of them can finish.
-        let mut watched: Vec<(Option<String>, WorkloadKind)> = Vec::new();
-        let mut sources: Vec<(Option<String>, SourceKind)> = Vec::new();
-        for scope in &scopes {
-            for kind in [SourceKind::ConfigMap, SourceKind::Secret] {
-                let on = match kind {
-                    SourceKind::ConfigMap => self.config.watch_configmaps,
-                    SourceKind::Secret => self.config.watch_secrets,
-                    SourceKind::SecretProviderClass => false,
-                };
-                if on && self.rights.may_follow_source(kind, scope.as_deref()) {
-                    sources.push((scope.clone(), kind));
-                }
-            }
-            for &kind in self.config.kinds.iter().filter(|k| k.always_served()) {
-                if self.rights.follow_of(kind, scope.as_deref()) == Follow::Watch {
-                    watched.push((scope.clone(), kind));
-                }
-            }
-        }
         let namespace_watcher = usize::from(self.config.namespace_selector.is_some());
         self.pending_watchers
             .store(sources.len() + watched.len() + namespace_watcher, Ordering::SeqCst);
@@ -407,16 +494,16 @@ impl Engine {
         }
         // Kinds whose API may not exist (yet): found by discovery, watched once found. They do
         // not hold up readiness; their workloads are checked as they arrive.
-        tasks.spawn(self.clone().discover_and_watch_policies(scopes.clone()));
+        tasks.spawn(self.clone().discover_and_watch_policies(scopes.to_vec()));
         let engine = self.clone();
         tasks.spawn(async move { engine.policies.status_worker().await });
         let engine = self.clone();
         tasks.spawn(async move { engine.source_reports.publish().await });
         if self.config.csi_integration {
-            tasks.spawn(self.csi.clone().discover_and_watch_csi(scopes.clone()));
+            tasks.spawn(self.csi.clone().discover_and_watch_csi(scopes.to_vec()));
         }
         for kind in self.config.kinds.iter().copied().filter(|k| !k.always_served()) {
-            tasks.spawn(self.clone().discover_and_watch(kind, scopes.clone()));
+            tasks.spawn(self.clone().discover_and_watch(kind, scopes.to_vec()));
         }
         for (scope, kind) in sources {
             match kind {
@@ -430,31 +517,24 @@ impl Engine {
             };
         }
         for (scope, kind) in watched {
-            self.watch_tasks.start(&self, kind, scope, true);
+            self.watch_tasks.start(self, kind, scope, true);
         }
         // Rights asked again at each resync, after a refusal, and while reviews go unanswered.
         tasks.spawn(watches::WatchTasks::heal(self.clone()));
         for _ in 0..follow::SCAN_WORKERS {
             tasks.spawn(self.scanner.clone().scan_worker());
         }
-        info!(
-            namespaces = ?self.config.namespaces,
-            kinds = ?self.config.kinds,
-            strategy = ?self.config.strategy,
-            "annotation mode starting"
-        );
-        let mut workers = tokio::task::JoinSet::new();
-        for _ in 0..self.config.workers {
-            workers.spawn(self.clone().worker());
-        }
-        tasks.spawn(self.clone().resync_loop());
-        tasks.spawn(crate::runtime::memory::trim_periodically());
-        tasks.spawn(self.clone().follow_leadership());
-        tasks.spawn(self.clone().follow_hash_key());
+    }
 
-        shutdown.await;
+    /// No new work is taken; the workers finish their reconciles (20 s at most) and the
+    /// Events of the last rollouts are written (5 s at most); then every task ends.
+    async fn stop(
+        &self,
+        mut workers: tokio::task::JoinSet<()>,
+        mut tasks: tokio::task::JoinSet<()>,
+    ) {
         info!("stopping: no new work is taken, in-flight writes finish");
-        self.workers.stopping();
+        self.loops.stopping();
         self.queue.close();
         self.policies.close();
         self.scanner.close_scans();
@@ -466,102 +546,43 @@ impl Engine {
         if drained.is_err() {
             warn!("in-flight work did not finish within 20s; stopping anyway");
         }
-        if !self.reconciler.events.flush(Duration::from_secs(5)).await {
+        if !self.events.flush(Duration::from_secs(5)).await {
             warn!("Events of the last rollouts not all written within 5s; stopping anyway");
         }
         self.watch_tasks.stop_all();
         tasks.abort_all();
     }
+}
 
-    async fn resync_loop(self: Arc<Self>) {
-        if self.config.resync_period.is_zero() {
-            return; // `--resync-period=0`: off
-        }
-        let mut ticker = tokio::time::interval(self.config.resync_period);
-        ticker.tick().await;
-        loop {
-            ticker.tick().await;
-            if !self.feed.is_synced() {
-                continue;
-            }
-            let started = tokio::time::Instant::now();
-            let workloads = self.feed.queue_everything();
-            self.scanner.scan_everything();
-            // What the identity may do is asked again too (see `rights`).
-            self.rights.ask_again();
-            // Timed until the queue holds nothing due by the time the last key was queued (a
-            // debounced key keeps its later due time) and no worker is busy: exact when idle,
-            // an upper bound while other changes keep the workers busy.
-            let by = tokio::time::Instant::now();
-            while !self.queue.drained_by(by) {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            let took = started.elapsed();
-            self.metrics.resync_duration.observe(took.as_secs_f64());
-            info!(workloads, seconds = took.as_secs_f64(), "periodic resync done");
-            // The next one a whole period after this one ended, however long it took.
-            ticker.reset();
-        }
-    }
+/// A namespace watched, `None` for the whole cluster.
+type Scope = Option<String>;
 
-    async fn worker(self: Arc<Self>) {
-        // Counts this worker as alive until it returns; one that ends while the queue is open
-        // turns `/live` to 503 (see `crate::runtime::containment`).
-        let _alive = self.workers.enlist();
-        while let Some(key) = self.queue.next().await {
-            // A due key is taken without waiting and a reconcile with nothing to write does
-            // not wait either: without this, workers going through a full pass (startup,
-            // resync) would hold the runtime's threads, and /readyz, /live and the watches
-            // would wait for the pass to end.
-            tokio::task::coop::consume_budget().await;
-            if !self.is_leader() {
-                // A standby only keeps its caches warm; taking over queues everything again.
-                self.queue.done(&key);
-                continue;
-            }
-            let started = std::time::Instant::now();
-            let failures_before = self.reconciler.failures_of(&key);
-            let scanned = self.scanner.scan_generation(&key);
-            // A panic is the bug of one reconcile: the key is retried with backoff, the worker
-            // goes on, and no lock is poisoned (parking_lot locks do not poison).
-            let outcome = AssertUnwindSafe(self.reconciler.reconcile(&key)).catch_unwind().await;
-            let retry = match outcome {
-                Ok(next) => next.after(),
-                Err(panic) => {
-                    let retry = self.reconciler.next_retry(&key);
-                    crate::runtime::containment::report_panic(
-                        &self.metrics,
-                        "reconcile",
-                        &key,
-                        &*panic,
-                    );
-                    Some(retry)
-                }
+/// The source and workload watches to start in `scopes`: the kinds the settings follow and
+/// the rights let this identity watch (kinds whose API may not exist are found by discovery).
+#[allow(clippy::type_complexity)]
+fn watches_to_start(
+    config: &EngineConfig,
+    rights: &rights::Rights,
+    scopes: &[Scope],
+) -> (Vec<(Scope, SourceKind)>, Vec<(Scope, WorkloadKind)>) {
+    let mut watched = Vec::new();
+    let mut sources = Vec::new();
+    for scope in scopes {
+        for kind in [SourceKind::ConfigMap, SourceKind::Secret] {
+            let on = match kind {
+                SourceKind::ConfigMap => config.watch_configmaps,
+                SourceKind::Secret => config.watch_secrets,
+                SourceKind::SecretProviderClass => false,
             };
-            // The other program's values: an error is a reconcile that counted a failure (a
-            // write refused, a panic); waiting for quiet sources or a churn limit is a success.
-            let failed = self.reconciler.failures_of(&key) > failures_before;
-            let result = if failed { "error" } else { "success" };
-            self.metrics.reconcile_total.with_label_values(&[result]).inc();
-            self.metrics
-                .reconcile_duration
-                .with_label_values(&[result])
-                .observe(started.elapsed().as_secs_f64());
-            self.metrics.workqueue_depth.set(self.queue.len() as i64);
-            let (sources, workloads) = self.index.counts();
-            self.metrics.watched_objects.with_label_values(&["source"]).set(sources as i64);
-            self.metrics.watched_objects.with_label_values(&["workload"]).set(workloads as i64);
-            self.metrics
-                .watched_objects
-                .with_label_values(&["policy"])
-                .set(self.policies.count() as i64);
-            self.queue.done(&key);
-            match (retry, scanned) {
-                (Some(after), _) => self.queue.schedule(key, after),
-                // Listed for a change, and done with it: not kept (see `follow`).
-                (None, Some(generation)) => self.scanner.forget_scanned(&key, generation),
-                (None, None) => {}
+            if on && rights.may_follow_source(kind, scope.as_deref()) {
+                sources.push((scope.clone(), kind));
+            }
+        }
+        for &kind in config.kinds.iter().filter(|k| k.always_served()) {
+            if rights.follow_of(kind, scope.as_deref()) == Follow::Watch {
+                watched.push((scope.clone(), kind));
             }
         }
     }
+    (sources, watched)
 }

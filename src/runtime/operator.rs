@@ -69,6 +69,92 @@ pub fn engine_config(args: &ReloadArgs) -> EngineConfig {
 pub async fn run(cli: Cli) -> Result<()> {
     // Handlers first: a signal that arrives while connecting must stop us cleanly, not kill us.
     let shutdown = shutdown_signal()?;
+    refuse_plain_http(&cli)?;
+    let config = kube::Config::infer().await.map_err(|e| Error::Config(Box::new(e)))?;
+    let election = lease_settings(&cli, &config)?;
+    let clients = connect(&config, &cli).await?;
+    if cli.enable_pprof || cli.pprof_addr.is_some() {
+        warn!(
+            "--enable-pprof and --pprof-addr are accepted for compatibility and ignored: profiling is never served"
+        );
+    }
+    check_namespace_selector(&cli, &clients.work).await?;
+    let (leadership, election, lease_missing) = elect(&cli, election, &clients.work).await?;
+    let engine_config = engine_config_with_namespace(&cli);
+    let webhook = cli.webhook_settings()?;
+    let ha = election.is_some();
+    let client = clients.work.clone();
+    let engine = Engine::new(clients.work, clients.events, engine_config, leadership.clone());
+    engine.metrics().register_requests(&clients.requests);
+    engine.report_lease_rights(&lease_missing);
+    let key = start_the_key(&cli, &engine, &client, leadership.clone(), ha).await?;
+    let alerts = start_alerts(&cli, &engine);
+    let http = start_http(&cli, &engine).await?;
+    // Every replica serves the webhook from its warm memory; only the leader writes its
+    // certificate Secret and configuration.
+    let webhook = match webhook {
+        Some((source, scope)) => {
+            Some(start_webhook(&cli, &engine, (source, scope), client, leadership).await?)
+        }
+        None => None,
+    };
+    let mut ready = engine.ready();
+    tokio::spawn(async move {
+        if ready.wait_for(|r| *r == crate::serve::http::Readiness::Ready).await.is_ok() {
+            info!("ready");
+        }
+    });
+    // The signal stops the engine first (in-flight writes finish), then the election, which
+    // releases the Lease so a standby takes over at once.
+    let election = election.map(|e| Stoppable::spawn(|stop| e.run(stop.cancelled_owned())));
+    engine
+        .run(async {
+            shutdown.await;
+            info!("shutdown signal received, exiting");
+        })
+        .await;
+    if let Some(election) = election {
+        election.stop().await;
+    }
+    // After the Lease is released: queued alerts must not delay the standby's takeover.
+    if let Some(delivery) = alerts {
+        delivery.finish(Duration::from_secs(5)).await;
+    }
+    if let Some(webhook) = webhook {
+        webhook.stop().await;
+    }
+    key.stop().await;
+    http.stop().await;
+    Ok(())
+}
+
+/// A task `run` started, with the token that stops it: a cancel is kept, so a task that only
+/// starts waiting after it still stops.
+struct Stoppable {
+    stop: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Stoppable {
+    fn spawn<F>(task: impl FnOnce(CancellationToken) -> F) -> Self
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let stop = CancellationToken::new();
+        Stoppable { tasks: vec![tokio::spawn(task(stop.clone()))], stop }
+    }
+
+    /// Cancels the token and waits for every task.
+    async fn stop(self) {
+        self.stop.cancel();
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// `--webhook-url` over plain http is refused unless `--allow-plain-http` says otherwise.
+fn refuse_plain_http(cli: &Cli) -> Result<()> {
     let plain_http = cli.reload.webhook_url.as_deref().is_some_and(|u| u.starts_with("http://"));
     if plain_http && !cli.alerts.allow_plain_http {
         return Err(Error::Settings(
@@ -77,19 +163,34 @@ pub async fn run(cli: Cli) -> Result<()> {
                 .into(),
         ));
     }
-    let config = kube::Config::infer().await.map_err(|e| Error::Config(Box::new(e)))?;
+    Ok(())
+}
+
+/// With `--enable-ha`: the election's settings, and the client configuration of its Lease
+/// requests, bounded so a renewal that hangs fails before the Lease ends.
+fn lease_settings(
+    cli: &Cli,
+    config: &kube::Config,
+) -> Result<Option<(crate::kube::leader::LeaderConfig, kube::Config)>> {
+    let Some(leader) = cli.ha.leader_config()? else { return Ok(None) };
+    let mut lease_config = config.clone();
+    let timeout = Some(leader.request_timeout());
+    (lease_config.connect_timeout, lease_config.read_timeout, lease_config.write_timeout) =
+        (timeout, timeout, timeout);
+    Ok(Some((leader, lease_config)))
+}
+
+/// The operator's API clients: one for its work, one for Events, and the metrics of their
+/// requests.
+struct Clients {
+    work: Client,
+    events: Client,
+    requests: crate::report::metrics::RequestMetrics,
+}
+
+/// Builds the clients (rate limited with `--kube-api-qps`) and asks the server's version.
+async fn connect(config: &kube::Config, cli: &Cli) -> Result<Clients> {
     let cluster_url = config.cluster_url.to_string();
-    let election = match cli.ha.leader_config()? {
-        Some(leader) => {
-            // Lease requests are bounded so a renewal that hangs fails before the Lease ends.
-            let mut lease_config = config.clone();
-            let timeout = Some(leader.request_timeout());
-            (lease_config.connect_timeout, lease_config.read_timeout, lease_config.write_timeout) =
-                (timeout, timeout, timeout);
-            Some((leader, lease_config))
-        }
-        None => None,
-    };
     let host = config.cluster_url.authority().map(|a| a.to_string()).unwrap_or_default();
     let requests = crate::report::metrics::RequestMetrics::new(&host);
     // A request is timed from its call, which the rate limiter lets through only once it has
@@ -103,10 +204,10 @@ pub async fn run(cli: Cli) -> Result<()> {
             None => client.build(),
         })
     };
-    let client = build(Lane::Work)?;
+    let work = build(Lane::Work)?;
     // Events share the budget but never make a workload write wait (see `kube::ratelimit`).
-    let events_client = build(Lane::Background)?;
-    let version = client
+    let events = build(Lane::Background)?;
+    let version = work
         .apiserver_version()
         .await
         .map_err(|source| Error::Connect { url: cluster_url.clone(), source })?;
@@ -115,51 +216,56 @@ pub async fn run(cli: Cli) -> Result<()> {
         server_version = %version.git_version,
         "connected to the Kubernetes API server"
     );
-    if cli.enable_pprof || cli.pprof_addr.is_some() {
-        warn!(
-            "--enable-pprof and --pprof-addr are accepted for compatibility and ignored: profiling is never served"
-        );
-    }
+    Ok(Clients { work, events, requests })
+}
 
-    // An invalid namespace selector would fail every Namespace watch forever: ask the API
-    // server's own parser now, and stop with its message.
-    if let Some(selector) = crate::cli::namespace_selector(&cli.reload.namespace_selector) {
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        let probe = ListParams::default().labels(&selector).limit(1);
-        if let Err(kube::Error::Api(status)) = namespaces.list_metadata(&probe).await
-            && status.code == 400
-        {
-            return Err(Error::Settings(format!(
-                "--namespace-selector {selector:?} is not a valid label selector: {}",
-                status.message
-            )));
-        }
-    }
-
-    // With Reloader's Lease rights (get and update, no watch or patch) the Lease is polled.
-    let mut lease_missing = Vec::new();
-    let (leadership, election) = match election {
-        Some((leader, lease_config)) => {
-            let rights =
-                crate::kube::access::lease_rights(&client, &leader.namespace, &leader.lease_name)
-                    .await;
-            lease_missing = rights.missing;
-            let election = if rights.poll {
-                let retry = cli.ha.leader_election_retry_period.unwrap_or(Duration::from_secs(2));
-                Elector::Polling(PollingElection::new(
-                    Client::try_from(lease_config)?,
-                    leader,
-                    retry,
-                )?)
-            } else {
-                Elector::Watching(
-                    Election::new(Client::try_from(lease_config)?, client.clone(), leader).await?,
-                )
-            };
-            (election.leadership(), Some(election))
-        }
-        None => (sole_leader(), None),
+/// An invalid namespace selector would fail every Namespace watch forever: ask the API
+/// server's own parser now, and stop with its message.
+async fn check_namespace_selector(cli: &Cli, client: &Client) -> Result<()> {
+    let Some(selector) = crate::cli::namespace_selector(&cli.reload.namespace_selector) else {
+        return Ok(());
     };
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let probe = ListParams::default().labels(&selector).limit(1);
+    if let Err(kube::Error::Api(status)) = namespaces.list_metadata(&probe).await
+        && status.code == 400
+    {
+        return Err(Error::Settings(format!(
+            "--namespace-selector {selector:?} is not a valid label selector: {}",
+            status.message
+        )));
+    }
+    Ok(())
+}
+
+/// When this replica may write, its election (with `--enable-ha`), and the Lease rights the
+/// identity lacks. With Reloader's Lease rights (get and update, no watch or patch) the Lease
+/// is polled.
+async fn elect(
+    cli: &Cli,
+    election: Option<(crate::kube::leader::LeaderConfig, kube::Config)>,
+    client: &Client,
+) -> Result<(tokio::sync::watch::Receiver<bool>, Option<Elector>, Vec<crate::kube::access::Right>)>
+{
+    let Some((leader, lease_config)) = election else {
+        return Ok((sole_leader(), None, Vec::new()));
+    };
+    let rights =
+        crate::kube::access::lease_rights(client, &leader.namespace, &leader.lease_name).await;
+    let election = if rights.poll {
+        let retry = cli.ha.leader_election_retry_period.unwrap_or(Duration::from_secs(2));
+        Elector::Polling(PollingElection::new(Client::try_from(lease_config)?, leader, retry)?)
+    } else {
+        Elector::Watching(
+            Election::new(Client::try_from(lease_config)?, client.clone(), leader).await?,
+        )
+    };
+    Ok((election.leadership(), Some(election), rights.missing))
+}
+
+/// The engine's settings, with `POD_NAMESPACE` as the operator's own namespace (and the hash
+/// key's, unless given) when it is set.
+fn engine_config_with_namespace(cli: &Cli) -> EngineConfig {
     let mut engine_config = engine_config(&cli.reload);
     if let Some(ns) = cli.ha.pod_namespace.as_ref().filter(|s| !s.is_empty()) {
         engine_config.own_namespace = ns.clone();
@@ -167,40 +273,47 @@ pub async fn run(cli: Cli) -> Result<()> {
             engine_config.hash_key_namespace = ns.clone();
         }
     }
-    let webhook = cli.webhook_settings()?;
-    let webhook_leadership = leadership.clone();
-    let key_leadership = leadership.clone();
-    let ha = election.is_some();
-    let engine = Engine::new(client.clone(), events_client, engine_config, leadership);
-    engine.metrics().register_requests(&requests);
-    engine.report_lease_rights(&lease_missing);
+    engine_config
+}
+
+/// Annotation mode's keyed hashes need the key before anything is planned: a replica that
+/// may create it (no HA) does so now, and any error is fatal; a standby only checks that it
+/// may read it, and waits for the leader to create it. In sha1 mode, only keyed policies
+/// need it: loaded in the background, never holding up readiness.
+async fn start_the_key(
+    cli: &Cli,
+    engine: &Engine,
+    client: &Client,
+    leadership: tokio::sync::watch::Receiver<bool>,
+    ha: bool,
+) -> Result<Stoppable> {
     let key_slot = engine.hash_key();
-    // Annotation mode's keyed hashes need the key before anything is planned: a replica that
-    // may create it (no HA) does so now, and any error is fatal; a standby only checks that it
-    // may read it, and waits for the leader to create it. In sha1 mode, only keyed policies
-    // need it: loaded in the background, never holding up readiness.
-    if cli.reload.hash_mode == HashMode::HmacSha256 {
-        key_slot.load_once(&client, !ha).await?;
+    let keyed_annotations = cli.reload.hash_mode == HashMode::HmacSha256;
+    if keyed_annotations {
+        key_slot.load_once(client, !ha).await?;
     }
-    let stop_key = CancellationToken::new();
-    let key_task = tokio::spawn(keep_the_key(
-        client.clone(),
-        key_slot,
-        key_leadership,
-        stop_key.clone(),
-        cli.reload.hash_mode == HashMode::HmacSha256,
-        engine.policy_mode(),
-    ));
+    let (client, policy_mode) = (client.clone(), engine.policy_mode());
+    Ok(Stoppable::spawn(|stop| {
+        keep_the_key(client, key_slot, leadership, stop, keyed_annotations, policy_mode)
+    }))
+}
+
+/// Alerts (`--alert-*`): the engine sends them, the delivery is finished at the end.
+fn start_alerts(cli: &Cli, engine: &Engine) -> Option<crate::report::alerts::AlertDelivery> {
     let webhook_mode = cli.reload.webhook_url.as_deref().is_some_and(|u| !u.is_empty());
     let alerts = crate::report::alerts::start_from_settings(
         &cli.alerts.settings(),
         webhook_mode,
         engine.metrics(),
     );
-    let alert_delivery = alerts.map(|(alerter, delivery)| {
+    alerts.map(|(alerter, delivery)| {
         engine.send_alerts(alerter);
         delivery
-    });
+    })
+}
+
+/// Serves `/metrics`, `/live` and `/readyz`.
+async fn start_http(cli: &Cli, engine: &Engine) -> Result<Stoppable> {
     let stop_http = CancellationToken::new();
     let (bound, http) = {
         let stop = stop_http.clone().cancelled_owned();
@@ -210,95 +323,46 @@ pub async fn run(cli: Cli) -> Result<()> {
             .map_err(|source| Error::Listen { addr: cli.metrics_addr, source })?
     };
     info!(address = %bound, "serving /metrics, /live and /readyz");
-    let http = tokio::spawn(http);
-    // Every replica serves the webhook from its warm memory; only the leader writes its
-    // certificate Secret and configuration.
+    Ok(Stoppable { stop: stop_http, tasks: vec![tokio::spawn(http)] })
+}
+
+/// Serves the admission webhook (`--enable-webhook`) and keeps its certificate.
+async fn start_webhook(
+    cli: &Cli,
+    engine: &Arc<Engine>,
+    (source, scope): (crate::serve::admission::CertSource, crate::serve::admission::Scope),
+    client: Client,
+    leadership: tokio::sync::watch::Receiver<bool>,
+) -> Result<Stoppable> {
     let stop_webhook = CancellationToken::new();
-    let webhook = match webhook {
-        Some((source, scope)) => {
-            let slot = Arc::new(crate::serve::admission::CertSlot::default());
-            let stop = stop_webhook.clone().cancelled_owned();
-            // The configuration's own rule: exclusions apply when no namespaces are listed
-            // (listed ones are checked by the engine either way).
-            let excluded = if scope.namespaces.is_empty() {
-                scope.excluded_namespaces.clone()
-            } else {
-                Vec::new()
-            };
-            let guard = crate::serve::admission::Guard {
-                excluded_namespaces: excluded,
-                client_ca: cli.webhook.webhook_client_ca.clone(),
-                allow_unauthenticated: cli.webhook.webhook_allow_unauthenticated,
-            };
-            if guard.client_ca.is_none() && !guard.allow_unauthenticated {
-                warn!(
-                    "the admission webhook has no --webhook-client-ca: no caller is \
-                     authenticated, so every review is admitted without a patch"
-                );
-            }
-            let (bound, server) = crate::serve::admission::serve(
-                cli.webhook.webhook_addr,
-                engine.clone(),
-                slot.clone(),
-                guard,
-                stop,
-            )
-            .await
-            .map_err(|source| crate::serve::admission::WebhookError::Listen {
-                addr: cli.webhook.webhook_addr,
-                source,
-            })?;
-            info!(address = %bound, path = crate::serve::admission::MUTATE_PATH, "serving the admission webhook");
-            let stop = stop_webhook.clone().cancelled_owned();
-            let upkeep = crate::serve::admission::maintain_certificates(
-                client.clone(),
-                source,
-                scope,
-                slot,
-                webhook_leadership,
-                stop,
-            );
-            Some((tokio::spawn(server), tokio::spawn(upkeep)))
-        }
-        None => None,
+    let slot = Arc::new(crate::serve::admission::CertSlot::default());
+    let stop = stop_webhook.clone().cancelled_owned();
+    // The configuration's own rule: exclusions apply when no namespaces are listed
+    // (listed ones are checked by the engine either way).
+    let excluded =
+        if scope.namespaces.is_empty() { scope.excluded_namespaces.clone() } else { Vec::new() };
+    let guard = crate::serve::admission::Guard {
+        excluded_namespaces: excluded,
+        client_ca: cli.webhook.webhook_client_ca.clone(),
+        allow_unauthenticated: cli.webhook.webhook_allow_unauthenticated,
     };
-    let mut ready = engine.ready();
-    tokio::spawn(async move {
-        if ready.wait_for(|r| *r == crate::serve::http::Readiness::Ready).await.is_ok() {
-            info!("ready");
-        }
-    });
-    // The signal stops the engine first (in-flight writes finish), then the election, which
-    // releases the Lease so a standby takes over at once.
-    let stop_election = CancellationToken::new();
-    let election = election.map(|e| {
-        let stop = stop_election.clone().cancelled_owned();
-        tokio::spawn(e.run(stop))
-    });
-    engine
-        .run(async {
-            shutdown.await;
-            info!("shutdown signal received, exiting");
-        })
-        .await;
-    if let Some(election) = election {
-        stop_election.cancel();
-        let _ = election.await;
+    if guard.client_ca.is_none() && !guard.allow_unauthenticated {
+        warn!(
+            "the admission webhook has no --webhook-client-ca: no caller is \
+             authenticated, so every review is admitted without a patch"
+        );
     }
-    // After the Lease is released: queued alerts must not delay the standby's takeover.
-    if let Some(delivery) = alert_delivery {
-        delivery.finish(Duration::from_secs(5)).await;
-    }
-    if let Some((server, upkeep)) = webhook {
-        stop_webhook.cancel();
-        let _ = server.await;
-        let _ = upkeep.await;
-    }
-    stop_key.cancel();
-    let _ = key_task.await;
-    stop_http.cancel();
-    let _ = http.await;
-    Ok(())
+    let addr = cli.webhook.webhook_addr;
+    let (bound, server) =
+        crate::serve::admission::serve(addr, engine.admission(), slot.clone(), guard, stop)
+            .await
+            .map_err(|source| crate::serve::admission::WebhookError::Listen { addr, source })?;
+    info!(address = %bound, path = crate::serve::admission::MUTATE_PATH, "serving the admission webhook");
+    let stop = stop_webhook.clone().cancelled_owned();
+    let upkeep = crate::serve::admission::maintain_certificates(
+        client, source, scope, slot, leadership, stop,
+    );
+    Ok(Stoppable { stop: stop_webhook, tasks: vec![tokio::spawn(server), tokio::spawn(upkeep)] })
 }
 
 /// Installs SIGTERM and SIGINT handlers now; the future resolves on the first of them.

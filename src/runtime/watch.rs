@@ -72,79 +72,142 @@ pub async fn drive<K, S>(
         }
     };
     let mut first_list_done = Some(first_list_done);
-    let mut seen: HashSet<(String, String)> = HashSet::new();
-    let mut first_done = false;
-    // Lists begun (a restarted first list is a relist), objects in the current one, its start.
-    let (mut lists, mut listed, mut list_started) = (0u32, 0usize, Instant::now());
-    // Counted once per kind, not looked up per event.
-    let count = |t: &str| metrics.watch_events.with_label_values(&[what, t]);
-    let (applies, deletes, errors) = (count("apply"), count("delete"), count("error"));
-    // The last event was an error (a warning was logged for the run of failures).
-    let mut failing = false;
+    let mut lists = Lists::new(what, scope);
+    let counts = EventCounts::new(metrics, what);
     let mut stream = std::pin::pin!(stream);
     while let Some(event) = stream.next().await {
-        // Every kind's events; `events_received` (the other program's kinds, add vs update) is
-        // counted where the store tells a new object from a known one.
+        counts.count(&event);
         let failed = event.is_err();
-        match &event {
-            Ok(Event::Apply(_)) | Ok(Event::InitApply(_)) => applies.inc(),
-            Ok(Event::Delete(_)) => deletes.inc(),
-            Err(_) => errors.inc(),
-            _ => {}
-        }
         match event {
-            Ok(Event::Init) => {
-                seen.clear();
-                lists = lists.saturating_add(1);
-                (listed, list_started) = (0, Instant::now());
-            }
+            Ok(Event::Init) => lists.begin(),
             Ok(Event::InitApply(obj)) => {
-                if lists > 1 {
-                    seen.insert((obj.namespace().unwrap_or_default(), obj.name_any()));
-                }
-                listed += 1;
-                handle(WatchItem::Apply(obj), first_done);
+                lists.listed(&obj);
+                handle(WatchItem::Apply(obj), lists.first_done);
             }
             Ok(Event::InitDone) => {
-                if lists > 1 {
-                    handle(WatchItem::RelistDone(std::mem::take(&mut seen)), first_done);
+                if let Some(seen) = lists.seen_by_relist() {
+                    handle(WatchItem::RelistDone(seen), lists.first_done);
                 }
                 // A (re)list is the largest burst of garbage a watcher makes: let it go.
                 crate::runtime::memory::release_free_memory();
-                let seconds = list_started.elapsed().as_secs_f64();
-                if !first_done {
-                    first_done = true;
-                    info!(
-                        kind = %what,
-                        namespace = ?scope,
-                        objects = listed,
-                        seconds = %format_args!("{seconds:.2}"),
-                        "initial list done"
-                    );
-                    if let Some(done) = first_list_done.take() {
-                        done();
-                    }
-                } else {
-                    debug!(
-                        kind = %what,
-                        namespace = ?scope,
-                        objects = listed,
-                        seconds = %format_args!("{seconds:.2}"),
-                        "relist done"
-                    );
+                if lists.end()
+                    && let Some(done) = first_list_done.take()
+                {
+                    done();
                 }
             }
-            Ok(Event::Apply(obj)) => handle(WatchItem::Apply(obj), first_done),
-            Ok(Event::Delete(obj)) => handle(WatchItem::Delete(obj), first_done),
-            Err(e) if !failing => {
-                failing = true;
-                warn!(kind = %what, namespace = ?scope, error = %e, "watch failed; retrying with backoff")
-            }
-            Err(e) => debug!(kind = %what, namespace = ?scope, error = %e, "watch failed again"),
+            Ok(Event::Apply(obj)) => handle(WatchItem::Apply(obj), lists.first_done),
+            Ok(Event::Delete(obj)) => handle(WatchItem::Delete(obj), lists.first_done),
+            Err(e) => lists.failed(&e),
         }
-        if failing && !failed {
-            info!(kind = %what, namespace = ?scope, "watch recovered");
-            failing = false;
+        if !failed {
+            lists.succeeded();
+        }
+    }
+}
+
+/// `reloader_watch_events_total` of one kind, looked up once, not per event. Every kind's
+/// events; `events_received` (the other program's kinds, add vs update) is counted where the
+/// store tells a new object from a known one.
+struct EventCounts {
+    applies: prometheus::IntCounter,
+    deletes: prometheus::IntCounter,
+    errors: prometheus::IntCounter,
+}
+
+impl EventCounts {
+    fn new(metrics: &Metrics, what: &str) -> Self {
+        let count = |t: &str| metrics.watch_events.with_label_values(&[what, t]);
+        EventCounts { applies: count("apply"), deletes: count("delete"), errors: count("error") }
+    }
+
+    fn count<K>(&self, event: &Result<Event<K>, watcher::Error>) {
+        match event {
+            Ok(Event::Apply(_)) | Ok(Event::InitApply(_)) => self.applies.inc(),
+            Ok(Event::Delete(_)) => self.deletes.inc(),
+            Err(_) => self.errors.inc(),
+            _ => {}
+        }
+    }
+}
+
+/// Where one watch is in its lists, and whether it is failing: what [`drive`] keeps between
+/// events, and the log lines that say so.
+struct Lists<'a> {
+    what: &'a str,
+    scope: Option<&'a str>,
+    /// Names of the current list's objects, kept for a relist only.
+    seen: HashSet<(String, String)>,
+    first_done: bool,
+    /// Lists begun (a restarted first list is a relist).
+    begun: u32,
+    /// Objects in the current list, and its start.
+    listed: usize,
+    started: Instant,
+    /// The last event was an error (a warning was logged for the run of failures).
+    failing: bool,
+}
+
+impl<'a> Lists<'a> {
+    fn new(what: &'a str, scope: Option<&'a str>) -> Self {
+        Lists {
+            what,
+            scope,
+            seen: HashSet::new(),
+            first_done: false,
+            begun: 0,
+            listed: 0,
+            started: Instant::now(),
+            failing: false,
+        }
+    }
+
+    fn begin(&mut self) {
+        self.seen.clear();
+        self.begun = self.begun.saturating_add(1);
+        (self.listed, self.started) = (0, Instant::now());
+    }
+
+    fn listed<K: Resource>(&mut self, obj: &K) {
+        if self.begun > 1 {
+            self.seen.insert((obj.namespace().unwrap_or_default(), obj.name_any()));
+        }
+        self.listed += 1;
+    }
+
+    /// At the end of a relist, the names it saw.
+    fn seen_by_relist(&mut self) -> Option<HashSet<(String, String)>> {
+        (self.begun > 1).then(|| std::mem::take(&mut self.seen))
+    }
+
+    /// A list ended: logged with its object count and duration. True for the first one.
+    fn end(&mut self) -> bool {
+        let (what, scope, objects) = (self.what, self.scope, self.listed);
+        let seconds = format!("{:.2}", self.started.elapsed().as_secs_f64());
+        if self.first_done {
+            debug!(kind = %what, namespace = ?scope, objects, seconds = %seconds, "relist done");
+            return false;
+        }
+        self.first_done = true;
+        info!(kind = %what, namespace = ?scope, objects, seconds = %seconds, "initial list done");
+        true
+    }
+
+    /// One warning for a run of failures.
+    fn failed(&mut self, e: &watcher::Error) {
+        let (what, scope) = (self.what, self.scope);
+        if self.failing {
+            debug!(kind = %what, namespace = ?scope, error = %e, "watch failed again");
+        } else {
+            self.failing = true;
+            warn!(kind = %what, namespace = ?scope, error = %e, "watch failed; retrying with backoff");
+        }
+    }
+
+    fn succeeded(&mut self) {
+        if self.failing {
+            info!(kind = %self.what, namespace = ?self.scope, "watch recovered");
+            self.failing = false;
         }
     }
 }

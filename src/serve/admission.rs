@@ -332,29 +332,7 @@ pub async fn serve(
 ) -> std::io::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
     let listener = crate::serve::http::bind(addr).await?;
     let bound = listener.local_addr()?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
-        .with_safe_default_protocol_versions()
-        .map_err(std::io::Error::other)?;
-    let builder = match &guard.client_ca {
-        Some(path) => {
-            let pem = std::fs::read(path)?;
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(&pem) {
-                roots.add(cert.map_err(std::io::Error::other)?).map_err(std::io::Error::other)?;
-            }
-            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                Arc::new(roots),
-                provider,
-            )
-            .build()
-            .map_err(std::io::Error::other)?;
-            builder.with_client_cert_verifier(verifier)
-        }
-        None => builder.with_no_client_auth(),
-    };
-    let tls = builder.with_cert_resolver(certs);
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+    let acceptor = tls_acceptor(guard.client_ca.as_ref(), certs)?;
     let connections_allowed = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let limits = Arc::new(Limits {
         reviews: Arc::new(tokio::sync::Semaphore::new(MAX_REVIEWS)),
@@ -418,6 +396,37 @@ pub async fn serve(
     Ok((bound, server))
 }
 
+/// The TLS side of the webhook: certificates from `certs`; with `client_ca`, callers are
+/// asked for a certificate that CA signed (and verified when they send one).
+fn tls_acceptor(
+    client_ca: Option<&PathBuf>,
+    certs: Arc<CertSlot>,
+) -> std::io::Result<tokio_rustls::TlsAcceptor> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(std::io::Error::other)?;
+    let builder = match client_ca {
+        Some(path) => {
+            let pem = std::fs::read(path)?;
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                roots.add(cert.map_err(std::io::Error::other)?).map_err(std::io::Error::other)?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .map_err(std::io::Error::other)?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let tls = builder.with_cert_resolver(certs);
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(tls)))
+}
+
 /// What bounds the work of all reviews together.
 struct Limits {
     /// Reviews decoded and planned at once.
@@ -433,53 +442,16 @@ async fn handle(
     may_learn_hashes: bool,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let reply = |status: StatusCode, content_type: &str, body: Vec<u8>| {
-        let mut response = Response::new(Full::new(Bytes::from(body)));
-        *response.status_mut() = status;
-        if let Ok(v) = content_type.parse() {
-            response.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
-        }
-        Ok(response)
-    };
     if req.uri().path() != MUTATE_PATH {
         return reply(StatusCode::NOT_FOUND, "text/plain", b"not found".to_vec());
     }
     if req.method() != Method::POST {
         return reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", b"POST only".to_vec());
     }
-    let declared = req
-        .headers()
-        .get(hyper::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY) {
-        warn!(bytes = declared, limit = MAX_BODY, "webhook: request body over the limit; refused");
-        engine.count("too_large");
-        return reply(StatusCode::PAYLOAD_TOO_LARGE, "text/plain", b"body too large".to_vec());
-    }
     let started = tokio::time::Instant::now();
-    // The bytes are reserved before any is read, so all bodies held together stay within
-    // MAX_BODY_BYTES_IN_FLIGHT whatever callers send.
-    let reserved = declared.unwrap_or(MAX_BODY).max(1);
-    let permits = u32::try_from(reserved).unwrap_or(u32::MAX);
-    let reserve = limits.body_bytes.clone().acquire_many_owned(permits);
-    let Ok(Ok(bytes_permit)) = tokio::time::timeout(BODY_TIMEOUT, reserve).await else {
-        debug!(bytes = reserved, "webhook: too many request bytes in flight; answered 429");
-        engine.count("busy");
-        return reply(StatusCode::TOO_MANY_REQUESTS, "text/plain", b"busy".to_vec());
-    };
-    let remaining = BODY_TIMEOUT.saturating_sub(started.elapsed());
-    let body = match tokio::time::timeout(remaining, read_body(req.into_body(), reserved)).await {
-        Ok(Ok(b)) => b,
-        Ok(Err(e)) => {
-            warn!(error = %e, limit = reserved, "webhook: cannot read the request body");
-            engine.count("invalid");
-            return reply(StatusCode::BAD_REQUEST, "text/plain", b"unreadable body".to_vec());
-        }
-        Err(_) => {
-            debug!("webhook: request body too slow; refused");
-            return reply(StatusCode::REQUEST_TIMEOUT, "text/plain", b"body too slow".to_vec());
-        }
+    let (body, bytes_permit) = match receive(req, &limits, &*engine, started).await {
+        Ok(received) => received,
+        Err(response) => return response,
     };
     // Decoding and planning are CPU work on up to MAX_BODY bytes: a few at a time, on blocking
     // threads, so the runtime keeps serving watches, metrics and probes meanwhile.
@@ -521,6 +493,64 @@ async fn handle(
 }
 
 /// Reads a body of at most `limit` bytes into one buffer, allocated once.
+/// An answer of the webhook's server.
+fn reply(
+    status: StatusCode,
+    content_type: &str,
+    body: Vec<u8>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    if let Ok(v) = content_type.parse() {
+        response.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    Ok(response)
+}
+
+/// The request's body, read within [`MAX_BODY`] and [`BODY_TIMEOUT`] (from `started`), and the
+/// reservation of its bytes among all bodies in flight; else the answer to send.
+async fn receive(
+    req: Request<Incoming>,
+    limits: &Limits,
+    engine: &impl Reviewer,
+    started: tokio::time::Instant,
+) -> Result<(Vec<u8>, tokio::sync::OwnedSemaphorePermit), Result<Response<Full<Bytes>>, Infallible>>
+{
+    let declared = req
+        .headers()
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY) {
+        warn!(bytes = declared, limit = MAX_BODY, "webhook: request body over the limit; refused");
+        engine.count("too_large");
+        return Err(reply(StatusCode::PAYLOAD_TOO_LARGE, "text/plain", b"body too large".to_vec()));
+    }
+    // The bytes are reserved before any is read, so all bodies held together stay within
+    // MAX_BODY_BYTES_IN_FLIGHT whatever callers send.
+    let reserved = declared.unwrap_or(MAX_BODY).max(1);
+    let permits = u32::try_from(reserved).unwrap_or(u32::MAX);
+    let reserve = limits.body_bytes.clone().acquire_many_owned(permits);
+    let Ok(Ok(bytes_permit)) = tokio::time::timeout(BODY_TIMEOUT, reserve).await else {
+        debug!(bytes = reserved, "webhook: too many request bytes in flight; answered 429");
+        engine.count("busy");
+        return Err(reply(StatusCode::TOO_MANY_REQUESTS, "text/plain", b"busy".to_vec()));
+    };
+    let remaining = BODY_TIMEOUT.saturating_sub(started.elapsed());
+    match tokio::time::timeout(remaining, read_body(req.into_body(), reserved)).await {
+        Ok(Ok(body)) => Ok((body, bytes_permit)),
+        Ok(Err(e)) => {
+            warn!(error = %e, limit = reserved, "webhook: cannot read the request body");
+            engine.count("invalid");
+            Err(reply(StatusCode::BAD_REQUEST, "text/plain", b"unreadable body".to_vec()))
+        }
+        Err(_) => {
+            debug!("webhook: request body too slow; refused");
+            Err(reply(StatusCode::REQUEST_TIMEOUT, "text/plain", b"body too slow".to_vec()))
+        }
+    }
+}
+
 async fn read_body(mut body: Incoming, limit: usize) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(limit.min(MAX_BODY));
     while let Some(frame) = body.frame().await {

@@ -8,12 +8,15 @@
 //! review is read narrowly and within a budget (`serve::review`), never as a whole object.
 
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
 use tracing::{debug, info, warn};
 
-use super::Engine;
+use super::feed::{Feed, Selections};
+use super::{EngineConfig, Reconciler, policies::Policies};
 use crate::decide::plan::{Plan, plan};
 use crate::decide::template::{record_annotations, template_path};
-use crate::decide::trigger::TemplateWrite;
+use crate::decide::trigger::{EnvRemoval, EnvWrite, TemplateWrite};
+use crate::index::store::StoreReader;
 use crate::model::workload::{RESTARTED_AT_ANNOTATION, WorkloadInfo, WorkloadKind};
 use crate::serve::review::{
     self, EnvShape, Operation, ReloaderEnv, Review, TemplateShape, Workload,
@@ -43,7 +46,21 @@ pub fn admitted_kind(group: &str, kind: &str) -> Option<WorkloadKind> {
     kind.admitted().then_some(kind)
 }
 
-impl crate::serve::admission::Reviewer for Engine {
+/// Answers admission reviews from the engine's memory: the served namespaces and kinds, the
+/// index, the policies, and the planner's options (the reconciler's, so both plan alike).
+pub struct Admission {
+    pub(super) config: EngineConfig,
+    pub(super) feed: Arc<Feed>,
+    /// Parses the selection annotations of a reviewed workload (the store's cache read, never
+    /// written).
+    pub(super) selections: Selections,
+    pub(super) index: StoreReader,
+    pub(super) policies: Arc<Policies>,
+    pub(super) planner: Arc<Reconciler>,
+    pub(super) metrics: Arc<crate::report::metrics::Metrics>,
+}
+
+impl crate::serve::admission::Reviewer for Admission {
     type Error = AdmissionError;
     fn review(
         &self,
@@ -83,7 +100,7 @@ pub fn answer(uid: &str, patch: Option<&json_patch::Patch>) -> Result<Value, Adm
     )
 }
 
-impl Engine {
+impl Admission {
     /// Answers one serialized AdmissionReview. `Err` only when the body is not an
     /// AdmissionReview with a request (the caller answers 400; with `failurePolicy: Ignore` the
     /// API server then admits the write unchanged). Requests about a namespace the caller
@@ -169,7 +186,7 @@ impl Engine {
             && self.config.kinds.contains(&kind)
             && (self.config.namespaces.is_empty()
                 || self.config.namespaces.iter().any(|n| n == namespace))
-            && self.feed.served(namespace)
+            && self.feed.namespaces().served(namespace)
     }
 
     /// The patch that brings `object` up to date with its sources, and the sources it stamps.
@@ -199,10 +216,10 @@ impl Engine {
     /// What the reconciler would write now, with every selected source stamped, for a
     /// workload whose pods start anew with this write. `None` when there is nothing to write.
     fn stamping_plan(&self, info: WorkloadInfo) -> Option<Plan> {
-        let mut opts = self.reconciler.plan_options(&info.key)?;
+        let mut opts = self.planner.plan_options(&info.key)?;
         opts.stamp = true;
         opts.sync_after_restart = false;
-        let entry = self.feed.transient_entry(info);
+        let entry = self.selections.transient_entry(info);
         let mut candidates = self.index.candidates(&entry).sources;
         // Admission answers go to whoever can reach the webhook: they name and hash only
         // sources the object itself references (named patterns may match any source of the
@@ -308,98 +325,102 @@ impl TemplateState {
     /// that the next ops are written against the object as these leave it.
     fn ops(&mut self, prefix: &str, write: &TemplateWrite, ops: &mut Vec<Value>) {
         match write {
-            TemplateWrite::Combined(parts) => parts.iter().for_each(|p| self.ops(prefix, p, ops)),
+            TemplateWrite::Combined(parts) => {
+                for part in parts {
+                    self.ops(prefix, part, ops);
+                }
+            }
             // Not a template change (and dropped from admission answers: a restart).
             TemplateWrite::RolloutRestartAt(_) => {}
-            TemplateWrite::Annotation { key, value } => {
-                if self.annotations.get(key) == Some(value) {
-                    return;
-                }
-                let shape = &mut self.shape;
-                if shape.has_annotations {
-                    let path = format!("{prefix}/metadata/annotations/{}", pointer_segment(key));
-                    ops.push(json!({"op": "add", "path": path, "value": value}));
-                } else if shape.has_metadata {
-                    ops.push(json!({"op": "add", "path": format!("{prefix}/metadata/annotations"),
-                                    "value": {key.as_str(): value}}));
-                } else {
-                    ops.push(json!({"op": "add", "path": format!("{prefix}/metadata"),
-                                    "value": {"annotations": {key.as_str(): value}}}));
-                }
-                shape.has_metadata = true;
-                shape.has_annotations = true;
-                self.annotations.insert(key.clone(), value.clone());
-            }
+            TemplateWrite::Annotation { key, value } => self.annotation_op(prefix, key, value, ops),
             TemplateWrite::EnvVars { set, remove } => {
                 if !self.shape.has_spec {
                     return;
                 }
                 for w in set {
-                    let Some((i, c)) = self
-                        .shape
-                        .containers
-                        .iter_mut()
-                        .enumerate()
-                        .find(|(_, c)| c.name == w.container)
-                    else {
-                        continue;
-                    };
-                    let path = format!("{prefix}/spec/containers/{i}/env");
-                    let entry = json!({"name": w.name, "value": w.value});
-                    if c.env.is_none() {
-                        ops.push(json!({"op": "add", "path": path, "value": [entry]}));
-                        c.env = Some(EnvShape {
-                            len: 1,
-                            reloader: vec![ReloaderEnv {
-                                index: 0,
-                                name: w.name.clone(),
-                                value: Some(w.value.clone()),
-                            }],
-                        });
-                        continue;
-                    }
-                    let Some(env) = c.env.as_mut() else { continue };
-                    match env.reloader.iter_mut().find(|e| e.name == w.name) {
-                        Some(e) if e.value.as_deref() == Some(w.value.as_str()) => {}
-                        Some(e) => {
-                            ops.push(json!({"op": "replace", "path": format!("{path}/{}", e.index), "value": entry}));
-                            e.value = Some(w.value.clone());
-                        }
-                        None => {
-                            ops.push(
-                                json!({"op": "add", "path": format!("{path}/-"), "value": entry}),
-                            );
-                            env.reloader.push(ReloaderEnv {
-                                index: env.len,
-                                name: w.name.clone(),
-                                value: Some(w.value.clone()),
-                            });
-                            env.len += 1;
-                        }
-                    }
+                    self.set_env_op(prefix, w, ops);
                 }
                 for r in remove {
-                    let Some((i, env)) = self
-                        .shape
-                        .containers
-                        .iter_mut()
-                        .enumerate()
-                        .find(|(_, c)| c.name == r.container)
-                        .and_then(|(i, c)| Some((i, c.env.as_mut()?)))
-                    else {
-                        continue;
-                    };
-                    // Last first, so the indices of the ones still to remove hold.
-                    while let Some(at) = env.reloader.iter().rposition(|e| e.name == r.name) {
-                        let index = env.reloader.remove(at).index;
-                        ops.push(json!({"op": "remove", "path": format!("{prefix}/spec/containers/{i}/env/{index}")}));
-                        for later in env.reloader.iter_mut().filter(|e| e.index > index) {
-                            later.index -= 1;
-                        }
-                        env.len -= 1;
-                    }
+                    self.remove_env_ops(prefix, r, ops);
                 }
             }
+        }
+    }
+
+    /// Sets one pod template annotation, creating the metadata or annotations it lacks.
+    fn annotation_op(&mut self, prefix: &str, key: &str, value: &str, ops: &mut Vec<Value>) {
+        if self.annotations.get(key).map(String::as_str) == Some(value) {
+            return;
+        }
+        let shape = &mut self.shape;
+        if shape.has_annotations {
+            let path = format!("{prefix}/metadata/annotations/{}", pointer_segment(key));
+            ops.push(json!({"op": "add", "path": path, "value": value}));
+        } else if shape.has_metadata {
+            ops.push(json!({"op": "add", "path": format!("{prefix}/metadata/annotations"),
+                            "value": {key: value}}));
+        } else {
+            ops.push(json!({"op": "add", "path": format!("{prefix}/metadata"),
+                            "value": {"annotations": {key: value}}}));
+        }
+        shape.has_metadata = true;
+        shape.has_annotations = true;
+        self.annotations.insert(key.to_string(), value.to_string());
+    }
+
+    /// Sets one variable of one container: a new `env` list, a value replaced in place, or
+    /// one appended.
+    fn set_env_op(&mut self, prefix: &str, w: &EnvWrite, ops: &mut Vec<Value>) {
+        let Some((i, c)) =
+            self.shape.containers.iter_mut().enumerate().find(|(_, c)| c.name == w.container)
+        else {
+            return;
+        };
+        let path = format!("{prefix}/spec/containers/{i}/env");
+        let entry = json!({"name": w.name, "value": w.value});
+        let written =
+            || ReloaderEnv { index: 0, name: w.name.clone(), value: Some(w.value.clone()) };
+        let Some(env) = c.env.as_mut() else {
+            ops.push(json!({"op": "add", "path": path, "value": [entry]}));
+            c.env = Some(EnvShape { len: 1, reloader: vec![written()] });
+            return;
+        };
+        match env.reloader.iter_mut().find(|e| e.name == w.name) {
+            Some(e) if e.value.as_deref() == Some(w.value.as_str()) => {}
+            Some(e) => {
+                ops.push(
+                    json!({"op": "replace", "path": format!("{path}/{}", e.index), "value": entry}),
+                );
+                e.value = Some(w.value.clone());
+            }
+            None => {
+                ops.push(json!({"op": "add", "path": format!("{path}/-"), "value": entry}));
+                env.reloader.push(ReloaderEnv { index: env.len, ..written() });
+                env.len += 1;
+            }
+        }
+    }
+
+    /// Removes every entry of one variable from one container.
+    fn remove_env_ops(&mut self, prefix: &str, r: &EnvRemoval, ops: &mut Vec<Value>) {
+        let Some((i, env)) = self
+            .shape
+            .containers
+            .iter_mut()
+            .enumerate()
+            .find(|(_, c)| c.name == r.container)
+            .and_then(|(i, c)| Some((i, c.env.as_mut()?)))
+        else {
+            return;
+        };
+        // Last first, so the indices of the ones still to remove hold.
+        while let Some(at) = env.reloader.iter().rposition(|e| e.name == r.name) {
+            let index = env.reloader.remove(at).index;
+            ops.push(json!({"op": "remove", "path": format!("{prefix}/spec/containers/{i}/env/{index}")}));
+            for later in env.reloader.iter_mut().filter(|e| e.index > index) {
+                later.index -= 1;
+            }
+            env.len -= 1;
         }
     }
 }
@@ -407,7 +428,7 @@ impl TemplateState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::decide::trigger::EnvWrite;
+    use crate::runtime::engine::Engine;
     use crate::serve::admission::Caller;
 
     fn deployment(annotations: Value, env: Value) -> Value {
@@ -612,7 +633,7 @@ mod tests {
         let engine = engine(&[]);
         let selected =
             with_env_from(deployment(json!({"reloader.stakater.com/auto": "true"}), json!([])));
-        let patch = engine.admit(&request("CREATE", &selected, None)).expect("a patch");
+        let patch = engine.admission.admit(&request("CREATE", &selected, None)).expect("a patch");
         let out = patched(&selected, &patch);
         assert_eq!(
             out["spec"]["template"]["spec"]["containers"][0]["env"],
@@ -624,18 +645,18 @@ mod tests {
         );
 
         // The stamped object again: current, nothing to add.
-        assert!(engine.admit(&request("UPDATE", &out, Some(&selected))).is_none());
+        assert!(engine.admission.admit(&request("UPDATE", &out, Some(&selected))).is_none());
         // Not selected (no annotation): allowed, untouched.
         let plain = with_env_from(deployment(json!({}), json!([])));
-        assert!(engine.admit(&request("CREATE", &plain, None)).is_none());
+        assert!(engine.admission.admit(&request("CREATE", &plain, None)).is_none());
         // An update that leaves the template alone is left to the reconciler.
         let mut relabelled = selected.clone();
         relabelled["metadata"]["labels"] = json!({"team": "a"});
-        assert!(engine.admit(&request("UPDATE", &relabelled, Some(&selected))).is_none());
+        assert!(engine.admission.admit(&request("UPDATE", &relabelled, Some(&selected))).is_none());
         // A namespace the operator does not serve.
-        assert!(engine_scoped().admit(&request("CREATE", &selected, None)).is_none());
+        assert!(engine_scoped().admission.admit(&request("CREATE", &selected, None)).is_none());
         // Garbage is an error for the HTTP layer (400), never a denial.
-        assert!(engine.review(b"{}", &caller(&[], true)).is_err());
+        assert!(engine.admission.review(b"{}", &caller(&[], true)).is_err());
     }
 
     #[tokio::test]
@@ -643,7 +664,7 @@ mod tests {
         let engine = engine(&[]);
         // A named pattern over the whole namespace: the unreferenced match is not stamped.
         let named = deployment(json!({"configmap.reloader.stakater.com/reload": ".*"}), json!([]));
-        let r = engine.admit(&request("CREATE", &named, None));
+        let r = engine.admission.admit(&request("CREATE", &named, None));
         assert!(r.is_none(), "app-config is not referenced: {r:?}");
 
         let selected =
@@ -660,23 +681,28 @@ mod tests {
             }))
             .unwrap()
         };
-        let answer = engine.review(&review("shop", &selected), &caller(&[], true)).unwrap();
+        let answer =
+            engine.admission.review(&review("shop", &selected), &caller(&[], true)).unwrap();
         assert!(!answer["response"]["patch"].is_null(), "served: {answer}");
         assert_eq!(answer["response"]["uid"], "u1");
         assert_eq!(answer["response"]["patchType"], "JSONPatch");
         // The same request from a caller who may not learn hashes: allowed, no patch.
-        let answer = engine.review(&review("shop", &selected), &caller(&[], false)).unwrap();
+        let answer =
+            engine.admission.review(&review("shop", &selected), &caller(&[], false)).unwrap();
         assert!(answer["response"]["patch"].is_null(), "{answer}");
         assert_eq!(answer["response"]["allowed"], json!(true));
         // The same request about an excluded namespace gets nothing.
-        let answer =
-            engine.review(&review("shop", &selected), &caller(&["shop".into()], true)).unwrap();
+        let answer = engine
+            .admission
+            .review(&review("shop", &selected), &caller(&["shop".into()], true))
+            .unwrap();
         assert!(answer["response"]["patch"].is_null(), "{answer}");
         assert_eq!(answer["response"]["allowed"], json!(true));
         // An object claiming another namespace than its request gets nothing.
         let mut elsewhere = selected.clone();
         elsewhere["metadata"]["namespace"] = json!("kube-system");
-        let answer = engine.review(&review("shop", &elsewhere), &caller(&[], true)).unwrap();
+        let answer =
+            engine.admission.review(&review("shop", &elsewhere), &caller(&[], true)).unwrap();
         assert!(answer["response"]["patch"].is_null(), "{answer}");
     }
 

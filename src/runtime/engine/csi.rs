@@ -109,7 +109,7 @@ impl Csi {
 
     fn apply_pod_status(&self, obj: &DynamicObject, after_first_list: bool) {
         let ns = obj.namespace().unwrap_or_default();
-        if self.feed.ignored(&ns) {
+        if self.feed.namespaces().ignored(&ns) {
             return;
         }
         let Some(facts) = PodStatusFacts::from_status(obj.data.get("status")) else {

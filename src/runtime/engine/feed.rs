@@ -13,10 +13,10 @@ use crate::runtime::engine::scans::{ScanKey, ScanState};
 /// change.
 pub(super) struct Feed {
     keys: AnnotationKeys,
-    /// The workload kinds served.
-    pub(super) kinds: Vec<WorkloadKind>,
-    /// `--debounce`: how long a queued workload waits for more changes.
-    pub(super) debounce: Duration,
+    /// Workload summaries with their selection annotations parsed (through the store's cache).
+    selections: Selections,
+    /// Who a source change concerns.
+    fanout: Fanout,
     /// `--reload-on-delete`.
     reload_on_delete: bool,
     store: Arc<RwLock<Store>>,
@@ -24,19 +24,46 @@ pub(super) struct Feed {
     /// [`crate::index::remembered`]); forgotten with the workload.
     memory: Arc<WorkloadMemories>,
     /// Which namespaces are served (ignored ones, and the `--namespace-selector` matches).
-    namespaces: RwLock<crate::index::namespaces::Namespaces>,
+    namespaces: ServedNamespaces,
     queue: Arc<WorkQueue<WorkloadKey>>,
     /// Churn limits on rollouts (a workload that is gone is forgotten there too).
     rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
     policies: Arc<Policies>,
-    rights: Arc<Rights>,
-    /// Lists of the kinds followed by listing on change (see `follow`).
-    pub(super) scans: ScanState,
     metrics: Arc<crate::report::metrics::Metrics>,
     /// Sources that break an input limit, reported by their own task.
     source_reports: Arc<crate::report::input_limits::SourceLimitReports>,
     /// Set once every counted watcher finished its first list.
     synced: Arc<AtomicBool>,
+}
+
+/// Which namespaces are served: not ignored (`--namespaces-to-ignore`), and matching the
+/// namespace selector where there is one (see [`crate::index::namespaces`]).
+pub(super) struct ServedNamespaces(RwLock<crate::index::namespaces::Namespaces>);
+
+impl ServedNamespaces {
+    /// Whether workloads in `namespace` are served (not ignored, and matching the namespace
+    /// selector where there is one).
+    pub(super) fn served(&self, namespace: &str) -> bool {
+        self.0.read().served(namespace)
+    }
+
+    /// Whether `namespace` is ignored (`--namespaces-to-ignore`).
+    pub(super) fn ignored(&self, namespace: &str) -> bool {
+        self.0.read().ignored(namespace)
+    }
+
+    /// A namespace the selector matches was seen; returns whether it is new.
+    fn matched(&self, name: &str) -> bool {
+        self.0.write().apply(name)
+    }
+
+    pub(super) fn gone(&self, name: &str) {
+        self.0.write().delete(name);
+    }
+
+    pub(super) fn relisted(&self, seen: &HashSet<(String, String)>) {
+        self.0.write().relisted(seen);
+    }
 }
 
 /// The state the feed shares with the engine's other parts, each of which uses it through its
@@ -48,6 +75,7 @@ pub(super) struct Shared {
     pub(super) queue: Arc<WorkQueue<WorkloadKey>>,
     pub(super) rollouts: Arc<Mutex<RolloutLimiter<WorkloadKey>>>,
     pub(super) synced: Arc<AtomicBool>,
+    pub(super) scans: Arc<ScanState>,
 }
 
 impl Feed {
@@ -59,23 +87,32 @@ impl Feed {
         metrics: Arc<crate::report::metrics::Metrics>,
         source_reports: Arc<crate::report::input_limits::SourceLimitReports>,
     ) -> Self {
-        let Shared { store, memory, queue, rollouts, synced } = shared;
+        let Shared { store, memory, queue, rollouts, synced, scans } = shared;
+        let fanout = Fanout {
+            debounce: config.debounce,
+            kinds: config.kinds.clone(),
+            store: store.clone(),
+            memory: memory.clone(),
+            queue: queue.clone(),
+            metrics: metrics.clone(),
+            scans,
+            rights,
+            policies: policies.clone(),
+        };
         Feed {
             keys: config.keys.clone(),
-            kinds: config.kinds.clone(),
-            debounce: config.debounce,
+            selections: Selections::new(config.keys.clone(), store.clone()),
+            fanout,
             reload_on_delete: config.reload_on_delete,
             store,
             memory,
-            namespaces: RwLock::new(crate::index::namespaces::Namespaces::new(
+            namespaces: ServedNamespaces(RwLock::new(crate::index::namespaces::Namespaces::new(
                 config.namespaces_to_ignore.clone(),
                 config.namespace_selector.is_some(),
-            )),
+            ))),
             queue,
             rollouts,
             policies,
-            rights,
-            scans: ScanState::default(),
             metrics,
             source_reports,
             synced,
@@ -144,35 +181,21 @@ impl Feed {
         self.memory.look_for_rollouts_of(&keys);
     }
 
-    /// Whether workloads in `namespace` are served (not ignored, and matching the namespace
-    /// selector where there is one).
-    pub(super) fn served(&self, namespace: &str) -> bool {
-        self.namespaces.read().served(namespace)
-    }
-
-    /// Whether `namespace` is ignored (`--namespaces-to-ignore`).
-    pub(super) fn ignored(&self, namespace: &str) -> bool {
-        self.namespaces.read().ignored(namespace)
+    /// Which namespaces are served.
+    pub(super) fn namespaces(&self) -> &ServedNamespaces {
+        &self.namespaces
     }
 
     /// A namespace the selector matches was seen: a newly matching one gets its workloads
     /// checked (once the caches are synced). Returns whether it is new.
     pub(super) fn namespace_matched(&self, name: &str) -> bool {
-        let added = self.namespaces.write().apply(name);
+        let added = self.namespaces.matched(name);
         if added && self.is_synced() {
             info!(namespace = %name, "namespace now matches the namespace selector");
             let keys = self.store.read().workload_keys();
             self.queue(keys.into_iter().filter(|k| k.namespace == name), Duration::ZERO);
         }
         added
-    }
-
-    pub(super) fn namespace_gone(&self, name: &str) {
-        self.namespaces.write().delete(name);
-    }
-
-    pub(super) fn namespaces_relisted(&self, seen: &HashSet<(String, String)>) {
-        self.namespaces.write().relisted(seen);
     }
 
     /// Every counted watcher has done its first list: the caches are synced. Every workload
@@ -239,7 +262,7 @@ impl Feed {
         let keys_untracked = obj.keys_untracked();
         let Hashed { metadata: meta, key_count: keys, hashes, .. } = obj;
         let ns = meta.namespace.clone().unwrap_or_default();
-        if self.namespaces.read().ignored(&ns) {
+        if self.namespaces.ignored(&ns) {
             // Never stored, so the store cannot tell new from known: the list is adds.
             self.metrics
                 .event_received(if after_first_list { "update" } else { "add" }, &kind.to_string());
@@ -328,7 +351,7 @@ impl Feed {
             processed("queued");
         }
         debug!(namespace = %ns, source = %source, ?update, "source changed");
-        self.enqueue_affected(ns, &source);
+        self.fanout.enqueue_affected(ns, &source);
         update
     }
 
@@ -342,24 +365,12 @@ impl Feed {
             self.metrics.source_event_processed("delete", &source.kind.to_string(), result);
         }
         if self.is_synced() && self.reload_on_delete {
-            self.enqueue_affected(ns, &source);
+            self.fanout.enqueue_affected(ns, &source);
         }
-    }
-
-    pub(super) fn enqueue_affected(&self, ns: &str, source: &SourceRef) {
-        let affected = self.store.read().affected_by(ns, source);
-        for key in affected {
-            self.metrics.workloads_scanned.with_label_values(&[key.kind.as_str()]).inc();
-            self.memory.add_trigger(&key, source);
-            self.queue.add(key, self.debounce);
-        }
-        // Kinds that may be listed but not watched are listed now (Reloader's model).
-        self.scan_for_change(ns, source);
-        self.policies.enqueue_for_source(ns, source);
     }
 
     pub(super) fn apply_workload(&self, mut info: WorkloadInfo) {
-        if self.namespaces.read().ignored(&info.key.namespace) {
+        if self.namespaces.ignored(&info.key.namespace) {
             return;
         }
         if let Some(deployment) = info.workload_ref.clone() {
@@ -401,7 +412,7 @@ impl Feed {
 
     /// Stores a workload and queues it when something that matters changed.
     pub(super) fn store_workload_entry(&self, info: WorkloadInfo) -> bool {
-        let entry = self.entry(info);
+        let entry = self.selections.entry(info);
         let key = entry.info.key.clone();
         let invalid = entry.selection.invalid_patterns.clone();
         let not_booleans = entry.selection.invalid_booleans.clone();
@@ -442,12 +453,25 @@ impl Feed {
 
     /// Stores a summary the API server just returned (no queueing: it reflects our own write).
     pub(super) fn store_workload(&self, info: WorkloadInfo) {
-        let entry = self.entry(info);
+        let entry = self.selections.entry(info);
         self.store.write().upsert_workload(entry);
     }
+}
 
-    /// A summary with its selection annotations parsed.
-    pub(super) fn entry(&self, info: WorkloadInfo) -> WorkloadEntry {
+/// Workload summaries with their selection annotations parsed, through the store's cache of
+/// parsed selections (only the feed keeps what it parses).
+pub(super) struct Selections {
+    keys: AnnotationKeys,
+    store: Arc<RwLock<Store>>,
+}
+
+impl Selections {
+    pub(super) fn new(keys: AnnotationKeys, store: Arc<RwLock<Store>>) -> Self {
+        Selections { keys, store }
+    }
+
+    /// A summary with its selection annotations parsed, kept in the store's cache.
+    fn entry(&self, info: WorkloadInfo) -> WorkloadEntry {
         let stored = self.store.read().selection_if_unchanged(&info);
         let selection = match stored {
             Some(selection) => selection,
@@ -477,36 +501,47 @@ impl Feed {
         let selection = cached.unwrap_or_else(|| Arc::new(inputs.parse(&self.keys)));
         WorkloadEntry { info, selection }
     }
+}
+
+/// Who a source change concerns: the workloads that use it (queued after the debounce, with
+/// the source as a trigger), the workloads of kinds listed on change in its namespace (a list
+/// asked for), and the policies that select it.
+struct Fanout {
+    /// `--debounce`: how long a queued workload waits for more changes.
+    debounce: Duration,
+    /// The workload kinds served.
+    kinds: Vec<WorkloadKind>,
+    store: Arc<RwLock<Store>>,
+    memory: Arc<WorkloadMemories>,
+    queue: Arc<WorkQueue<WorkloadKey>>,
+    metrics: Arc<crate::report::metrics::Metrics>,
+    /// Lists of the kinds followed by listing on change (see `follow`), asked for here.
+    scans: Arc<ScanState>,
+    rights: Arc<Rights>,
+    policies: Arc<Policies>,
+}
+
+impl Fanout {
+    fn enqueue_affected(&self, ns: &str, source: &SourceRef) {
+        let affected = self.store.read().affected_by(ns, source);
+        for key in affected {
+            self.metrics.workloads_scanned.with_label_values(&[key.kind.as_str()]).inc();
+            self.memory.add_trigger(&key, source);
+            self.queue.add(key, self.debounce);
+        }
+        // Kinds that may be listed but not watched are listed now (Reloader's model).
+        self.scan_for_change(ns, source);
+        self.policies.enqueue_for_source(ns, source);
+    }
 
     /// A source changed in `namespace`: the kinds listed on change list their workloads there.
-    pub(super) fn scan_for_change(&self, namespace: &str, source: &SourceRef) {
+    fn scan_for_change(&self, namespace: &str, source: &SourceRef) {
         let Some(scope) = self.rights.scope_of(namespace) else { return };
         for &kind in &self.kinds {
             if self.rights.follow_of(kind, scope.as_deref()) == Follow::ListOnChange {
                 let key = ScanKey { kind, namespace: Some(namespace.to_string()) };
-                self.request_scan(key, Some(source.clone()));
+                self.scans.request(key, Some(source.clone()));
             }
         }
-    }
-
-    pub(super) fn request_scan(&self, key: ScanKey, trigger: Option<SourceRef>) {
-        {
-            let mut triggers = self.scans.triggers.lock();
-            match triggers.entry(key.clone()) {
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(trigger.map(|t| HashSet::from([t])));
-                }
-                std::collections::hash_map::Entry::Occupied(mut o) => {
-                    match (o.get_mut(), trigger) {
-                        (Some(set), Some(t)) => {
-                            set.insert(t);
-                        }
-                        (slot, None) => *slot = None,
-                        (None, Some(_)) => {}
-                    }
-                }
-            }
-        }
-        self.scans.queue.add(key, Duration::ZERO);
     }
 }

@@ -10,7 +10,6 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use kube::api::ListParams;
@@ -21,12 +20,12 @@ use tracing::{debug, warn};
 use super::feed::Feed;
 use super::rights::Rights;
 use super::rights::is_forbidden;
-use super::scans::ScanKey;
+use super::scans::{ScanKey, ScanState};
 use crate::index::remembered::WorkloadMemories;
 use crate::index::store::StoreReader;
 use crate::kube::access::Follow;
 use crate::model::source::SourceRef;
-use crate::model::workload::WorkloadKey;
+use crate::model::workload::{WorkloadKey, WorkloadKind};
 
 /// Workloads of a list-on-change kind are listed in pages of this size.
 const SCAN_PAGE_SIZE: u32 = 500;
@@ -38,6 +37,12 @@ pub(super) const SCAN_WORKERS: usize = 2;
 pub(super) struct Scanner {
     pub(super) client: kube::Client,
     pub(super) feed: Arc<Feed>,
+    /// The lists waiting and what they stored (the feed asks for lists there too).
+    pub(super) scans: Arc<ScanState>,
+    /// The workload kinds served.
+    pub(super) kinds: Vec<WorkloadKind>,
+    /// `--debounce`: how long a workload a change concerns waits for more changes.
+    pub(super) debounce: Duration,
     /// The index, read (the feed writes what a list finds).
     pub(super) index: StoreReader,
     /// Which sources' change queued a workload a list found.
@@ -52,20 +57,24 @@ impl Scanner {
     /// could only repeat the last reload).
     pub(super) fn scan_everything(&self) {
         for scope in self.rights.scopes() {
-            for &kind in &self.feed.kinds {
+            for &kind in &self.kinds {
                 let recordable = self.rights.may_patch(kind, scope.as_deref());
                 if self.rights.follow_of(kind, scope.as_deref()) == Follow::ListOnChange
                     && recordable
                 {
-                    self.feed.request_scan(ScanKey { kind, namespace: scope.clone() }, None);
+                    self.request_scan(ScanKey { kind, namespace: scope.clone() }, None);
                 }
             }
         }
     }
 
+    /// Asks for a list of `key` (see [`ScanState::request`]).
+    pub(super) fn request_scan(&self, key: ScanKey, trigger: Option<SourceRef>) {
+        self.scans.request(key, trigger);
+    }
+
     pub(super) async fn scan_worker(self: Arc<Self>) {
-        while let Some(key) = self.feed.scans.queue.next().await {
-            let triggers = self.feed.scans.triggers.lock().remove(&key);
+        while let Some((key, triggers)) = self.scans.next().await {
             let scope = key.namespace.as_deref().and_then(|ns| self.rights.scope_of(ns));
             let scope = scope.unwrap_or_else(|| key.namespace.clone());
             let result = match &triggers {
@@ -88,16 +97,15 @@ impl Scanner {
                     self.rights.report_refusal(key.kind, scope.as_deref()).await;
                 } else {
                     warn!(kind = %key.kind, namespace = ?key.namespace, error = %e, "cannot list workloads for a change; trying again in 5s");
-                    self.feed.scans.triggers.lock().entry(key.clone()).or_insert(triggers);
-                    self.feed.scans.queue.schedule(key.clone(), Duration::from_secs(5));
+                    self.scans.retry_after(&key, triggers, Duration::from_secs(5));
                 }
             }
-            self.feed.scans.queue.done(&key);
+            self.scans.done(&key);
         }
     }
 
     pub(super) fn close_scans(&self) {
-        self.feed.scans.queue.close();
+        self.scans.close();
     }
 
     /// Lists the workloads of one kind in one namespace (or scope), page by page, and queues
@@ -115,7 +123,7 @@ impl Scanner {
             let page = api.list(&params).await?;
             for obj in &page.items {
                 let namespace = obj.namespace().unwrap_or_default();
-                if self.feed.ignored(&namespace) {
+                if self.feed.namespaces().ignored(&namespace) {
                     continue;
                 }
                 if let Some(workload) = self.feed.refresh(key.kind, obj) {
@@ -142,22 +150,11 @@ impl Scanner {
                     self.memory.add_trigger(&k, source);
                     queued.insert(k);
                 }
-                (queued, self.feed.debounce)
+                (queued, self.debounce)
             }
         };
-        let generation = self.feed.scans.generation.fetch_add(1, Ordering::SeqCst) + 1;
-        {
-            let mut scanned = self.feed.scans.scanned.lock();
-            // Listed, not concerned, and not waiting for an earlier list's reconcile: dropped.
-            self.feed.drop_listed(listed.iter().filter_map(|k| {
-                if queued.contains(k) {
-                    scanned.insert(k.clone(), generation);
-                    None
-                } else {
-                    (!scanned.contains_key(k)).then(|| k.clone())
-                }
-            }));
-        }
+        // Listed, not concerned, and not waiting for an earlier list's reconcile: dropped.
+        self.scans.record_list(&listed, &queued, |unwanted| self.feed.drop_listed(unwanted));
         debug!(kind = %key.kind, namespace = ?key.namespace, listed = listed.len(), queued = queued.len(), "listed workloads for a change");
         self.feed.queue(queued, delay);
         Ok(())
@@ -165,7 +162,7 @@ impl Scanner {
 
     /// The generation of the list that last queued `key`, if a list did.
     pub(super) fn scan_generation(&self, key: &WorkloadKey) -> Option<u64> {
-        self.feed.scans.scanned.lock().get(key).copied()
+        self.scans.generation_of(key)
     }
 
     /// After a reconcile that needs no retry: a workload a list put in the store is forgotten,
@@ -174,14 +171,7 @@ impl Scanner {
     pub(super) fn forget_scanned(&self, key: &WorkloadKey, generation: u64) {
         let scope = self.rights.scope_of(&key.namespace).unwrap_or(None);
         let watched = self.rights.follow_of(key.kind, scope.as_deref()) == Follow::Watch;
-        let done = {
-            let mut scanned = self.feed.scans.scanned.lock();
-            let current = scanned.get(key) == Some(&generation);
-            if current {
-                scanned.remove(key);
-            }
-            current
-        };
+        let done = self.scans.forget_if_current(key, generation);
         if done && !watched {
             self.feed.remove_workload(key);
         }

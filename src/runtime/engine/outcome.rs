@@ -12,10 +12,30 @@ use super::*;
 use crate::decide::outcome::{self, Following, Step};
 use crate::model::progress::RolloutState;
 
-impl Reconciler {
+/// Follows the rollouts reloads start (see the module documentation). Part of the reconcile,
+/// which asks it first and tells it of every reload written.
+pub(super) struct Follower {
+    /// Which rollouts are followed, and since when (per workload).
+    pub(super) memory: Arc<WorkloadMemories>,
+    /// The index, read.
+    pub(super) index: StoreReader,
+    /// A followed workload is looked at again when its rollout may have moved.
+    pub(super) queue: Arc<WorkQueue<WorkloadKey>>,
+    pub(super) policies: Arc<policies::Policies>,
+    pub(super) events: Arc<crate::report::events::EventWriter>,
+    pub(super) metrics: Arc<crate::report::metrics::Metrics>,
+    /// With `--alert-on-reload`: told about a failed rollout (shared with the reconcile).
+    pub(super) alerter: Arc<std::sync::OnceLock<crate::report::alerts::Alerter>>,
+    /// True while this replica may write: only the leader follows.
+    pub(super) leadership: watch::Receiver<bool>,
+    /// `--rollout-timeout`: for kinds without a deadline of their own.
+    pub(super) rollout_timeout: Duration,
+}
+
+impl Follower {
     /// A reload was just written: its rollout is followed (for kinds that roll pods by
     /// themselves: a CronJob's or an `OnDelete` StatefulSet's is not; `false` then).
-    pub(super) async fn start_following(&self, key: &WorkloadKey) -> bool {
+    pub(super) async fn start(&self, key: &WorkloadKey) -> bool {
         let Some(entry) = self.index.workload(key) else { return false };
         if outcome::verdict(&entry.info.progress).is_none() {
             return false;
@@ -31,39 +51,15 @@ impl Reconciler {
 
     /// What the followed rollout of `info` came to, reported; returns when to look again at
     /// the latest (the deadline of kinds that have none of their own), `None` to wait for the
-    /// next report. A rollout a policy's status still shows as progressing or failed (written
-    /// before a restart or by the previous leader) is followed on.
-    pub(super) async fn follow_rollout(&self, info: &WorkloadInfo) -> Option<Duration> {
+    /// next report.
+    pub(super) async fn follow(&self, info: &WorkloadInfo) -> Option<Duration> {
         let key = &info.key;
         if !*self.leadership.borrow() {
             return None;
         }
         let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
-        let remembered = self.memory.following(key);
-        let following = match remembered {
-            Some(f) => f,
-            None => {
-                // Under way when this replica began to lead (a start or a takeover): a
-                // policy's status says so, or (annotation mode too) the workload's generation
-                // is still the one its last reload wrote down.
-                let look = self.memory.take_look_for_rollout(key);
-                let failed = match self.policies.rollout_claimed(key) {
-                    Some(claimed) => claimed == RolloutState::Failed,
-                    None if look
-                        && outcome::resumable(info.rolled_generation(), &info.progress) =>
-                    {
-                        info!(workload = %key, "following on the rollout of a reload written before this replica led");
-                        false
-                    }
-                    None => return None,
-                };
-                let resumed = Following { started_ms: now, failed, resumed: true };
-                self.memory.set_following(key, Some(resumed.clone()));
-                resumed
-            }
-        };
-        let step =
-            outcome::step(key.kind, &following, &info.progress, now, self.config.rollout_timeout);
+        let following = self.followed_or_resumed(info, now)?;
+        let step = outcome::step(key.kind, &following, &info.progress, now, self.rollout_timeout);
         let took = outcome::elapsed(&following, now);
         match step {
             Step::Wait { recheck, .. } => recheck,
@@ -74,47 +70,81 @@ impl Reconciler {
             }
             Step::RolledOut { recovered } => {
                 self.memory.set_following(key, None);
-                self.count_finished(
-                    if recovered { "recovered" } else { "rolled_out" },
-                    &following,
-                    took,
-                );
-                info!(workload = %key, recovered, seconds = took.as_secs_f64(), "rollout completed");
-                // A rollout that went well is counted and logged, not an Event: one Event more
-                // per rollout would double the writes of a fan-out. A recovery is news.
-                if recovered {
-                    let note = format!("{key} rolled out after its failed rollout");
-                    self.events.about_workload(info, EventType::Normal, "RolledOut", note).await;
-                }
-                let _ = self.policies.report_rollout(key, RolloutState::RolledOut, None).await;
+                self.report_rolled_out(info, &following, took, recovered).await;
                 None
             }
             Step::Failed { reason, message } => {
                 self.memory.following_failed(key);
                 self.count_finished("failed", &following, took);
-                let why = format!("{reason}: {message}");
-                warn!(workload = %key, reason = %reason, message = %message, "rollout after a reload failed");
-                let note = crate::model::limits::truncate(
-                    &format!("Rollout of {key} after its reload failed: {why}"),
-                    crate::model::limits::MAX_EVENT_NOTE,
-                );
-                self.events.about_workload(info, EventType::Warning, "RolloutFailed", note).await;
-                let halted = self
-                    .policies
-                    .report_rollout(key, RolloutState::Failed, Some(why.clone()))
-                    .await;
-                if let Some(alerter) = self.alerter.get() {
-                    let mut text = crate::model::limits::truncate(&why, 600);
-                    if !halted.is_empty() {
-                        let list = crate::model::limits::bounded_list(&halted, 300);
-                        text.push_str(&format!(
-                            "; halted the remaining targets of ReloadPolicy {list}"
-                        ));
-                    }
-                    alerter.rollout_failed(key, &text);
-                }
+                self.report_rollout_failed(info, &reason, &message).await;
                 None
             }
+        }
+    }
+
+    /// The rollout of `info` this replica follows; else one under way when it began to lead
+    /// (a start or a takeover), followed on from `now`: a policy's status still shows it as
+    /// progressing or failed (written before a restart or by the previous leader), or
+    /// (annotation mode too) the workload's generation is still the one its last reload wrote
+    /// down. `None`: no rollout of a reload to follow.
+    fn followed_or_resumed(&self, info: &WorkloadInfo, now: i64) -> Option<Following> {
+        let key = &info.key;
+        if let Some(following) = self.memory.following(key) {
+            return Some(following);
+        }
+        let look = self.memory.take_look_for_rollout(key);
+        let failed = match self.policies.rollout_claimed(key) {
+            Some(claimed) => claimed == RolloutState::Failed,
+            None if look && outcome::resumable(info.rolled_generation(), &info.progress) => {
+                info!(workload = %key, "following on the rollout of a reload written before this replica led");
+                false
+            }
+            None => return None,
+        };
+        let resumed = Following { started_ms: now, failed, resumed: true };
+        self.memory.set_following(key, Some(resumed.clone()));
+        Some(resumed)
+    }
+
+    /// A followed rollout completed: counted and logged, not an Event (one Event more per
+    /// rollout would double the writes of a fan-out); a recovery is news.
+    async fn report_rolled_out(
+        &self,
+        info: &WorkloadInfo,
+        following: &Following,
+        took: Duration,
+        recovered: bool,
+    ) {
+        let key = &info.key;
+        self.count_finished(if recovered { "recovered" } else { "rolled_out" }, following, took);
+        info!(workload = %key, recovered, seconds = took.as_secs_f64(), "rollout completed");
+        if recovered {
+            let note = format!("{key} rolled out after its failed rollout");
+            self.events.about_workload(info, EventType::Normal, "RolledOut", note).await;
+        }
+        let _ = self.policies.report_rollout(key, RolloutState::RolledOut, None).await;
+    }
+
+    /// A followed rollout failed: a log line, a Warning Event, the policies that report on it
+    /// (which may halt their other targets), and an alert.
+    async fn report_rollout_failed(&self, info: &WorkloadInfo, reason: &str, message: &str) {
+        let key = &info.key;
+        let why = format!("{reason}: {message}");
+        warn!(workload = %key, reason = %reason, message = %message, "rollout after a reload failed");
+        let note = crate::model::limits::truncate(
+            &format!("Rollout of {key} after its reload failed: {why}"),
+            crate::model::limits::MAX_EVENT_NOTE,
+        );
+        self.events.about_workload(info, EventType::Warning, "RolloutFailed", note).await;
+        let halted =
+            self.policies.report_rollout(key, RolloutState::Failed, Some(why.clone())).await;
+        if let Some(alerter) = self.alerter.get() {
+            let mut text = crate::model::limits::truncate(&why, 600);
+            if !halted.is_empty() {
+                let list = crate::model::limits::bounded_list(&halted, 300);
+                text.push_str(&format!("; halted the remaining targets of ReloadPolicy {list}"));
+            }
+            alerter.rollout_failed(key, &text);
         }
     }
 

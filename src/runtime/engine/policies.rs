@@ -89,7 +89,7 @@ impl Engine {
             || engine.policies.index.write().watch_listed(),
             |event, _after_first_list| match event {
                 WatchItem::Apply(p) => {
-                    if !engine.feed.ignored(&p.namespace().unwrap_or_default()) {
+                    if !engine.feed.namespaces().ignored(&p.namespace().unwrap_or_default()) {
                         engine.policies.apply(&p)
                     }
                 }
@@ -117,9 +117,11 @@ pub(super) struct Policies {
     /// Policies whose status needs writing.
     statuses: WorkQueue<PolicyKey>,
     /// The policies known (see [`crate::index::policies`]).
-    index: RwLock<PolicyIndex>,
+    index: Arc<RwLock<PolicyIndex>>,
     /// What is remembered per policy (see [`crate::index::remembered`]).
-    memory: Mutex<Remembered<PolicyKey, PolicyMemory>>,
+    memory: Arc<Mutex<Remembered<PolicyKey, PolicyMemory>>>,
+    /// The turns of staged policies' targets (on the same index and memory).
+    turns: turns::Turns,
     events: Arc<EventWriter>,
     metrics: Arc<Metrics>,
     hash_key: Arc<KeySlot>,
@@ -159,13 +161,22 @@ impl Policies {
             synced,
             leadership,
         } = shared;
+        let index: Arc<RwLock<PolicyIndex>> = Arc::default();
+        let memory: Arc<Mutex<Remembered<PolicyKey, PolicyMemory>>> = Arc::default();
+        let turns = turns::Turns {
+            index: index.clone(),
+            store: store.clone(),
+            memory: memory.clone(),
+            workloads: workloads.clone(),
+        };
         Policies {
             client,
             store,
             workloads,
             statuses: WorkQueue::new(Duration::from_secs(2)),
-            index: RwLock::default(),
-            memory: Mutex::default(),
+            index,
+            memory,
+            turns,
             events,
             metrics,
             hash_key,

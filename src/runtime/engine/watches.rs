@@ -96,7 +96,7 @@ impl WatchTasks {
                 && engine.feed.is_synced()
                 && engine.rights.may_patch(kind, scope.as_deref())
             {
-                engine.feed.request_scan(scans::ScanKey { kind, namespace: scope }, None);
+                engine.scanner.request_scan(scans::ScanKey { kind, namespace: scope }, None);
             }
         }
         for (kind, scope) in changes.sources {
@@ -300,9 +300,9 @@ impl Engine {
                 }
                 WatchItem::Delete(ns) => {
                     engine.metrics.event_received("delete", "Namespace");
-                    engine.feed.namespace_gone(&ns.name_any());
+                    engine.feed.namespaces().gone(&ns.name_any());
                 }
-                WatchItem::RelistDone(seen) => engine.feed.namespaces_relisted(&seen),
+                WatchItem::RelistDone(seen) => engine.feed.namespaces().relisted(&seen),
             },
         )
         .await;

@@ -190,7 +190,7 @@ impl Policies {
             self.statuses.add(policy, Duration::from_millis(100));
         }
         if state != RolloutState::Progressing {
-            self.next_turns(key);
+            self.turns.pass_on(key);
         }
         halted
     }

@@ -10,11 +10,22 @@ use super::*;
 use crate::decide::staging::Wait;
 use crate::decide::turns::{self, Seen, StagedPart};
 
-impl Policies {
+/// The turns of staged policies' targets: taken, given back, and passed on. Works on the
+/// policies' index and memory, which it shares with [`Policies`] (under the same locks, in the
+/// same order: the store is never read under the memory's lock).
+pub(in crate::runtime::engine) struct Turns {
+    pub(super) index: Arc<RwLock<PolicyIndex>>,
+    pub(super) store: Arc<RwLock<Store>>,
+    pub(super) memory: Arc<Mutex<Remembered<PolicyKey, PolicyMemory>>>,
+    /// The workload queue: the next targets are looked at when a turn ends.
+    pub(super) workloads: Arc<WorkQueue<WorkloadKey>>,
+}
+
+impl Turns {
     /// Whether `info` may roll now in every staged policy taking part (`None`), or what it
     /// waits for (see [`turns::may_take_turn`]). With `claim`, a turn it may take is taken: it
     /// counts as rolling from now.
-    pub(in crate::runtime::engine) fn turn(
+    pub(in crate::runtime::engine) fn take(
         &self,
         parts: &[PolicyPart],
         info: &WorkloadInfo,
@@ -50,28 +61,9 @@ impl Policies {
         None
     }
 
-    /// A turn just taken is written to the staged policies' status before the target rolls:
-    /// a restart or a new leader then still counts it as rolling (`maxConcurrent`) and follows
-    /// its rollout, whose failure halts the others. An error leaves the turn to be released.
-    pub(in crate::runtime::engine) async fn persist_turn(
-        &self,
-        parts: &[PolicyPart],
-    ) -> Result<(), String> {
-        let staged = self.index.read().staged(parts);
-        for (_, part) in staged {
-            // A policy whose status writes are refused is not written to here either: it
-            // takes no turn until its backoff ends (see `write_status_or_back_off`).
-            if self.refused.lock().waiting(&part.key, std::time::Instant::now()).is_some() {
-                return Err("its status writes are refused for now".into());
-            }
-            self.write_status(&part.key).await.map_err(|e| e.to_string())?;
-        }
-        Ok(())
-    }
-
     /// A turn taken for a write that did not happen, or for a rollout that is not followed (a
     /// CronJob's): given back.
-    pub(in crate::runtime::engine) fn release_turn(&self, parts: &[PolicyPart], key: &WorkloadKey) {
+    pub(in crate::runtime::engine) fn give_back(&self, parts: &[PolicyPart], key: &WorkloadKey) {
         let target = (key.kind, key.name.clone());
         let mut memory = self.memory.lock();
         let staged = self.index.read().staged(parts);
@@ -86,7 +78,7 @@ impl Policies {
 
     /// A target's rollout finished or failed: the targets of the staged policies reporting on it
     /// are looked at again (the next ones may take their turn).
-    pub(in crate::runtime::engine) fn next_turns(&self, key: &WorkloadKey) {
+    pub(in crate::runtime::engine) fn pass_on(&self, key: &WorkloadKey) {
         let target = (key.kind, key.name.clone());
         let policies = self.index.read().policies_in(&key.namespace);
         for policy in policies {
@@ -110,6 +102,32 @@ impl Policies {
                 }
             }
         }
+    }
+}
+
+impl Policies {
+    /// Whose turn it is in the staged policies (see [`Turns`]).
+    pub(in crate::runtime::engine) fn turns(&self) -> &Turns {
+        &self.turns
+    }
+
+    /// A turn just taken is written to the staged policies' status before the target rolls:
+    /// a restart or a new leader then still counts it as rolling (`maxConcurrent`) and follows
+    /// its rollout, whose failure halts the others. An error leaves the turn to be released.
+    pub(in crate::runtime::engine) async fn persist_turn(
+        &self,
+        parts: &[PolicyPart],
+    ) -> Result<(), String> {
+        let staged = self.index.read().staged(parts);
+        for (_, part) in staged {
+            // A policy whose status writes are refused is not written to here either: it
+            // takes no turn until its backoff ends (see `write_status_or_back_off`).
+            if self.refused.lock().waiting(&part.key, std::time::Instant::now()).is_some() {
+                return Err("its status writes are refused for now".into());
+            }
+            self.write_status(&part.key).await.map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 
     /// Tells the staged policies taking part that their target waits for its turn: its result

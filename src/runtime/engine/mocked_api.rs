@@ -1,0 +1,250 @@
+//! The reconcile and the feed against a mocked API server (`tower-test`'s mock service behind
+//! a real `kube::Client`), for the paths that need no real server: the request a reconcile
+//! makes and what it does with each answer, and the keys the feed queues. Behaviour against
+//! the real control plane is in `tests/it`.
+
+#[cfg(test)]
+mod tests {
+    use http::{Method, Request, Response, StatusCode};
+    use kube::client::Body;
+    use serde_json::{Value, json};
+    use tower_test::mock::{self, Handle};
+
+    use super::super::*;
+    use crate::decide::rollout::Next;
+
+    type ApiHandle = Handle<Request<Body>, Response<Body>>;
+
+    /// An engine whose client is the mock's (`--debounce 0s`, so a change rolls at once, and
+    /// `args`), with its caches synced and a ConfigMap `app-config` in `shop` whose hash is `h2`.
+    /// Events go to a client nobody answers.
+    fn engine_with(args: &[&str]) -> (Arc<Engine>, ApiHandle) {
+        use clap::Parser;
+        let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+        let client = Client::new(service, "default");
+        let nobody = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let events = Client::try_from(nobody).expect("a client");
+        let cli = crate::cli::Cli::parse_from(["reloader", "--debounce", "0s"].iter().chain(args));
+        let config = crate::runtime::operator::engine_config(&cli.reload);
+        let engine = Engine::new(client, events, config, crate::kube::leader::sole_leader());
+        engine.feed.caches_synced(true);
+        engine.feed.source_observed("shop", config_map("app-config"), SourceFacts::with_hash("h2"));
+        (engine, handle)
+    }
+
+    fn engine() -> (Arc<Engine>, ApiHandle) {
+        engine_with(&[])
+    }
+
+    fn config_map(name: &str) -> SourceRef {
+        SourceRef::new(SourceKind::ConfigMap, name)
+    }
+
+    /// A Deployment `name` in `shop` with `auto`, whose container takes `app-config` and holds
+    /// `STAKATER_APP_CONFIG_CONFIGMAP` = `stored`; `uses` says whether it references the ConfigMap.
+    fn deployment(name: &str, stored: &str, uses: bool) -> Value {
+        let env_from =
+            if uses { json!([{"configMapRef": {"name": "app-config"}}]) } else { json!([]) };
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"),
+                         "resourceVersion": "1", "generation": 1,
+                         "annotations": {"reloader.stakater.com/auto": "true"}},
+            "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "app", "image": "app:1", "envFrom": env_from,
+                    "env": [{"name": "STAKATER_APP_CONFIG_CONFIGMAP", "value": stored}]}]}}}
+        })
+    }
+
+    /// Puts a Deployment in the index as a write's answer would (nothing is queued).
+    fn known(engine: &Engine, object: &Value) -> WorkloadKey {
+        let object: DynamicObject = serde_json::from_value(object.clone()).expect("an object");
+        engine.feed.refresh(WorkloadKind::Deployment, &object).expect("a workload reloaded here")
+    }
+
+    fn answer(status: StatusCode, body: &Value) -> Response<Body> {
+        let bytes = serde_json::to_vec(body).expect("JSON");
+        Response::builder().status(status).body(Body::from(bytes)).expect("a response")
+    }
+
+    fn status(code: u16, reason: &str) -> Value {
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": reason,
+               "reason": reason, "code": code})
+    }
+
+    /// The next request: method, path and query, and its body as JSON (`Null` when empty).
+    async fn next_request(
+        handle: &mut ApiHandle,
+    ) -> (Method, String, Value, mock::SendResponse<Response<Body>>) {
+        let (request, send) = handle.next_request().await.expect("a request");
+        let (method, uri) = (request.method().clone(), request.uri().to_string());
+        let bytes = request.into_body().collect_bytes().await.expect("a body");
+        let body = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes).expect("JSON")
+        };
+        (method, uri, body, send)
+    }
+
+    /// The `STAKATER_APP_CONFIG_CONFIGMAP` value a strategic merge patch sets.
+    fn variable_set_by(patch: &Value) -> Option<&str> {
+        let containers = patch.pointer("/spec/template/spec/containers")?.as_array()?;
+        let env = containers.iter().find(|c| c["name"] == "app")?["env"].as_array()?;
+        let var = env.iter().find(|e| e["name"] == "STAKATER_APP_CONFIG_CONFIGMAP")?;
+        var["value"].as_str()
+    }
+
+    #[tokio::test]
+    async fn a_workload_whose_source_changed_gets_one_patch_setting_the_new_hash() {
+        let (engine, mut handle) = engine();
+        let key = known(&engine, &deployment("web", "h1", true));
+        let api = tokio::spawn(async move {
+            let (method, uri, body, send) = next_request(&mut handle).await;
+            // The server's answer: the object as the patch left it (its record included).
+            let mut written = deployment("web", "h2", true);
+            if let Some(record) = body.pointer("/metadata/annotations").and_then(Value::as_object) {
+                let annotations =
+                    written["metadata"]["annotations"].as_object_mut().expect("a map");
+                annotations.extend(record.clone());
+            }
+            send.send_response(answer(StatusCode::OK, &written));
+            (method, uri, body)
+        });
+        let next = engine.reconciler.reconcile(&key).await;
+        let (method, uri, patch) = api.await.expect("the API task");
+        assert_eq!(method, Method::PATCH);
+        assert!(uri.starts_with("/apis/apps/v1/namespaces/shop/deployments/web?"), "{uri}");
+        assert_eq!(variable_set_by(&patch), Some("h2"), "{patch:#}");
+        assert!(matches!(next, Next::Idle), "{next:?}");
+        assert_eq!(engine.reconciler.failures_of(&key), 0);
+        // The index took the answer: a second reconcile finds it current and asks nothing (the
+        // mock is gone, so a request would fail and be retried).
+        let again = engine.reconciler.reconcile(&key).await;
+        assert!(matches!(again, Next::Idle), "{again:?}");
+    }
+
+    #[tokio::test]
+    async fn a_conflict_reads_the_workload_again_and_writes_on_what_it_finds() {
+        let (engine, mut handle) = engine();
+        let key = known(&engine, &deployment("web", "h1", true));
+        let api = tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let (method, uri, _, send) = next_request(&mut handle).await;
+            seen.push((method, uri));
+            send.send_response(answer(StatusCode::CONFLICT, &status(409, "Conflict")));
+            // Someone else changed it meanwhile (a new image), still on the old hash.
+            let (method, uri, _, send) = next_request(&mut handle).await;
+            seen.push((method, uri));
+            let mut fresh = deployment("web", "h1", true);
+            fresh["metadata"]["resourceVersion"] = json!("2");
+            fresh["spec"]["template"]["spec"]["containers"][0]["image"] = json!("app:2");
+            send.send_response(answer(StatusCode::OK, &fresh));
+            let (method, uri, patch, send) = next_request(&mut handle).await;
+            seen.push((method, uri));
+            send.send_response(answer(StatusCode::OK, &deployment("web", "h2", true)));
+            (seen, patch)
+        });
+        let next = engine.reconciler.reconcile(&key).await;
+        let (seen, patch) = api.await.expect("the API task");
+        let methods: Vec<&Method> = seen.iter().map(|(m, _)| m).collect();
+        assert_eq!(methods, [Method::PATCH, Method::GET, Method::PATCH]);
+        assert_eq!(seen[1].1, "/apis/apps/v1/namespaces/shop/deployments/web");
+        assert_eq!(variable_set_by(&patch), Some("h2"), "{patch:#}");
+        assert!(matches!(next, Next::Idle), "{next:?}");
+        assert_eq!(engine.reconciler.failures_of(&key), 0, "a conflict is no failure");
+    }
+
+    /// What the mock was asked, in order: method, path and query, body.
+    type Asked = Arc<Mutex<Vec<(Method, String, Value)>>>;
+
+    /// Answers every request with `respond` until the task is aborted.
+    fn serve(
+        mut handle: ApiHandle,
+        respond: impl Fn(&Method, &str) -> Response<Body> + Send + 'static,
+    ) -> (Asked, tokio::task::JoinHandle<()>) {
+        let asked = Asked::default();
+        let log = asked.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let (method, uri, body, send) = next_request(&mut handle).await;
+                send.send_response(respond(&method, &uri));
+                log.lock().push((method, uri, body));
+            }
+        });
+        (asked, task)
+    }
+
+    #[tokio::test]
+    async fn a_refused_or_throttled_write_is_a_failure_retried_with_backoff() {
+        for (code, reason) in [(403, "Forbidden"), (429, "TooManyRequests")] {
+            // A rollout admitted counts against the minimum interval even when its write failed:
+            // off here, to see the retries.
+            let (engine, handle) = engine_with(&["--min-rollout-interval", "0s"]);
+            let key = known(&engine, &deployment("web", "h1", true));
+            let (asked, api) = serve(handle, move |method, _| match *method {
+                Method::PATCH => {
+                    let status_code = StatusCode::from_u16(code).expect("a status");
+                    answer(status_code, &status(code, reason))
+                }
+                // The rights asked again after a refusal: granted.
+                _ => answer(StatusCode::CREATED, &json!({"status": {"allowed": true}})),
+            });
+            let first = engine.reconciler.reconcile(&key).await;
+            assert!(
+                matches!(first, Next::Retry(d) if d == Duration::from_secs(1)),
+                "{code}: {first:?}"
+            );
+            assert_eq!(engine.reconciler.failures_of(&key), 1, "{code}");
+            // The backoff doubles with each consecutive failure.
+            let second = engine.reconciler.reconcile(&key).await;
+            assert!(
+                matches!(second, Next::Retry(d) if d == Duration::from_secs(2)),
+                "{code}: {second:?}"
+            );
+            assert_eq!(engine.reconciler.failures_of(&key), 2, "{code}");
+            api.abort();
+            let asked = asked.lock();
+            let patches = asked.iter().filter(|(m, ..)| *m == Method::PATCH).count();
+            assert_eq!(patches, 2, "{code}: one write per reconcile");
+            // A refusal (not a throttle) has the identity's rights asked again, once.
+            let reviews =
+                asked.iter().filter(|(_, uri, _)| uri.contains("selfsubjectaccessreviews"));
+            assert_eq!(reviews.count() > 0, code == 403, "{code}: {asked:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_feed_queues_the_workloads_a_source_change_concerns_and_asks_the_api_nothing() {
+        let (engine, mut handle) = engine();
+        let web = known(&engine, &deployment("web", "h2", true));
+        let other = known(&engine, &deployment("other", "h2", false));
+        assert!(engine.queue.is_empty(), "a write's answer queues nothing");
+        let update = engine.feed.source_observed(
+            "shop",
+            config_map("app-config"),
+            SourceFacts::with_hash("h3"),
+        );
+        assert_eq!(update, SourceUpdate::Changed);
+        assert_eq!(engine.queue.len(), 1);
+        let queued = tokio::time::timeout(Duration::from_secs(1), engine.queue.next()).await;
+        assert_eq!(queued.expect("a key due at once"), Some(web.clone()));
+        assert_ne!(web, other);
+        // The same hash again: nothing changed, nothing queued.
+        engine.queue.done(&web);
+        let same = engine.feed.source_observed(
+            "shop",
+            config_map("app-config"),
+            SourceFacts::with_hash("h3"),
+        );
+        assert_eq!(same, SourceUpdate::Unchanged);
+        assert!(engine.queue.is_empty());
+        // A ConfigMap nobody uses queues nobody.
+        engine.feed.source_observed("shop", config_map("unused"), SourceFacts::with_hash("x1"));
+        engine.feed.source_observed("shop", config_map("unused"), SourceFacts::with_hash("x2"));
+        assert!(engine.queue.is_empty());
+        let quiet = tokio::time::timeout(Duration::from_millis(50), handle.next_request()).await;
+        assert!(quiet.is_err(), "the feed calls no API");
+    }
+}
