@@ -697,6 +697,56 @@ fn parse_requests(text: &str) -> Counters {
     out
 }
 
+/// Bytes the API server sent in responses (`apiserver_response_sizes_sum`), by (verb, group,
+/// resource, subresource).
+fn parse_response_bytes(text: &str) -> BTreeMap<(String, String, String, String), f64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_response_sizes_sum{") else { continue };
+        let Some((labels, value)) = rest.rsplit_once('}') else { continue };
+        let Some(value) = value.split_whitespace().next().and_then(|v| v.parse::<f64>().ok())
+        else {
+            continue;
+        };
+        let l = parse_labels(labels);
+        let get = |k: &str| l.get(k).cloned().unwrap_or_default();
+        *out.entry((get("verb"), get("group"), get("resource"), get("subresource")))
+            .or_default() += value;
+    }
+    out
+}
+
+/// What the API server has spent so far: its CPU seconds (local control plane only) and the
+/// bytes of its responses.
+struct ApiServerSpent {
+    cpu_s: Option<f64>,
+    bytes: BTreeMap<(String, String, String, String), f64>,
+}
+
+impl ApiServerSpent {
+    async fn now(ctx: &Ctx) -> Result<Self> {
+        let cpu_s = ctx.cp.local.then(|| control_plane_cpu(&ctx.s.out.join("cluster")));
+        let cpu_s = cpu_s.and_then(|c| c.get("kube-apiserver").copied());
+        Ok(ApiServerSpent { cpu_s, bytes: parse_response_bytes(&ctx.apiserver_metrics().await?) })
+    }
+
+    /// CPU milliseconds and KiB sent to the operator since `before`, divided by `per`. The bytes
+    /// are those of requests the operator makes (see [`attribute`]; the harness's ConfigMap
+    /// PATCHes excepted); the CPU is the API server's whole, which the operator only adds to.
+    fn since(&self, before: &ApiServerSpent, per: f64) -> (Option<f64>, f64) {
+        let cpu = self.cpu_s.zip(before.cpu_s).map(|(a, b)| round2((a - b) * 1000.0 / per));
+        let mut bytes = 0.0;
+        for (key, v) in &self.bytes {
+            let (verb, group, resource, sub) = key;
+            let theirs = verb == "PATCH" && resource == "configmaps";
+            if attribute(verb, group, resource, sub) == "operator" && !theirs {
+                bytes += v - before.bytes.get(key).copied().unwrap_or(0.0);
+            }
+        }
+        (cpu, round2(bytes / 1024.0 / per))
+    }
+}
+
 fn is_write(verb: &str) -> bool {
     matches!(verb, "POST" | "PUT" | "PATCH" | "DELETE" | "DELETECOLLECTION" | "APPLY" | "CREATE")
 }
@@ -1558,8 +1608,12 @@ async fn scenario_api_cost(ctx: &Ctx) -> Result<Value> {
     create_all(ctx, &deps, "deployments", workloads.collect()).await?;
     ctx.wait_quiet(Duration::from_secs(2), Duration::from_secs(60)).await?;
     let tracker = Tracker::deployments(&ctx.client, &ns).await;
+    let before_start = ApiServerSpent::now(ctx).await?;
     let mut op = ctx.start_operator("api-cost", &[])?;
     op.wait_ready(Duration::from_secs(120)).await?;
+    // Its first lists may come after it says ready (stakater/Reloader serves /metrics first).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (start_cpu_ms, start_kib) = ApiServerSpent::now(ctx).await?.since(&before_start, 1.0);
     for i in 0..k {
         let name = format!("api-{i}");
         tracker.expect(&name, source_hash(&[("v", "warm")]), Instant::now());
@@ -1570,6 +1624,7 @@ async fn scenario_api_cost(ctx: &Ctx) -> Result<Value> {
     tracker.take();
 
     let before = ctx.scrape_apiserver().await?;
+    let spent_before = ApiServerSpent::now(ctx).await?;
     let own_before = ctx.own_snapshot();
     let t0 = Instant::now();
     for j in 0..n {
@@ -1582,6 +1637,8 @@ async fn scenario_api_cost(ctx: &Ctx) -> Result<Value> {
     ctx.wait_quiet(Duration::from_secs(3), Duration::from_secs(120)).await?;
     let window_s = t0.elapsed().as_secs_f64();
     let after = ctx.scrape_apiserver().await?;
+    let (change_cpu_ms, change_kib) =
+        ApiServerSpent::now(ctx).await?.since(&spent_before, n as f64);
     let rows = window(&before, &after, &own_before, &ctx.own_snapshot());
     op.check_alive()?;
     op.stop();
@@ -1597,6 +1654,10 @@ async fn scenario_api_cost(ctx: &Ctx) -> Result<Value> {
         "operator_requests_per_change": round2(total(&rows, |r| r.by == "operator") / n as f64),
         "lists_per_change": round2(lists / n as f64),
         "lists_per_change_anyone": round2(all_lists / n as f64),
+        "apiserver_cpu_ms_per_change": change_cpu_ms,
+        "operator_kib_per_change": change_kib,
+        "apiserver_cpu_ms_per_start": start_cpu_ms,
+        "operator_kib_per_start": start_kib,
         "list_rows": list_rows,
         "rows": rows,
     }))
@@ -2130,6 +2191,17 @@ fn markdown(r: &Value) -> String {
             api["lists_per_change"],
             fmt(&api["lists_per_change_anyone"])
         );
+        let _ = writeln!(
+            md,
+            "\nWhat it costs the API server (`apiserver_response_sizes_sum` of the operator's \
+             requests; kube-apiserver's CPU from /proc, all of it, so it includes the change and \
+             its rollout): per change {} ms CPU and {} KiB sent to the operator; per start \
+             (until 5 s after ready) {} ms CPU and {} KiB sent.",
+            fmt(&api["apiserver_cpu_ms_per_change"]),
+            fmt(&api["operator_kib_per_change"]),
+            fmt(&api["apiserver_cpu_ms_per_start"]),
+            fmt(&api["operator_kib_per_start"])
+        );
     }
     if let Some(bursts) = s["burst"]["bursts"].as_array() {
         let _ = writeln!(
@@ -2223,6 +2295,30 @@ const COMPARED: &[(&str, &str, &str, bool)] = &[
     ("fan-out: all Reloaded Events written", "/scenarios/fanout/all_events_s", "s", true),
     ("API requests per change", "/scenarios/api_cost/operator_requests_per_change", "", true),
     ("LISTs per change", "/scenarios/api_cost/lists_per_change", "", true),
+    (
+        "kube-apiserver CPU per change (all of it)",
+        "/scenarios/api_cost/apiserver_cpu_ms_per_change",
+        "ms",
+        true,
+    ),
+    (
+        "API server responses to the operator per change",
+        "/scenarios/api_cost/operator_kib_per_change",
+        "KiB",
+        true,
+    ),
+    (
+        "kube-apiserver CPU per operator start",
+        "/scenarios/api_cost/apiserver_cpu_ms_per_start",
+        "ms",
+        true,
+    ),
+    (
+        "API server responses to the operator per start",
+        "/scenarios/api_cost/operator_kib_per_start",
+        "KiB",
+        true,
+    ),
     ("rollouts per burst of 10 writes", "/scenarios/burst/mean_generation_delta", "", true),
 ];
 
