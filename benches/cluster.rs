@@ -29,6 +29,7 @@
 
 #[path = "../tests/support/control_plane.rs"]
 mod control_plane;
+mod shared;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -83,97 +84,13 @@ const OPERATOR_NAMESPACE: &str = "bench-operator";
 /// TokenRequest token of a ServiceAccount bound to this chart's RBAC (`chart`) or to
 /// stakater/Reloader's (`stakater`).
 async fn operator_identity(s: &Settings, cp: &ControlPlane, client: &Client) -> Result<PathBuf> {
-    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let (rbac, account) = match s.identity.as_str() {
+    let rights = match s.identity.as_str() {
         "admin" => return Ok(cp.kubeconfig.clone()),
-        "chart" => {
-            let helm = root.join("target/tools/bin/helm");
-            let out = Command::new(&helm)
-                .args(["template", "bench"])
-                .arg(root.join("helm/reloader"))
-                .args(["--namespace", OPERATOR_NAMESPACE])
-                .args(["--show-only", "templates/rbac.yaml"])
-                .args(["--show-only", "templates/hash-key-rbac.yaml"])
-                .output()
-                .with_context(|| format!("{} (make helm)", helm.display()))?;
-            if !out.status.success() {
-                bail!("helm template: {}", String::from_utf8_lossy(&out.stderr));
-            }
-            (String::from_utf8(out.stdout)?, "bench-reloader".to_string())
-        }
-        _ => {
-            let fixture = root.join("tests/fixtures/stakater-rbac/clusterrole.yaml");
-            let text = std::fs::read_to_string(&fixture)?
-                .replace("reloader-reloader", "bench-reloader")
-                .replace("reloader-system", OPERATOR_NAMESPACE);
-            (text, "bench-reloader".to_string())
-        }
+        "chart" => shared::Rights::Chart { release: "bench" },
+        _ => shared::Rights::Stakater { account: "bench-reloader" },
     };
-    let pp = PostParams::default();
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": OPERATOR_NAMESPACE}}))?;
-    ignore_exists(Api::<Namespace>::all(client.clone()).create(&pp, &ns).await)?;
-    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": account}}))?;
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
-    ignore_exists(accounts.create(&pp, &sa).await)?;
-    for doc in rbac.split("\n---").filter(|d| d.contains("kind:")) {
-        let v: Value = serde_saphyr::from_str(doc).context("an RBAC document")?;
-        let c = client.clone();
-        let ns = v["metadata"]["namespace"].as_str().unwrap_or(OPERATOR_NAMESPACE).to_string();
-        let created = match v["kind"].as_str().unwrap_or_default() {
-            "ClusterRole" => Api::<ClusterRole>::all(c)
-                .create(&pp, &serde_json::from_value(v)?)
-                .await
-                .map(|_| ()),
-            "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(c)
-                .create(&pp, &serde_json::from_value(v)?)
-                .await
-                .map(|_| ()),
-            "Role" => Api::<Role>::namespaced(c, &ns)
-                .create(&pp, &serde_json::from_value(v)?)
-                .await
-                .map(|_| ()),
-            "RoleBinding" => Api::<RoleBinding>::namespaced(c, &ns)
-                .create(&pp, &serde_json::from_value(v)?)
-                .await
-                .map(|_| ()),
-            "Secret" => Api::<Secret>::namespaced(c, &ns)
-                .create(&pp, &serde_json::from_value(v)?)
-                .await
-                .map(|_| ()),
-            other => bail!("unexpected kind in the RBAC of {}: {other}", s.identity),
-        };
-        ignore_exists(created)?;
-    }
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec { expiration_seconds: Some(86_400), ..Default::default() }),
-        ..Default::default()
-    };
-    let token = accounts
-        .create_token_request(&account, &pp, &request)
-        .await?
-        .status
-        .context("a token")?
-        .token;
-    let admin = std::fs::read_to_string(&cp.kubeconfig)?;
-    let mut config: Value = serde_saphyr::from_str(&admin)?;
-    for u in config["users"].as_array_mut().into_iter().flatten() {
-        u["user"] = json!({"token": token});
-    }
-    let path = s.out.join(format!("kubeconfig-{}.json", s.identity));
-    std::fs::write(&path, serde_json::to_vec(&config)?)?;
-    Ok(path)
-}
-
-/// An object left by an earlier run against the same cluster is as good as a new one.
-fn ignore_exists<T>(r: kube::Result<T>) -> Result<()> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    let out = s.out.join(format!("kubeconfig-{}.json", s.identity));
+    shared::service_account(client, &cp.kubeconfig, rights, OPERATOR_NAMESPACE, &out).await
 }
 
 struct Settings {
@@ -553,16 +470,6 @@ fn proc_memory(pid: u32) -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
-/// CPU seconds (user + system) process `pid` has used, from `/proc/PID/stat` (in USER_HZ, 100
-/// on Linux).
-fn proc_cpu_s(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces): state is the first, utime the 12th.
-    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
-    Some((ticks(11)? + ticks(12)?) / 100.0)
-}
-
 /// CPU seconds used so far by each process of the local control plane in `dir` (testenv runs
 /// each component as `testenv <component> ...` with paths under its directory).
 fn control_plane_cpu(dir: &Path) -> BTreeMap<String, f64> {
@@ -578,7 +485,7 @@ fn control_plane_cpu(dir: &Path) -> BTreeMap<String, f64> {
         });
         if let Some(component) = component
             && args.iter().any(|a| a.contains(dir.as_ref()))
-            && let Some(seconds) = proc_cpu_s(pid)
+            && let Some(seconds) = shared::proc_cpu_s(pid)
         {
             *cpu.entry(component.clone()).or_insert(0.0) += seconds;
         }
@@ -652,34 +559,6 @@ impl Drop for MemorySampler {
 /// apiserver_request_total summed by (verb, group, resource, subresource, code).
 type Counters = BTreeMap<(String, String, String, String, String), f64>;
 
-fn parse_labels(s: &str) -> HashMap<String, String> {
-    let mut out = HashMap::new();
-    let mut rest = s;
-    while let Some(eq) = rest.find("=\"") {
-        let name = rest[..eq].trim_start_matches(',').trim().to_string();
-        let mut value = String::new();
-        let mut chars = rest[eq + 2..].char_indices();
-        let mut end = rest.len();
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => {
-                    if let Some((_, n)) = chars.next() {
-                        value.push(n);
-                    }
-                }
-                '"' => {
-                    end = eq + 2 + i + 1;
-                    break;
-                }
-                c => value.push(c),
-            }
-        }
-        out.insert(name, value);
-        rest = &rest[end.min(rest.len())..];
-    }
-    out
-}
-
 fn parse_requests(text: &str) -> Counters {
     let mut out = Counters::new();
     for line in text.lines() {
@@ -689,7 +568,7 @@ fn parse_requests(text: &str) -> Counters {
         else {
             continue;
         };
-        let l = parse_labels(labels);
+        let l = shared::parse_labels(labels);
         let get = |k: &str| l.get(k).cloned().unwrap_or_default();
         let key = (get("verb"), get("group"), get("resource"), get("subresource"), get("code"));
         *out.entry(key).or_default() += value;
@@ -708,7 +587,7 @@ fn parse_response_bytes(text: &str) -> BTreeMap<(String, String, String, String)
         else {
             continue;
         };
-        let l = parse_labels(labels);
+        let l = shared::parse_labels(labels);
         let get = |k: &str| l.get(k).cloned().unwrap_or_default();
         *out.entry((get("verb"), get("group"), get("resource"), get("subresource")))
             .or_default() += value;
@@ -1480,7 +1359,7 @@ async fn scenario_scale(ctx: &Ctx, last: bool) -> Result<Value> {
     let ready = op.wait_ready(Duration::from_secs(600)).await?;
     let ready_rss = proc_memory(op.pid).map(|m| m.0);
     let mut cpu_to_ready: BTreeMap<String, f64> = BTreeMap::new();
-    if let Some(cpu) = proc_cpu_s(op.pid) {
+    if let Some(cpu) = shared::proc_cpu_s(op.pid) {
         cpu_to_ready.insert("operator".into(), round2(cpu));
     }
     for (component, after) in cp_dir.as_deref().map(control_plane_cpu).unwrap_or_default() {

@@ -32,6 +32,9 @@
 
 #[path = "../tests/support/control_plane.rs"]
 mod control_plane;
+mod shared;
+
+use shared::create;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -47,7 +50,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client, Config, ResourceExt};
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 fn main() {
@@ -168,85 +170,16 @@ async fn start_cluster(s: &Settings) -> Result<Cluster> {
 }
 
 /// The ServiceAccount an operator runs as: `lt-stakater` bound to stakater/Reloader's default
-/// ClusterRole (tests/fixtures/stakater-rbac), `lt-reloader` bound to the RBAC this project's
-/// chart renders. Returns a kubeconfig with a TokenRequest token of that account.
+/// ClusterRole, `lt-reloader` bound to the RBAC this project's chart renders (release `lt`).
+/// Returns a kubeconfig with a TokenRequest token of that account.
 async fn identity(s: &Settings, cluster: &Cluster, stakater: bool) -> Result<PathBuf> {
-    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let (ns, account) =
-        if stakater { ("lt-stakater", "lt-stakater") } else { ("lt-reloader", "lt-reloader") };
-    let rbac = if stakater {
-        std::fs::read_to_string(root.join("tests/fixtures/stakater-rbac/clusterrole.yaml"))?
-            .replace("reloader-reloader", account)
-            .replace("reloader-system", ns)
+    let (rights, ns) = if stakater {
+        (shared::Rights::Stakater { account: "lt-stakater" }, "lt-stakater")
     } else {
-        let helm = root.join("target/tools/bin/helm");
-        let out = Command::new(&helm)
-            .args(["template", "lt"])
-            .arg(root.join("helm/reloader"))
-            .args(["--namespace", ns])
-            .args(["--show-only", "templates/rbac.yaml"])
-            .args(["--show-only", "templates/hash-key-rbac.yaml"])
-            .output()
-            .with_context(|| format!("{} (make helm)", helm.display()))?;
-        if !out.status.success() {
-            bail!("helm template: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        String::from_utf8(out.stdout)?
+        (shared::Rights::Chart { release: "lt" }, "lt-reloader")
     };
-    let client = &cluster.client;
-    let pp = PostParams::default();
-    create(&Api::<Namespace>::all(client.clone()), json!({"metadata": {"name": ns}})).await?;
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    create(&accounts, json!({"metadata": {"name": account}})).await?;
-    for doc in rbac.split("\n---").filter(|d| d.contains("kind:")) {
-        create_rbac(client, ns, serde_saphyr::from_str(doc).context("an RBAC document")?).await?;
-    }
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec { expiration_seconds: Some(86_400), ..Default::default() }),
-        ..Default::default()
-    };
-    let token = accounts
-        .create_token_request(account, &pp, &request)
-        .await?
-        .status
-        .context("a token")?
-        .token;
-    let mut config: Value = serde_saphyr::from_str(&std::fs::read_to_string(&cluster.kubeconfig)?)?;
-    for u in config["users"].as_array_mut().into_iter().flatten() {
-        u["user"] = json!({"token": token});
-    }
-    let path = s.out.join(format!("loadtest/kubeconfig-{account}.json"));
-    std::fs::write(&path, serde_json::to_vec(&config)?)?;
-    Ok(path)
-}
-
-async fn create_rbac(client: &Client, default_ns: &str, v: Value) -> Result<()> {
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-    let c = client.clone();
-    let ns = v["metadata"]["namespace"].as_str().unwrap_or(default_ns).to_string();
-    match v["kind"].as_str().unwrap_or_default() {
-        "ClusterRole" => create(&Api::<ClusterRole>::all(c), v).await,
-        "ClusterRoleBinding" => create(&Api::<ClusterRoleBinding>::all(c), v).await,
-        "Role" => create(&Api::<Role>::namespaced(c, &ns), v).await,
-        "RoleBinding" => create(&Api::<RoleBinding>::namespaced(c, &ns), v).await,
-        "Secret" => create(&Api::<Secret>::namespaced(c, &ns), v).await,
-        other => bail!("unexpected kind in RBAC: {other}"),
-    }
-}
-
-/// Creates an object; one that exists already is as good.
-async fn create<K>(api: &Api<K>, v: Value) -> Result<()>
-where
-    K: kube::Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(v)?;
-    match api.create(&PostParams::default(), &obj).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(anyhow!("create {}: {e}", obj.name_any())),
-    }
+    let out = s.out.join(format!("loadtest/kubeconfig-{ns}.json"));
+    shared::service_account(&cluster.client, &cluster.kubeconfig, rights, ns, &out).await
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -419,12 +352,9 @@ async fn scrape(http: &reqwest::Client, url: &str, pid: u32, epoch: Instant) -> 
 
 /// (RSS bytes, CPU seconds user + system) of `pid` from `/proc`.
 fn proc_stats(pid: u32) -> Option<(f64, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command name (which may hold spaces): state first, utime 12th, rss 22nd.
-    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split_whitespace().collect();
-    let num = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
-    let cpu = (num(11)? + num(12)?) / 100.0;
-    Some((num(21)? * 4096.0, cpu))
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages = statm.split_whitespace().nth(1)?.parse::<f64>().ok()?;
+    Some((pages * 4096.0, shared::proc_cpu_s(pid)?))
 }
 
 /// The Prometheus text format, samples only: `name{labels} value`.
@@ -441,38 +371,10 @@ fn parse_exposition(text: &str) -> Vec<(String, BTreeMap<String, String>, f64)> 
         let value = value.split_whitespace().next().unwrap_or_default();
         let Ok(value) = value.parse::<f64>() else { continue };
         let (name, labels) = match head.split_once('{') {
-            Some((n, rest)) => (n, parse_labels(rest.trim_end_matches('}'))),
+            Some((n, rest)) => (n, shared::parse_labels(rest.trim_end_matches('}'))),
             None => (head, BTreeMap::new()),
         };
         out.push((name.to_string(), labels, value));
-    }
-    out
-}
-
-fn parse_labels(s: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut rest = s;
-    while let Some(eq) = rest.find("=\"") {
-        let name = rest[..eq].trim_start_matches(',').trim().to_string();
-        let mut value = String::new();
-        let mut chars = rest[eq + 2..].char_indices();
-        let mut end = rest.len() - eq - 2;
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => {
-                    if let Some((_, n)) = chars.next() {
-                        value.push(if n == 'n' { '\n' } else { n });
-                    }
-                }
-                '"' => {
-                    end = i + 1;
-                    break;
-                }
-                c => value.push(c),
-            }
-        }
-        out.insert(name, value);
-        rest = &rest[eq + 2 + end..];
     }
     out
 }
