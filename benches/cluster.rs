@@ -610,15 +610,15 @@ impl ApiServerSpent {
     }
 
     /// CPU milliseconds and KiB sent to the operator since `before`, divided by `per`. The bytes
-    /// are those of requests the operator makes (see [`attribute`]; the harness's ConfigMap
-    /// PATCHes excepted); the CPU is the API server's whole, which the operator only adds to.
+    /// are those of the reads the operator makes (see [`attribute`]; the API server sizes no
+    /// write's response, nor watch streams per client); the CPU is the API server's whole, which
+    /// the operator only adds to.
     fn since(&self, before: &ApiServerSpent, per: f64) -> (Option<f64>, f64) {
         let cpu = self.cpu_s.zip(before.cpu_s).map(|(a, b)| round2((a - b) * 1000.0 / per));
         let mut bytes = 0.0;
         for (key, v) in &self.bytes {
             let (verb, group, resource, sub) = key;
-            let theirs = verb == "PATCH" && resource == "configmaps";
-            if attribute(verb, group, resource, sub) == "operator" && !theirs {
+            if attribute(verb, group, resource, sub) == "operator" {
                 bytes += v - before.bytes.get(key).copied().unwrap_or(0.0);
             }
         }
@@ -2073,9 +2073,10 @@ fn markdown(r: &Value) -> String {
         let _ = writeln!(
             md,
             "\nWhat it costs the API server (`apiserver_response_sizes_sum` of the operator's \
-             requests; kube-apiserver's CPU from /proc, all of it, so it includes the change and \
-             its rollout): per change {} ms CPU and {} KiB sent to the operator; per start \
-             (until 5 s after ready) {} ms CPU and {} KiB sent.",
+             GETs and LISTs, the only responses the API server sizes; kube-apiserver's CPU from \
+             /proc, all of it, so it includes the change and its rollout): per change {} ms CPU \
+             and {} KiB of reads sent to the operator; per start (until 5 s after ready) {} ms \
+             CPU and {} KiB.",
             fmt(&api["apiserver_cpu_ms_per_change"]),
             fmt(&api["operator_kib_per_change"]),
             fmt(&api["apiserver_cpu_ms_per_start"]),
@@ -2181,7 +2182,7 @@ const COMPARED: &[(&str, &str, &str, bool)] = &[
         true,
     ),
     (
-        "API server responses to the operator per change",
+        "API server reads sent to the operator per change",
         "/scenarios/api_cost/operator_kib_per_change",
         "KiB",
         true,
@@ -2193,7 +2194,7 @@ const COMPARED: &[(&str, &str, &str, bool)] = &[
         true,
     ),
     (
-        "API server responses to the operator per start",
+        "API server reads sent to the operator per start",
         "/scenarios/api_cost/operator_kib_per_start",
         "KiB",
         true,
