@@ -1838,6 +1838,12 @@ fn why(debounce_is_why: bool, name: &str, o: &Outcome) -> String {
                 source's namespace"
             .into();
     }
+    if name == "reconcile_total" {
+        return "counted differently: stakater/Reloader counts a reconcile per source event it \
+                handles; ours one per workload reconcile (every workload created or changed is \
+                checked against its sources, and each workload a change affects)"
+            .into();
+    }
     "not explained by the harness: see the scenario's table".into()
 }
 
