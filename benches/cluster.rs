@@ -2073,7 +2073,8 @@ fn markdown(r: &Value) -> String {
         let _ = writeln!(
             md,
             "\nWhat it costs the API server (`apiserver_response_sizes_sum` of the operator's \
-             GETs and LISTs, the only responses the API server sizes; kube-apiserver's CPU from \
+             GETs and LISTs, the only responses the API server sizes: a streaming list comes as \
+             a watch and is not counted; kube-apiserver's CPU from \
              /proc, all of it, so it includes the change and its rollout): per change {} ms CPU \
              and {} KiB of reads sent to the operator; per start (until 5 s after ready) {} ms \
              CPU and {} KiB.",
