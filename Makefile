@@ -337,9 +337,9 @@ bench-compare: testenv $(HELM) $(STAKATER) ## this operator and stakater/Reloade
 # anew in benches/loadtest.rs: the module proxy does not serve that nested module) on one local
 # control plane with kwok nodes, for stakater/Reloader (its ClusterRole's ServiceAccount), the
 # shipped musl build (the chart's) and the same with --debounce 0s; the framework's pass/fail
-# rules, side by side: target/bench/loadtest.md. LOADTEST_SCALE=0.1 for a quick run (about 25
-# minutes; the full run about 75), LOADTEST_SCENARIOS=S1,S2 and LOADTEST_RUNS=stakater,reloader
-# to run fewer.
+# rules, side by side: target/bench/loadtest.md. LOADTEST_SCALE=0.1 for a quick run (17 minutes
+# after the builds; the full run an estimated 1.5 hours), LOADTEST_SCENARIOS=S1,S2 and
+# LOADTEST_RUNS=stakater,reloader to run fewer.
 bench-loadtest: testenv $(HELM) $(STAKATER) ## stakater/Reloader's load-test scenarios S1-S13, it and this operator side by side: target/bench/loadtest.md
 	$(MAKE) release TARGET=$(MUSL)
 	$(CARGO) bench --locked --bench loadtest
