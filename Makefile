@@ -28,7 +28,7 @@ HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION
 
 .PHONY: help build release release-path image release-check crane test lint fmt-check clippy unit integration testenv cluster-up \
 	cluster-down cluster-status demo bench crd docs zigbuild clean kubectl helm chart deploy chart-lint chart-docs workflows-lint deny prereqs promtool \
-	stakater-reloader bench-compare bench-curve
+	stakater-reloader bench-compare bench-curve bench-loadtest
 
 help: ## list the targets
 	@awk 'BEGIN{FS=":.*## "} /^[a-z-]+:.*## /{printf "  make %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -332,6 +332,17 @@ bench-compare: testenv $(HELM) $(STAKATER) ## this operator and stakater/Reloade
 		BENCH_OPERATOR="target/$(MUSL)/release/reloader --debounce 0s" $(CARGO) bench --locked --bench cluster
 	BENCH_MERGE=$(subst $(eval) ,$(comma),$(foreach r,$(COMPARE_RUNS),target/bench/compare-$(r)/report.json)) \
 		$(CARGO) bench --locked --bench cluster
+
+# stakater/Reloader's own load-test scenarios (S1–S13 of its test/loadtest framework, written
+# anew in benches/loadtest.rs: the module proxy does not serve that nested module) on one local
+# control plane with kwok nodes, for stakater/Reloader (its ClusterRole's ServiceAccount), the
+# shipped musl build (the chart's) and the same with --debounce 0s; the framework's pass/fail
+# rules, side by side: target/bench/loadtest.md. LOADTEST_SCALE=0.1 for a quick run (17 minutes
+# after the builds; the full run an estimated 1.5 hours), LOADTEST_SCENARIOS=S1,S2 and
+# LOADTEST_RUNS=stakater,reloader to run fewer.
+bench-loadtest: testenv $(HELM) $(STAKATER) ## stakater/Reloader's load-test scenarios S1-S13, it and this operator side by side: target/bench/loadtest.md
+	$(MAKE) release TARGET=$(MUSL)
+	$(CARGO) bench --locked --bench loadtest
 
 comma := ,
 

@@ -29,6 +29,7 @@
 
 #[path = "../tests/support/control_plane.rs"]
 mod control_plane;
+mod shared;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -83,97 +84,13 @@ const OPERATOR_NAMESPACE: &str = "bench-operator";
 /// TokenRequest token of a ServiceAccount bound to this chart's RBAC (`chart`) or to
 /// stakater/Reloader's (`stakater`).
 async fn operator_identity(s: &Settings, cp: &ControlPlane, client: &Client) -> Result<PathBuf> {
-    use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-    use k8s_openapi::api::core::v1::ServiceAccount;
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let (rbac, account) = match s.identity.as_str() {
+    let rights = match s.identity.as_str() {
         "admin" => return Ok(cp.kubeconfig.clone()),
-        "chart" => {
-            let helm = root.join("target/tools/bin/helm");
-            let out = Command::new(&helm)
-                .args(["template", "bench"])
-                .arg(root.join("helm/reloader"))
-                .args(["--namespace", OPERATOR_NAMESPACE])
-                .args(["--show-only", "templates/rbac.yaml"])
-                .args(["--show-only", "templates/hash-key-rbac.yaml"])
-                .output()
-                .with_context(|| format!("{} (make helm)", helm.display()))?;
-            if !out.status.success() {
-                bail!("helm template: {}", String::from_utf8_lossy(&out.stderr));
-            }
-            (String::from_utf8(out.stdout)?, "bench-reloader".to_string())
-        }
-        _ => {
-            let fixture = root.join("tests/fixtures/stakater-rbac/clusterrole.yaml");
-            let text = std::fs::read_to_string(&fixture)?
-                .replace("reloader-reloader", "bench-reloader")
-                .replace("reloader-system", OPERATOR_NAMESPACE);
-            (text, "bench-reloader".to_string())
-        }
+        "chart" => shared::Rights::Chart { release: "bench" },
+        _ => shared::Rights::Stakater { account: "bench-reloader" },
     };
-    let pp = PostParams::default();
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": OPERATOR_NAMESPACE}}))?;
-    ignore_exists(Api::<Namespace>::all(client.clone()).create(&pp, &ns).await)?;
-    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": account}}))?;
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
-    ignore_exists(accounts.create(&pp, &sa).await)?;
-    for doc in rbac.split("\n---").filter(|d| d.contains("kind:")) {
-        let v: Value = serde_saphyr::from_str(doc).context("an RBAC document")?;
-        let c = client.clone();
-        let ns = v["metadata"]["namespace"].as_str().unwrap_or(OPERATOR_NAMESPACE).to_string();
-        let created = match v["kind"].as_str().unwrap_or_default() {
-            "ClusterRole" => Api::<ClusterRole>::all(c)
-                .create(&pp, &serde_json::from_value(v)?)
-                .await
-                .map(|_| ()),
-            "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(c)
-                .create(&pp, &serde_json::from_value(v)?)
-                .await
-                .map(|_| ()),
-            "Role" => Api::<Role>::namespaced(c, &ns)
-                .create(&pp, &serde_json::from_value(v)?)
-                .await
-                .map(|_| ()),
-            "RoleBinding" => Api::<RoleBinding>::namespaced(c, &ns)
-                .create(&pp, &serde_json::from_value(v)?)
-                .await
-                .map(|_| ()),
-            "Secret" => Api::<Secret>::namespaced(c, &ns)
-                .create(&pp, &serde_json::from_value(v)?)
-                .await
-                .map(|_| ()),
-            other => bail!("unexpected kind in the RBAC of {}: {other}", s.identity),
-        };
-        ignore_exists(created)?;
-    }
-    let request = TokenRequest {
-        spec: Some(TokenRequestSpec { expiration_seconds: Some(86_400), ..Default::default() }),
-        ..Default::default()
-    };
-    let token = accounts
-        .create_token_request(&account, &pp, &request)
-        .await?
-        .status
-        .context("a token")?
-        .token;
-    let admin = std::fs::read_to_string(&cp.kubeconfig)?;
-    let mut config: Value = serde_saphyr::from_str(&admin)?;
-    for u in config["users"].as_array_mut().into_iter().flatten() {
-        u["user"] = json!({"token": token});
-    }
-    let path = s.out.join(format!("kubeconfig-{}.json", s.identity));
-    std::fs::write(&path, serde_json::to_vec(&config)?)?;
-    Ok(path)
-}
-
-/// An object left by an earlier run against the same cluster is as good as a new one.
-fn ignore_exists<T>(r: kube::Result<T>) -> Result<()> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    let out = s.out.join(format!("kubeconfig-{}.json", s.identity));
+    shared::service_account(client, &cp.kubeconfig, rights, OPERATOR_NAMESPACE, &out).await
 }
 
 struct Settings {
@@ -553,16 +470,6 @@ fn proc_memory(pid: u32) -> Option<(u64, u64)> {
     Some((field("VmRSS:")?, field("VmHWM:")?))
 }
 
-/// CPU seconds (user + system) process `pid` has used, from `/proc/PID/stat` (in USER_HZ, 100
-/// on Linux).
-fn proc_cpu_s(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces): state is the first, utime the 12th.
-    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 2..)?.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok());
-    Some((ticks(11)? + ticks(12)?) / 100.0)
-}
-
 /// CPU seconds used so far by each process of the local control plane in `dir` (testenv runs
 /// each component as `testenv <component> ...` with paths under its directory).
 fn control_plane_cpu(dir: &Path) -> BTreeMap<String, f64> {
@@ -578,7 +485,7 @@ fn control_plane_cpu(dir: &Path) -> BTreeMap<String, f64> {
         });
         if let Some(component) = component
             && args.iter().any(|a| a.contains(dir.as_ref()))
-            && let Some(seconds) = proc_cpu_s(pid)
+            && let Some(seconds) = shared::proc_cpu_s(pid)
         {
             *cpu.entry(component.clone()).or_insert(0.0) += seconds;
         }
@@ -652,34 +559,6 @@ impl Drop for MemorySampler {
 /// apiserver_request_total summed by (verb, group, resource, subresource, code).
 type Counters = BTreeMap<(String, String, String, String, String), f64>;
 
-fn parse_labels(s: &str) -> HashMap<String, String> {
-    let mut out = HashMap::new();
-    let mut rest = s;
-    while let Some(eq) = rest.find("=\"") {
-        let name = rest[..eq].trim_start_matches(',').trim().to_string();
-        let mut value = String::new();
-        let mut chars = rest[eq + 2..].char_indices();
-        let mut end = rest.len();
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => {
-                    if let Some((_, n)) = chars.next() {
-                        value.push(n);
-                    }
-                }
-                '"' => {
-                    end = eq + 2 + i + 1;
-                    break;
-                }
-                c => value.push(c),
-            }
-        }
-        out.insert(name, value);
-        rest = &rest[end.min(rest.len())..];
-    }
-    out
-}
-
 fn parse_requests(text: &str) -> Counters {
     let mut out = Counters::new();
     for line in text.lines() {
@@ -689,12 +568,62 @@ fn parse_requests(text: &str) -> Counters {
         else {
             continue;
         };
-        let l = parse_labels(labels);
+        let l = shared::parse_labels(labels);
         let get = |k: &str| l.get(k).cloned().unwrap_or_default();
         let key = (get("verb"), get("group"), get("resource"), get("subresource"), get("code"));
         *out.entry(key).or_default() += value;
     }
     out
+}
+
+/// Bytes the API server sent in responses (`apiserver_response_sizes_sum`), by (verb, group,
+/// resource, subresource).
+fn parse_response_bytes(text: &str) -> BTreeMap<(String, String, String, String), f64> {
+    let mut out = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_response_sizes_sum{") else { continue };
+        let Some((labels, value)) = rest.rsplit_once('}') else { continue };
+        let Some(value) = value.split_whitespace().next().and_then(|v| v.parse::<f64>().ok())
+        else {
+            continue;
+        };
+        let l = shared::parse_labels(labels);
+        let get = |k: &str| l.get(k).cloned().unwrap_or_default();
+        *out.entry((get("verb"), get("group"), get("resource"), get("subresource")))
+            .or_default() += value;
+    }
+    out
+}
+
+/// What the API server has spent so far: its CPU seconds (local control plane only) and the
+/// bytes of its responses.
+struct ApiServerSpent {
+    cpu_s: Option<f64>,
+    bytes: BTreeMap<(String, String, String, String), f64>,
+}
+
+impl ApiServerSpent {
+    async fn now(ctx: &Ctx) -> Result<Self> {
+        let cpu_s = ctx.cp.local.then(|| control_plane_cpu(&ctx.s.out.join("cluster")));
+        let cpu_s = cpu_s.and_then(|c| c.get("kube-apiserver").copied());
+        Ok(ApiServerSpent { cpu_s, bytes: parse_response_bytes(&ctx.apiserver_metrics().await?) })
+    }
+
+    /// CPU milliseconds and KiB sent to the operator since `before`, divided by `per`. The bytes
+    /// are those of the reads the operator makes (see [`attribute`]; the API server sizes no
+    /// write's response, nor watch streams per client); the CPU is the API server's whole, which
+    /// the operator only adds to.
+    fn since(&self, before: &ApiServerSpent, per: f64) -> (Option<f64>, f64) {
+        let cpu = self.cpu_s.zip(before.cpu_s).map(|(a, b)| round2((a - b) * 1000.0 / per));
+        let mut bytes = 0.0;
+        for (key, v) in &self.bytes {
+            let (verb, group, resource, sub) = key;
+            if attribute(verb, group, resource, sub) == "operator" {
+                bytes += v - before.bytes.get(key).copied().unwrap_or(0.0);
+            }
+        }
+        (cpu, round2(bytes / 1024.0 / per))
+    }
 }
 
 fn is_write(verb: &str) -> bool {
@@ -1430,7 +1359,7 @@ async fn scenario_scale(ctx: &Ctx, last: bool) -> Result<Value> {
     let ready = op.wait_ready(Duration::from_secs(600)).await?;
     let ready_rss = proc_memory(op.pid).map(|m| m.0);
     let mut cpu_to_ready: BTreeMap<String, f64> = BTreeMap::new();
-    if let Some(cpu) = proc_cpu_s(op.pid) {
+    if let Some(cpu) = shared::proc_cpu_s(op.pid) {
         cpu_to_ready.insert("operator".into(), round2(cpu));
     }
     for (component, after) in cp_dir.as_deref().map(control_plane_cpu).unwrap_or_default() {
@@ -1558,8 +1487,12 @@ async fn scenario_api_cost(ctx: &Ctx) -> Result<Value> {
     create_all(ctx, &deps, "deployments", workloads.collect()).await?;
     ctx.wait_quiet(Duration::from_secs(2), Duration::from_secs(60)).await?;
     let tracker = Tracker::deployments(&ctx.client, &ns).await;
+    let before_start = ApiServerSpent::now(ctx).await?;
     let mut op = ctx.start_operator("api-cost", &[])?;
     op.wait_ready(Duration::from_secs(120)).await?;
+    // Its first lists may come after it says ready (stakater/Reloader serves /metrics first).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (start_cpu_ms, start_kib) = ApiServerSpent::now(ctx).await?.since(&before_start, 1.0);
     for i in 0..k {
         let name = format!("api-{i}");
         tracker.expect(&name, source_hash(&[("v", "warm")]), Instant::now());
@@ -1570,6 +1503,7 @@ async fn scenario_api_cost(ctx: &Ctx) -> Result<Value> {
     tracker.take();
 
     let before = ctx.scrape_apiserver().await?;
+    let spent_before = ApiServerSpent::now(ctx).await?;
     let own_before = ctx.own_snapshot();
     let t0 = Instant::now();
     for j in 0..n {
@@ -1582,6 +1516,8 @@ async fn scenario_api_cost(ctx: &Ctx) -> Result<Value> {
     ctx.wait_quiet(Duration::from_secs(3), Duration::from_secs(120)).await?;
     let window_s = t0.elapsed().as_secs_f64();
     let after = ctx.scrape_apiserver().await?;
+    let (change_cpu_ms, change_kib) =
+        ApiServerSpent::now(ctx).await?.since(&spent_before, n as f64);
     let rows = window(&before, &after, &own_before, &ctx.own_snapshot());
     op.check_alive()?;
     op.stop();
@@ -1597,6 +1533,10 @@ async fn scenario_api_cost(ctx: &Ctx) -> Result<Value> {
         "operator_requests_per_change": round2(total(&rows, |r| r.by == "operator") / n as f64),
         "lists_per_change": round2(lists / n as f64),
         "lists_per_change_anyone": round2(all_lists / n as f64),
+        "apiserver_cpu_ms_per_change": change_cpu_ms,
+        "operator_kib_per_change": change_kib,
+        "apiserver_cpu_ms_per_start": start_cpu_ms,
+        "operator_kib_per_start": start_kib,
         "list_rows": list_rows,
         "rows": rows,
     }))
@@ -2130,6 +2070,19 @@ fn markdown(r: &Value) -> String {
             api["lists_per_change"],
             fmt(&api["lists_per_change_anyone"])
         );
+        let _ = writeln!(
+            md,
+            "\nWhat it costs the API server (`apiserver_response_sizes_sum` of the operator's \
+             GETs and LISTs, the only responses the API server sizes: a streaming list comes as \
+             a watch and is not counted; kube-apiserver's CPU from \
+             /proc, all of it, so it includes the change and its rollout): per change {} ms CPU \
+             and {} KiB of reads sent to the operator; per start (until 5 s after ready) {} ms \
+             CPU and {} KiB.",
+            fmt(&api["apiserver_cpu_ms_per_change"]),
+            fmt(&api["operator_kib_per_change"]),
+            fmt(&api["apiserver_cpu_ms_per_start"]),
+            fmt(&api["operator_kib_per_start"])
+        );
     }
     if let Some(bursts) = s["burst"]["bursts"].as_array() {
         let _ = writeln!(
@@ -2223,6 +2176,30 @@ const COMPARED: &[(&str, &str, &str, bool)] = &[
     ("fan-out: all Reloaded Events written", "/scenarios/fanout/all_events_s", "s", true),
     ("API requests per change", "/scenarios/api_cost/operator_requests_per_change", "", true),
     ("LISTs per change", "/scenarios/api_cost/lists_per_change", "", true),
+    (
+        "kube-apiserver CPU per change (all of it)",
+        "/scenarios/api_cost/apiserver_cpu_ms_per_change",
+        "ms",
+        true,
+    ),
+    (
+        "API server reads sent to the operator per change",
+        "/scenarios/api_cost/operator_kib_per_change",
+        "KiB",
+        true,
+    ),
+    (
+        "kube-apiserver CPU per operator start",
+        "/scenarios/api_cost/apiserver_cpu_ms_per_start",
+        "ms",
+        true,
+    ),
+    (
+        "API server reads sent to the operator per start",
+        "/scenarios/api_cost/operator_kib_per_start",
+        "KiB",
+        true,
+    ),
     ("rollouts per burst of 10 writes", "/scenarios/burst/mean_generation_delta", "", true),
 ];
 
