@@ -60,6 +60,10 @@
 //! (what is known), `Reconciler` (decide, write, report), `Scanner` (lists on change),
 //! `Policies`, `Rights`, `Csi`.
 //!
+//! `reloader explain` asks the same questions from outside: `runtime/explain.rs` gathers a
+//! workload's inputs read-only and `decide/explain.rs` runs this reconcile's decisions on them
+//! (plan, pause, policies, the gates of `decide/rollout.rs`) and says which one holds.
+//!
 //! # What is remembered
 //!
 //! - Per source and per workload: `index/store.rs` (a source's hash and key hashes, a
