@@ -19,9 +19,12 @@ use crate::decide::policy_part::{
     self, Candidate, Fallbacks, PartMode, PolicyInputs, PolicyPart, add_policies,
 };
 use crate::decide::policy_plan::resolve_sources;
+use crate::decide::policy_status::{Outcomes, Rollouts};
 use crate::decide::rollout::{self, Decision, Gates};
 use crate::decide::selection::{NotSelected, Selection, Via};
+use crate::decide::staging::Wait;
 use crate::decide::trigger::{StoredLookup, Trigger};
+use crate::decide::turns::{Seen, StagedPart, may_take_turn};
 use crate::model::annotations::AnnotationKeys;
 use crate::model::source::{SourceKind, SourceRef};
 use crate::model::workload::{WorkloadInfo, WorkloadKey};
@@ -72,10 +75,25 @@ pub struct Inputs<'a> {
     pub sources: &'a [(SourceRef, SourceFacts)],
     pub fallbacks: &'a Fallbacks,
     pub operator: &'a OperatorView,
+    /// The staged policies of the namespace (`spec.rollout`): their targets and what their
+    /// status remembers of them, for whose turn it is.
+    pub staged: &'a [Staged],
     /// How long ago each source last changed (its newest managed-fields time): the debounce
     /// counts from the newest change a rollout carries.
     pub changed_ago: &'a BTreeMap<SourceRef, Duration>,
     pub now: jiff::Timestamp,
+}
+
+/// A staged policy as its status shows it: the turn rules read its targets' outcomes and
+/// rollouts (`policy_status::remembered_from_status`, as the operator reads them at start).
+#[derive(Debug, Clone)]
+pub struct Staged {
+    /// The policy's name (its namespace is the workload's).
+    pub name: String,
+    /// Its targets now.
+    pub targets: Vec<WorkloadInfo>,
+    pub outcomes: Outcomes,
+    pub rollouts: Rollouts,
 }
 
 /// The answer, as printed and as `-o json` (a stable schema: fields are only ever added).
@@ -135,8 +153,9 @@ pub struct PolicyLine {
 /// The first gate that holds the workload.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Gate {
-    /// `up-to-date`, `not-served`, `suspended`, `paused`, `window-pending`, `settling`,
-    /// `churn-limited`, or `none` (nothing holds: the write is next).
+    /// `up-to-date`, `not-served`, `suspended`, `paused`, `window-pending`, `halted`,
+    /// `waiting-for-turn`, `settling`, `churn-limited`, or `none` (nothing holds: the write is
+    /// next).
     pub name: String,
     pub reason: String,
     /// When it lifts (RFC 3339), if known.
@@ -160,8 +179,8 @@ pub fn explain(inputs: &Inputs<'_>) -> Explanation {
     let paused_until = pause::apply(&mut plan, info, inputs.keys, inputs.opts.now);
     let parts = add_policies(&mut plan, &policy_inputs(inputs));
     let mut notes = vec![
-        "the churn limits' memory (the last rollout, the cluster-wide budget) and staged \
-         rollouts' turns are the operator's own: explain assumes a fresh budget and no turn"
+        "the churn limits' memory (the last rollout, the cluster-wide budget) is the operator's \
+         own: explain assumes a fresh budget; staged turns are read from the policies' status"
             .to_string(),
     ];
     let (gate, next) = match &inputs.operator.not_served {
@@ -255,13 +274,14 @@ fn ladder(
     let (min_interval, budgets) = policy_part::churn_limits(op.min_rollout_interval, plan, parts);
     let start = Instant::now();
     let newest_age = plan.changes.iter().filter_map(|c| inputs.changed_ago.get(&c.source)).min();
+    let turn = if rolls { turn(inputs, parts) } else { None };
     let gates = Gates {
         key: &info.key,
         up_to_date: plan.is_noop(),
         rolls,
         suspended: info.suspended,
         reload_window,
-        turn: None,
+        turn: turn.as_ref().map(|(_, wait)| wait.clone()),
         leader: true,
         window,
         max_wait: op.debounce_max_wait,
@@ -273,7 +293,32 @@ fn ladder(
     let mut limiter: RolloutLimiter<WorkloadKey> =
         RolloutLimiter::new(op.max_rollouts_per_second, op.rollout_burst, start);
     let decision = rollout::decide(&gates, &mut None, &mut limiter, start);
-    answer(inputs, plan, decision, paused_until)
+    let holder = turn.map(|(policy, _)| policy).unwrap_or_default();
+    answer(inputs, plan, decision, paused_until, &holder)
+}
+
+/// The first staged policy taking part in the rollout that holds it, and why (as the engine's
+/// `Policies::turn` asks it, from the policies' status instead of the operator's memory).
+fn turn(inputs: &Inputs<'_>, parts: &[PolicyPart]) -> Option<(String, Wait)> {
+    for part in parts.iter().filter(|p| p.carries_changes()) {
+        let Some(staged) = inputs.staged.iter().find(|s| s.name == part.key.1) else { continue };
+        let Some((policy, _)) = inputs.policies.iter().find(|(p, _)| p.name == part.key.1) else {
+            continue;
+        };
+        if policy.spec.rollout.is_none() {
+            continue;
+        }
+        let view = StagedPart {
+            policy,
+            targets: &staged.targets,
+            seen: Some(Seen { outcomes: &staged.outcomes, rollouts: &staged.rollouts }),
+            content: &part.combined,
+        };
+        if let Err(wait) = may_take_turn(inputs.info, &[view]) {
+            return Some((staged.name.clone(), wait));
+        }
+    }
+    None
 }
 
 /// The decision in words: the gate and the next action.
@@ -282,6 +327,7 @@ fn answer(
     plan: &Plan,
     decision: Decision,
     paused_until: Option<i64>,
+    holder: &str,
 ) -> (Gate, NextAction) {
     let now = inputs.now;
     let changed = changed_list(plan);
@@ -312,9 +358,7 @@ fn answer(
             let at = opens.clone().or_else(|| after(now, p.wait));
             (gate("window-pending", p.describe(), opens), next("roll", changed, at))
         }
-        Decision::Waiting(wait) => {
-            (gate("waiting-for-turn", format!("{wait:?}"), None), next("roll", changed, None))
-        }
+        Decision::Waiting(wait) => waiting(holder, &wait, changed),
         Decision::Settling(wait) => (
             gate(
                 "settling",
@@ -333,6 +377,26 @@ fn answer(
             next("roll", changed, after(now, held.wait)),
         ),
         Decision::Write { .. } => write_next(inputs, plan, changed),
+    }
+}
+
+/// A staged policy holds the rollout: halted by a failed target, or not this target's turn.
+fn waiting(policy: &str, wait: &Wait, changed: String) -> (Gate, NextAction) {
+    match wait {
+        Wait::Halted { .. } => (
+            gate(
+                "halted",
+                format!(
+                    "ReloadPolicy {policy}: {wait}; a new spec.rollout.resume value lifts the halt"
+                ),
+                None,
+            ),
+            next("nothing", format!("until the halt is lifted; then: {changed}"), None),
+        ),
+        _ => (
+            gate("waiting-for-turn", format!("ReloadPolicy {policy}: {wait}"), None),
+            next("roll", format!("when its turn comes: {changed}"), None),
+        ),
     }
 }
 
@@ -699,6 +763,7 @@ mod tests {
             sources: &[],
             fallbacks: &fallbacks,
             operator: op,
+            staged: &[],
             changed_ago,
             now: jiff::Timestamp::from_second(NOW).unwrap(),
         })
@@ -794,6 +859,90 @@ mod tests {
         let e = run(&web(&[AUTO], None), Some("h1"), &operator());
         assert_eq!((e.gate.name.as_str(), e.next.action.as_str()), ("none", "record"));
         assert_eq!(e.exit_code, EXIT_UP_TO_DATE);
+    }
+
+    #[test]
+    fn a_staged_policy_halted_by_a_failed_target_holds_the_rollout() {
+        use crate::decide::policy_plan::{ActivePolicy, record_key};
+        use crate::decide::policy_status::{Outcome, TargetRollout};
+        use crate::model::progress::RolloutState;
+        use crate::model::workload::POLICY_RECORD_ANNOTATION;
+        let spec = serde_json::from_value(serde_json::json!({
+            "sources": [{"kind": "ConfigMap", "name": "cfg"}],
+            "targets": [{"kind": "Deployment", "name": "web"}, {"kind": "Deployment", "name": "db"}],
+            "rollout": {"haltOnFailure": true},
+        }))
+        .unwrap();
+        let policy =
+            std::sync::Arc::new(ActivePolicy::new("ns".into(), "pol".into(), Some(1), spec));
+        let candidates: Vec<Candidate> = vec![(policy, Some(Hasher::Sha1))];
+        let mut info = web(&[], None);
+        let record = BTreeMap::from([(record_key("pol", &cm("cfg")), "old".to_string())]);
+        info.metadata_annotations
+            .insert(POLICY_RECORD_ANNOTATION.into(), serde_json::to_string(&record).unwrap());
+        let db = WorkloadInfo::bare(WorkloadKind::Deployment, "ns", "db");
+        let sources = vec![(cm("cfg"), SourceFacts::with_hash("new"))];
+        let explain_with = |staged: &[Staged]| {
+            let keys = AnnotationKeys::default();
+            let selection =
+                SelectionInputs::of(&info.metadata_annotations, &Default::default()).parse(&keys);
+            let candidates_map = BTreeMap::from([(cm("cfg"), Some(SourceFacts::with_hash("new")))]);
+            let (opts, op, fallbacks) = (opts(), operator(), Fallbacks::default());
+            explain(&Inputs {
+                info: &info,
+                selection: &selection,
+                candidates: &candidates_map,
+                uses: &BTreeMap::new(),
+                opts: &opts,
+                keys: &keys,
+                policies: &candidates,
+                sources: &sources,
+                fallbacks: &fallbacks,
+                operator: &op,
+                staged,
+                changed_ago: &BTreeMap::new(),
+                now: jiff::Timestamp::from_second(NOW).unwrap(),
+            })
+        };
+        // Not staged (no status read): the policy's change rolls.
+        let free = explain_with(&[]);
+        assert_eq!((free.gate.name.as_str(), free.next.action.as_str()), ("none", "roll"));
+        assert_eq!(free.policies[0].changed, ["configmap/cfg"]);
+        assert_eq!(free.sources[0].via, ["policy pol"]);
+        // db's rollout of this content failed: the policy is halted.
+        let content = {
+            let mut plan = Plan::default();
+            let op = Fallbacks::default();
+            let input = PolicyInputs {
+                info: &info,
+                policies: &candidates,
+                listed: true,
+                sources: &sources,
+                now: NOW,
+                now_rfc3339: "",
+                stamp: false,
+                fallbacks: &op,
+            };
+            add_policies(&mut plan, &input)[0].combined.clone()
+        };
+        let key = (WorkloadKind::Deployment, "db".to_string());
+        let outcome =
+            Outcome { result: "Reloaded", message: None, time: None, hash: Some(content) };
+        let failed = TargetRollout { state: RolloutState::Failed, message: None, resume: None };
+        let staged = Staged {
+            name: "pol".into(),
+            targets: vec![info.clone(), db],
+            outcomes: BTreeMap::from([(key.clone(), outcome)]),
+            rollouts: BTreeMap::from([(key, failed)]),
+        };
+        let e = explain_with(&[staged]);
+        assert_eq!((e.gate.name.as_str(), e.next.action.as_str()), ("halted", "nothing"));
+        assert!(
+            e.gate.reason.contains("ReloadPolicy pol") && e.gate.reason.contains("Deployment db"),
+            "{}",
+            e.gate.reason
+        );
+        assert_eq!(e.exit_code, EXIT_HELD);
     }
 
     #[test]

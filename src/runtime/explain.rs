@@ -16,11 +16,12 @@ use kube::api::ListParams;
 use kube::core::DynamicObject;
 use kube::{Api, Client};
 
-use crate::decide::explain::{Explanation, Inputs, OperatorView, explain, uses};
+use crate::decide::explain::{Explanation, Inputs, OperatorView, Staged, explain, uses};
 use crate::decide::hash::{Hasher, SourceHashes};
 use crate::decide::plan::{PlanOptions, SourceFacts};
 use crate::decide::policy_part::{Candidate, Fallbacks};
 use crate::decide::policy_plan::ActivePolicy;
+use crate::decide::policy_status::remembered_from_status;
 use crate::decide::selection::SelectionInputs;
 use crate::index::store::{Store, WorkloadEntry};
 use crate::kube::hash_key::KeySlot;
@@ -28,7 +29,7 @@ use crate::kube::hashed::{Hashed, HashedKind};
 use crate::model::limits::MAX_SOURCE_LABELS;
 use crate::model::policy::ReloadPolicy;
 use crate::model::source::{SourceKind, SourceRef, SourceState};
-use crate::model::workload::{HashMode, WorkloadKind};
+use crate::model::workload::{HashMode, WorkloadInfo, WorkloadKind};
 use crate::runtime::engine::EngineConfig;
 use crate::runtime::engine::write::info_of;
 
@@ -99,7 +100,7 @@ pub async fn run(
         .filter(|(s, _)| uses.contains_key(s) || info.references.contains_key(s))
         .collect();
     let hash_key = KeySlot::new(&config.hash_key_namespace, &config.hash_key_secret);
-    let policies = policies(client, namespace, &hash_key).await?;
+    let (policies, staged) = policies(client, config, namespace, &hash_key).await?;
     let annotation_hasher = hasher(client, &hash_key, config.hash_mode).await?;
     let now = k8s_openapi::jiff::Timestamp::now();
     let opts = plan_options(config, annotation_hasher, now);
@@ -129,6 +130,7 @@ pub async fn run(
         sources: &sources,
         fallbacks: &fallbacks,
         operator: &operator,
+        staged: &staged,
         changed_ago: &changed_ago,
         now,
     }))
@@ -335,31 +337,68 @@ fn changed_age(meta: &ObjectMeta) -> Option<Duration> {
 }
 
 /// The namespace's ReloadPolicies, each with the hasher of its hash mode (`None` when its key
-/// cannot be read). No ReloadPolicy CRD: none.
+/// cannot be read), and the staged ones with their targets and status. No ReloadPolicy CRD:
+/// none.
 async fn policies(
     client: &Client,
+    config: &EngineConfig,
     namespace: &str,
     key: &KeySlot,
-) -> Result<Vec<Candidate>, Error> {
-    let list = match Api::<ReloadPolicy>::namespaced(client.clone(), namespace)
-        .list(&ListParams::default())
-        .await
-    {
+) -> Result<(Vec<Candidate>, Vec<Staged>), Error> {
+    let api = Api::<ReloadPolicy>::namespaced(client.clone(), namespace);
+    let list = match api.list(&ListParams::default()).await {
         Ok(list) => list.items,
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Vec::new()),
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Default::default()),
         Err(e) => return Err(e.into()),
     };
-    let mut out = Vec::new();
+    let (mut out, mut staged) = (Vec::new(), Vec::new());
     for p in list {
         let meta = p.metadata;
         let mode = p.spec.hash_mode.mode();
-        let policy = ActivePolicy::new(
+        let policy = Arc::new(ActivePolicy::new(
             meta.namespace.unwrap_or_default(),
             meta.name.unwrap_or_default(),
             meta.generation,
             p.spec,
+        ));
+        if policy.spec.rollout.is_some() {
+            let (outcomes, rollouts) =
+                p.status.as_ref().map(remembered_from_status).unwrap_or_default();
+            let targets = targets_of(client, config, &policy).await?;
+            staged.push(Staged { name: policy.name.clone(), targets, outcomes, rollouts });
+        }
+        out.push((policy, hasher(client, key, mode).await.ok()));
+    }
+    Ok((out, staged))
+}
+
+/// A staged policy's targets now, summarised as the operator summarises them.
+async fn targets_of(
+    client: &Client,
+    config: &EngineConfig,
+    policy: &ActivePolicy,
+) -> Result<Vec<WorkloadInfo>, Error> {
+    let kinds: BTreeSet<WorkloadKind> = policy
+        .spec
+        .targets
+        .iter()
+        .filter_map(|t| WorkloadKind::from_plural(&format!("{:?}", t.kind)))
+        .collect();
+    let mut out = Vec::new();
+    for kind in kinds {
+        let api = Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            &policy.namespace,
+            &kind.api_resource(),
         );
-        out.push((Arc::new(policy), hasher(client, key, mode).await.ok()));
+        let items = match api.list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            // A kind whose API is not served (no Argo Rollouts) has no targets.
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let infos = items.iter().filter_map(|o| info_of(kind, o, &config.keys));
+        out.extend(infos.filter(|i| policy.target_for(i).is_some()));
     }
     Ok(out)
 }
