@@ -183,3 +183,56 @@ fn a_target_that_is_no_workload_is_an_error_and_text_is_the_default() {
     assert!(out.status.success());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_staged_policy_halted_by_a_failed_target_is_named_and_holds_the_others() {
+    if !support::env().local {
+        return; // Needs testenv's kwok nodes (a pod that never becomes ready).
+    }
+    let f = Fixture::new("explain-halt").await;
+    support::install_policy_crd(&f.client).await;
+    let _op = f.operator(&[]);
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let bad = support::fixture::sha1_hex(b"mode=bad");
+    for name in ["first", "second"] {
+        let mut d =
+            support::fixture::workload_json("Deployment", name, json!({}), env_from_cm("settings"));
+        d["metadata"]["labels"] = json!({"stack": "halt"});
+        if name == "first" {
+            d["spec"]["progressDeadlineSeconds"] = json!(4);
+            d["spec"]["template"]["metadata"]["annotations"] =
+                json!({"testenv.reloader.rs/unready-if-contains": bad});
+        }
+        f.create::<Deployment>(d).await;
+    }
+    support::policies::create_policy(&f, "careful", json!({
+        "sources": [{"kind": "ConfigMap", "name": "settings"}],
+        "targets": [{"kind": "Deployment", "selector": {"matchLabels": {"stack": "halt"}}}],
+        "hashMode": "SHA1",
+        "minRolloutInterval": "0s",
+        "rollout": {"order": [{"names": ["first"]}, {"names": ["second"]}], "haltOnFailure": true}
+    }))
+    .await;
+    support::policies::status_where(&f, "careful", "Ready", |s| {
+        support::policies::condition(s, "Ready") == Some(("True", "Ready"))
+    })
+    .await;
+    f.patch_configmap("settings", json!({"data": {"mode": "bad"}})).await;
+    support::policies::status_where(&f, "careful", "Halted", |s| {
+        support::policies::condition(s, "Halted").map(|c| c.0) == Some("True")
+    })
+    .await;
+    let flags = operator_flags(&f);
+    let mut args: Vec<&str> = vec!["deploy/second"];
+    args.extend(flags.iter().map(String::as_str));
+    let (code, e) = explain(&f, &args).await;
+    assert_eq!(code, 3, "held: {e:#}");
+    assert_eq!(e["gate"]["name"], "halted", "{e:#}");
+    let reason = e["gate"]["reason"].as_str().unwrap();
+    assert!(reason.contains("careful") && reason.contains("Deployment first"), "{reason}");
+    assert_eq!(source(&e, "ConfigMap", "settings")["via"], json!(["policy careful"]), "{e:#}");
+    assert_eq!(e["policies"][0]["changed"], json!(["configmap/settings"]), "{e:#}");
+    // As predicted, second does not roll while halted (it still has its first ReplicaSet).
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(f.replicasets("second").await.len(), 1);
+}
