@@ -88,10 +88,13 @@ pub async fn run(
     let api =
         Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &kind.api_resource());
     let obj = api.get(name).await?;
-    let info = info_of(kind, &obj, &config.keys).ok_or_else(|| {
+    let mut info = info_of(kind, &obj, &config.keys).ok_or_else(|| {
         format!("{kind} {namespace}/{name} is not reloaded here (a CronJob's Job)")
     })?;
-    let pod = pod_spec(kind, &obj);
+    let mut pod = pod_spec(kind, &obj);
+    if let Some(deployment) = info.workload_ref.clone() {
+        pod = run_template_of(client, config, &mut info, &deployment).await?;
+    }
     let uses = pod.as_ref().map(uses).unwrap_or_default();
     let (sources, changed_ago, unwatched) = namespace_sources(client, config, namespace).await?;
     let mut operator = operator_view(client, config, kind, namespace).await?;
@@ -156,6 +159,29 @@ fn plan_options(
         hasher,
         triggered_by: Default::default(),
     }
+}
+
+/// An Argo Rollout with `workloadRef` runs its Deployment's pod template: its containers,
+/// references and template annotations are taken from it, as the operator's feed takes them.
+async fn run_template_of(
+    client: &Client,
+    config: &EngineConfig,
+    info: &mut WorkloadInfo,
+    deployment: &str,
+) -> Result<Option<PodSpec>, Error> {
+    let kind = WorkloadKind::Deployment;
+    let api = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &info.key.namespace,
+        &kind.api_resource(),
+    );
+    let obj = api.get(deployment).await?;
+    if let Some(d) = info_of(kind, &obj, &config.keys) {
+        info.containers = d.containers;
+        info.references = d.references;
+        info.template_annotations = d.template_annotations;
+    }
+    Ok(pod_spec(kind, &obj))
 }
 
 /// The pod spec of the workload's template (a CronJob's is in its Job template).

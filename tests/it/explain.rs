@@ -236,3 +236,46 @@ async fn a_staged_policy_halted_by_a_failed_target_is_named_and_holds_the_others
     tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     assert_eq!(f.replicasets("second").await.len(), 1);
 }
+
+#[tokio::test]
+async fn a_change_outside_its_window_is_pending_until_it_opens_and_ignore_windows_rolls_it() {
+    let f = Fixture::new("explain-window").await;
+    let _op = f.operator(&[]);
+    let sentinel = support::fixture::Sentinel::create(&f).await;
+    f.configmap("settings", json!({"mode": "one"})).await;
+    // One minute a year, at the start of January (UTC).
+    let windows = json!([{"type": "Allow", "schedule": "0 0 1 1 *", "duration": "1m"}]);
+    f.deployment(
+        "web",
+        json!({"reloader.stakater.com/auto": "true",
+               "reloader.rs/reload-windows": windows.to_string()}),
+        env_from_cm("settings"),
+    )
+    .await;
+    f.wait_replicasets("web", 1).await;
+    f.wait_baseline("web").await;
+    f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
+    let flags = operator_flags(&f);
+    let mut args: Vec<&str> = vec!["deploy/web"];
+    args.extend(flags.iter().map(String::as_str));
+    let (code, e) = explain(&f, &args).await;
+    assert_eq!(code, 3, "held: {e:#}");
+    assert_eq!(e["gate"]["name"], "window-pending", "{e:#}");
+    let until: jiff::Timestamp = e["gate"]["until"].as_str().unwrap().parse().unwrap();
+    let zoned = until.to_zoned(jiff::tz::TimeZone::UTC);
+    assert_eq!((zoned.month(), zoned.day(), zoned.hour(), zoned.minute()), (1, 1, 0, 0));
+    assert_eq!(e["next"]["at"], e["gate"]["until"]);
+    // As predicted, the operator holds it.
+    f.wait_events("Deployment", "web", "ReloadPending").await;
+    f.assert_still("web", 1, &sentinel).await;
+    // With --ignore-windows the rollout is next; the annotation that does the same rolls it.
+    args.push("--ignore-windows");
+    let (code, e) = explain(&f, &args).await;
+    assert_eq!((code, &e["next"]["action"]), (2, &json!("roll")), "{e:#}");
+    let api = Api::<Deployment>::namespaced(f.client.clone(), f.name());
+    let patch = json!({"metadata": {"annotations": {"reloader.rs/ignore-windows": "true"}}});
+    api.patch("web", &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+        .await
+        .unwrap();
+    f.wait_replicasets("web", 2).await;
+}
