@@ -64,7 +64,12 @@ async fn explanation(
             let (ns, deployment) =
                 at.split_once('/').ok_or("--operator-deployment: expected namespace/name")?;
             let operator = explain::operator_args(&client, ns, deployment).await?;
-            reloader::cli::reload_args_of(&operator)?
+            let mut reload = reloader::cli::reload_args_of(&operator)?;
+            // The operator's POD_NAMESPACE: where its hash key Secret is by default.
+            if reload.hash_key_namespace.as_deref().is_none_or(str::is_empty) {
+                reload.hash_key_namespace = Some(ns.to_string());
+            }
+            reload
         }
         None => args.reload.clone(),
     };
