@@ -89,6 +89,40 @@ pub struct Cli {
 pub enum Command {
     /// Print the ReloadPolicy CustomResourceDefinition (YAML) and exit.
     Crd,
+    /// Why a workload did (not) roll and what the operator does next (read-only; exit 0 up to
+    /// date, 1 error, 2 a reload is next, 3 held by a gate). Also `kubectl reloader explain`.
+    Explain(Box<ExplainArgs>),
+}
+
+/// `reloader explain <kind>/<name>`: the operator's flags are given here, with the operator's
+/// names, or read from its Deployment with `--operator-deployment`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ExplainArgs {
+    /// The workload: `deploy/web`, `statefulset/db`, `cronjobs/nightly`, ...
+    pub target: String,
+
+    /// Its namespace (default: the kubeconfig context's).
+    #[arg(short = 'n', long = "namespace")]
+    pub namespace: Option<String>,
+
+    /// `text` for people, `json` for tools (a stable schema).
+    #[arg(short = 'o', long = "output", value_parser = ["text", "json"], default_value = "text")]
+    pub output: String,
+
+    /// Read the operator's flags from the args of this Deployment (`namespace/name`) instead
+    /// of this command line.
+    #[arg(long)]
+    pub operator_deployment: Option<String>,
+
+    #[command(flatten)]
+    pub reload: ReloadArgs,
+}
+
+/// The annotation-mode flags of an operator started with `args` (its container's args), parsed
+/// as the operator parses them.
+pub fn reload_args_of(args: &[String]) -> Result<ReloadArgs, String> {
+    let argv = std::iter::once("reloader".to_string()).chain(args.iter().cloned());
+    Cli::try_parse_from(argv).map(|cli| cli.reload).map_err(|e| e.to_string())
 }
 
 /// Annotation mode: what is watched and how workloads are reloaded (stakater/Reloader's flags).

@@ -61,6 +61,10 @@
 //! `Follower` (rollouts), `Loops` (workers, resync, leadership), `Scanner` with `ScanState`
 //! (lists on change), `Policies` with `Turns`, `Rights`, `Csi`, `Admission` (webhook reviews).
 //!
+//! `reloader explain` asks the same questions from outside: `runtime/explain.rs` gathers a
+//! workload's inputs read-only and `decide/explain.rs` runs this reconcile's decisions on them
+//! (plan, pause, policies, the gates of `decide/rollout.rs`) and says which one holds.
+//!
 //! # What is remembered
 //!
 //! - Per source and per workload: `index/store.rs` (a source's hash and key hashes, a

@@ -20,6 +20,7 @@
 
 pub mod churn;
 pub mod csi;
+pub mod explain;
 pub mod hash;
 pub mod jobs;
 pub mod outcome;

@@ -39,7 +39,7 @@ mod reconcile;
 mod rights;
 mod scans;
 mod watches;
-mod write;
+pub(crate) mod write;
 
 use crate::runtime::watch::WatchItem;
 use events::*;

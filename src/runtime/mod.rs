@@ -3,6 +3,7 @@
 
 pub mod containment;
 pub mod engine;
+pub mod explain;
 pub mod memory;
 pub mod operator;
 pub mod queue;

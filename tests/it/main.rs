@@ -19,6 +19,7 @@ mod docs;
 mod durability;
 mod dynamic_kinds;
 mod examples;
+mod explain;
 mod gitops;
 mod gitops_health;
 mod ha;

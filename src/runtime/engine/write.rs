@@ -111,7 +111,7 @@ impl Reconciler {
 }
 
 /// The summary of a workload object the API server returned (a write's answer, a list).
-pub(super) fn info_of(
+pub(crate) fn info_of(
     kind: WorkloadKind,
     obj: &DynamicObject,
     keys: &AnnotationKeys,

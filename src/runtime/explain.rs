@@ -1,0 +1,438 @@
+//! `reloader explain`: gathers, read-only and with the user's kubeconfig, what the operator's
+//! reconcile decides from (the workload, the ConfigMaps and Secrets of its namespace as the
+//! operator's flags let it see them, the namespace's ReloadPolicies), and hands them to
+//! [`crate::decide::explain::explain`], which runs the operator's own decisions on them.
+//! The summaries are made as the operator makes them (`engine::write::info_of`, the index's
+//! `candidates`), so the explanation is of the same inputs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodSpec, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::ListParams;
+use kube::core::DynamicObject;
+use kube::{Api, Client};
+
+use crate::decide::explain::{Explanation, Inputs, OperatorView, Staged, explain, uses};
+use crate::decide::hash::{Hasher, SourceHashes};
+use crate::decide::plan::{PlanOptions, SourceFacts};
+use crate::decide::policy_part::{Candidate, Fallbacks};
+use crate::decide::policy_plan::ActivePolicy;
+use crate::decide::policy_status::remembered_from_status;
+use crate::decide::selection::SelectionInputs;
+use crate::index::store::{Store, WorkloadEntry};
+use crate::kube::hash_key::KeySlot;
+use crate::kube::hashed::{Hashed, HashedKind};
+use crate::model::limits::MAX_SOURCE_LABELS;
+use crate::model::policy::ReloadPolicy;
+use crate::model::source::{SourceKind, SourceRef, SourceState};
+use crate::model::workload::{HashMode, WorkloadInfo, WorkloadKind};
+use crate::runtime::engine::EngineConfig;
+use crate::runtime::engine::write::info_of;
+
+/// What went wrong gathering the inputs (the explanation itself cannot fail).
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// `deploy/web`, `deployment/web`, `sts/db`, `cronjobs/nightly`: a workload kind (kubectl's
+/// short names, the kind or its plural, any case) and a name.
+pub fn parse_target(text: &str) -> Result<(WorkloadKind, String), String> {
+    let (kind, name) =
+        text.split_once('/').ok_or_else(|| format!("{text:?}: expected <kind>/<name>"))?;
+    let short = match kind.to_ascii_lowercase().as_str() {
+        "deploy" => Some(WorkloadKind::Deployment),
+        "sts" => Some(WorkloadKind::StatefulSet),
+        "ds" => Some(WorkloadKind::DaemonSet),
+        "cj" => Some(WorkloadKind::CronJob),
+        "ro" => Some(WorkloadKind::Rollout),
+        "dc" => Some(WorkloadKind::DeploymentConfig),
+        _ => None,
+    };
+    let kind = short
+        .or_else(|| WorkloadKind::from_plural(kind))
+        .ok_or_else(|| format!("{kind:?} is not a workload kind the operator reloads"))?;
+    if name.is_empty() || name.contains('/') {
+        return Err(format!("{text:?}: expected <kind>/<name>"));
+    }
+    Ok((kind, name.to_string()))
+}
+
+/// The arguments of the operator's container in Deployment `namespace/name` (the container
+/// named `reloader`, else the first), for the command line to parse them as the operator does.
+pub async fn operator_args(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<String>, Error> {
+    let deployment = Api::<Deployment>::namespaced(client.clone(), namespace).get(name).await?;
+    let pod = deployment.spec.template.spec.unwrap_or_default();
+    let container = pod
+        .containers
+        .iter()
+        .find(|c| c.name == "reloader")
+        .or(pod.containers.first())
+        .ok_or_else(|| format!("Deployment {namespace}/{name} has no container"))?;
+    Ok(container.args.clone().unwrap_or_default())
+}
+
+/// Explains workload `kind`/`name` in `namespace` under the operator settings `config`.
+pub async fn run(
+    client: &Client,
+    config: &EngineConfig,
+    kind: WorkloadKind,
+    namespace: &str,
+    name: &str,
+) -> Result<Explanation, Error> {
+    let api =
+        Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &kind.api_resource());
+    let obj = api.get(name).await?;
+    let mut info = info_of(kind, &obj, &config.keys).ok_or_else(|| {
+        format!("{kind} {namespace}/{name} is not reloaded here (a CronJob's Job)")
+    })?;
+    let mut pod = pod_spec(kind, &obj);
+    if let Some(deployment) = info.workload_ref.clone() {
+        pod = run_template_of(client, config, &mut info, &deployment).await?;
+    }
+    let uses = pod.as_ref().map(uses).unwrap_or_default();
+    let (sources, changed_ago, unwatched) = namespace_sources(client, config, namespace).await?;
+    let mut operator = operator_view(client, config, kind, namespace).await?;
+    operator.unwatched = unwatched
+        .into_iter()
+        .filter(|(s, _)| uses.contains_key(s) || info.references.contains_key(s))
+        .collect();
+    let hash_key = KeySlot::new(&config.hash_key_namespace, &config.hash_key_secret);
+    let (policies, staged) = policies(client, config, namespace, &hash_key).await?;
+    let annotation_hasher = hasher(client, &hash_key, config.hash_mode).await?;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let opts = plan_options(config, annotation_hasher, now);
+    let selection = Arc::new(
+        SelectionInputs::of(&info.metadata_annotations, &info.template_annotations)
+            .parse(&config.keys),
+    );
+    let mut store = Store::default();
+    for (source, facts) in &sources {
+        store.upsert_source(namespace, source.clone(), facts.clone());
+    }
+    let entry = WorkloadEntry { info, selection };
+    let candidates = store.candidates(&entry).sources;
+    let fallbacks = Fallbacks {
+        debounce: config.debounce,
+        min_rollout_interval: config.min_rollout_interval,
+        last_reloaded_from: config.keys.last_reloaded_from.clone(),
+    };
+    Ok(explain(&Inputs {
+        info: &entry.info,
+        selection: &entry.selection,
+        candidates: &candidates,
+        uses: &uses,
+        opts: &opts,
+        keys: &config.keys,
+        policies: &policies,
+        sources: &sources,
+        fallbacks: &fallbacks,
+        operator: &operator,
+        staged: &staged,
+        changed_ago: &changed_ago,
+        now,
+    }))
+}
+
+fn plan_options(
+    config: &EngineConfig,
+    hasher: Hasher,
+    now: k8s_openapi::jiff::Timestamp,
+) -> PlanOptions {
+    PlanOptions {
+        strategy: config.strategy,
+        auto_reload_all: config.auto_reload_all,
+        reload_on_create: config.reload_on_create,
+        reload_on_delete: config.reload_on_delete,
+        // Not the first pass after a start: explain predicts the running operator.
+        sync_after_restart: false,
+        now: now.as_second(),
+        now_rfc3339: now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        last_reloaded_from_key: config.keys.last_reloaded_from.clone(),
+        key_precise: config.key_precise_references,
+        stamp: false,
+        hasher,
+        triggered_by: Default::default(),
+    }
+}
+
+/// An Argo Rollout with `workloadRef` runs its Deployment's pod template: its containers,
+/// references and template annotations are taken from it, as the operator's feed takes them.
+async fn run_template_of(
+    client: &Client,
+    config: &EngineConfig,
+    info: &mut WorkloadInfo,
+    deployment: &str,
+) -> Result<Option<PodSpec>, Error> {
+    let kind = WorkloadKind::Deployment;
+    let api = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &info.key.namespace,
+        &kind.api_resource(),
+    );
+    let obj = api.get(deployment).await?;
+    if let Some(d) = info_of(kind, &obj, &config.keys) {
+        info.containers = d.containers;
+        info.references = d.references;
+        info.template_annotations = d.template_annotations;
+    }
+    Ok(pod_spec(kind, &obj))
+}
+
+/// The pod spec of the workload's template (a CronJob's is in its Job template).
+fn pod_spec(kind: WorkloadKind, obj: &DynamicObject) -> Option<PodSpec> {
+    let spec = obj.data.get("spec")?;
+    let spec =
+        if kind == WorkloadKind::CronJob { spec.get("jobTemplate")?.get("spec")? } else { spec };
+    serde_json::from_value(spec.get("template")?.get("spec")?.clone()).ok()
+}
+
+/// Which of the operator's flags leave the workload out, and the flags the gates read.
+async fn operator_view(
+    client: &Client,
+    config: &EngineConfig,
+    kind: WorkloadKind,
+    namespace: &str,
+) -> Result<OperatorView, Error> {
+    let not_served = if !config.kinds.contains(&kind) {
+        Some(format!(
+            "{kind} is not a kind the operator reloads (--ignored-workload-types, or \
+             --is-Argo-Rollouts off for Rollouts)"
+        ))
+    } else if !config.namespaces.is_empty() && !config.namespaces.iter().any(|n| n == namespace) {
+        Some(format!("namespace {namespace} is not among --namespaces {:?}", config.namespaces))
+    } else if config.namespaces_to_ignore.contains(namespace) {
+        Some(format!("namespace {namespace} is in --namespaces-to-ignore"))
+    } else if let Some(selector) = &config.namespace_selector {
+        // Matched by the API server, as the operator's Namespace watch is.
+        let params =
+            ListParams::default().labels(selector).fields(&format!("metadata.name={namespace}"));
+        let matched = Api::<Namespace>::all(client.clone()).list_metadata(&params).await?;
+        matched.items.is_empty().then(|| {
+            format!("namespace {namespace} does not match --namespace-selector {selector:?}")
+        })
+    } else {
+        None
+    };
+    Ok(OperatorView {
+        not_served,
+        unwatched: BTreeMap::new(),
+        ignore_windows: config.ignore_windows,
+        debounce: config.debounce,
+        debounce_max_wait: config.debounce_max_wait,
+        min_rollout_interval: config.min_rollout_interval,
+        max_rollouts_per_second: config.max_rollouts_per_second,
+        rollout_burst: config.rollout_burst,
+        webhook: config.webhook_url.is_some(),
+    })
+}
+
+type NamespaceSources =
+    (Vec<(SourceRef, SourceFacts)>, BTreeMap<SourceRef, Duration>, BTreeMap<SourceRef, String>);
+
+/// The namespace's ConfigMaps and Secrets the operator sees, hashed as it hashes them; how long
+/// ago each last changed; and the ones it does not see, with the flag that hides them.
+async fn namespace_sources(
+    client: &Client,
+    config: &EngineConfig,
+    namespace: &str,
+) -> Result<NamespaceSources, Error> {
+    let mut seen = Vec::new();
+    let mut changed_ago = BTreeMap::new();
+    let mut unwatched = BTreeMap::new();
+    let watched = [
+        (SourceKind::ConfigMap, config.watch_configmaps),
+        (SourceKind::Secret, config.watch_secrets),
+    ];
+    for (kind, watched) in watched {
+        let hashed = match kind {
+            SourceKind::Secret => list_hashed::<Secret>(client, namespace).await?,
+            _ => list_hashed::<ConfigMap>(client, namespace).await?,
+        };
+        let visible = match (&config.resource_label_selector, watched) {
+            (Some(selector), true) => {
+                Some(selector_names(client, kind, namespace, selector).await?)
+            }
+            _ => None,
+        };
+        for (meta, hashes, untracked) in hashed {
+            let name = meta.name.clone().unwrap_or_default();
+            let source = SourceRef::new(kind, name.clone());
+            if !watched {
+                unwatched.insert(
+                    source,
+                    format!("--resources-to-ignore={}s", kind.tag().to_ascii_lowercase()),
+                );
+                continue;
+            }
+            if let Some(visible) = &visible
+                && !visible.contains(&name)
+            {
+                let selector = config.resource_label_selector.clone().unwrap_or_default();
+                unwatched.insert(source, format!("--resource-label-selector={selector}"));
+                continue;
+            }
+            if let Some(age) = changed_age(&meta) {
+                changed_ago.insert(source.clone(), age);
+            }
+            seen.push((source, facts(&config.keys, meta, hashes, untracked)));
+        }
+    }
+    Ok((seen, changed_ago, unwatched))
+}
+
+/// A source kind's objects, hashed as the operator hashes them ([`Hashed`]): metadata, hashes,
+/// and whether it has more keys than are hashed one by one.
+async fn list_hashed<K: HashedKind>(
+    client: &Client,
+    namespace: &str,
+) -> Result<Vec<(ObjectMeta, SourceHashes, bool)>, Error> {
+    let list = Api::<K>::namespaced(client.clone(), namespace).list(&ListParams::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .map(|o| {
+            let hashed: Hashed<K> = o.into_hashed();
+            let untracked = hashed.keys_untracked();
+            let Hashed { metadata, hashes, .. } = hashed;
+            (metadata, hashes, untracked)
+        })
+        .collect())
+}
+
+/// The names the API server answers for `selector`, as the operator's server-side filter.
+async fn selector_names(
+    client: &Client,
+    kind: SourceKind,
+    namespace: &str,
+    selector: &str,
+) -> Result<BTreeSet<String>, Error> {
+    let params = ListParams::default().labels(selector);
+    let names = |items: Vec<ObjectMeta>| items.into_iter().filter_map(|m| m.name).collect();
+    Ok(match kind {
+        SourceKind::Secret => {
+            let api = Api::<Secret>::namespaced(client.clone(), namespace);
+            names(api.list_metadata(&params).await?.items.into_iter().map(|m| m.metadata).collect())
+        }
+        _ => {
+            let api = Api::<ConfigMap>::namespaced(client.clone(), namespace);
+            names(api.list_metadata(&params).await?.items.into_iter().map(|m| m.metadata).collect())
+        }
+    })
+}
+
+/// The source's facts as the operator's feed keeps them (`runtime/engine/feed.rs`).
+fn facts(
+    keys: &crate::model::annotations::AnnotationKeys,
+    meta: ObjectMeta,
+    hashes: SourceHashes,
+    keys_untracked: bool,
+) -> SourceFacts {
+    let flag =
+        |key: &str| meta.annotations.as_ref().and_then(|a| a.get(key)).is_some_and(|v| v == "true");
+    let mut labels = meta.labels.clone().unwrap_or_default();
+    if labels.len() > MAX_SOURCE_LABELS {
+        labels.clear();
+    }
+    SourceFacts {
+        state: SourceState {
+            hash: hashes.content,
+            matches_search: flag(&keys.search_match),
+            ignored: flag(&keys.ignore),
+        },
+        created_after_first_list: false,
+        created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0),
+        changed_at: None,
+        labels,
+        key_hashes: hashes.keys,
+        keys_untracked,
+    }
+}
+
+/// How long ago the object was last written, from its newest managed-fields time.
+fn changed_age(meta: &ObjectMeta) -> Option<Duration> {
+    let newest =
+        meta.managed_fields.iter().flatten().filter_map(|f| f.time.as_ref()).map(|t| t.0).max()?;
+    let age = k8s_openapi::jiff::Timestamp::now().duration_since(newest);
+    Duration::try_from(age).ok()
+}
+
+/// The namespace's ReloadPolicies, each with the hasher of its hash mode (`None` when its key
+/// cannot be read), and the staged ones with their targets and status. No ReloadPolicy CRD:
+/// none.
+async fn policies(
+    client: &Client,
+    config: &EngineConfig,
+    namespace: &str,
+    key: &KeySlot,
+) -> Result<(Vec<Candidate>, Vec<Staged>), Error> {
+    let api = Api::<ReloadPolicy>::namespaced(client.clone(), namespace);
+    let list = match api.list(&ListParams::default()).await {
+        Ok(list) => list.items,
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Default::default()),
+        Err(e) => return Err(e.into()),
+    };
+    let (mut out, mut staged) = (Vec::new(), Vec::new());
+    for p in list {
+        let meta = p.metadata;
+        let mode = p.spec.hash_mode.mode();
+        let policy = Arc::new(ActivePolicy::new(
+            meta.namespace.unwrap_or_default(),
+            meta.name.unwrap_or_default(),
+            meta.generation,
+            p.spec,
+        ));
+        if policy.spec.rollout.is_some() {
+            let (outcomes, rollouts) =
+                p.status.as_ref().map(remembered_from_status).unwrap_or_default();
+            let targets = targets_of(client, config, &policy).await?;
+            staged.push(Staged { name: policy.name.clone(), targets, outcomes, rollouts });
+        }
+        out.push((policy, hasher(client, key, mode).await.ok()));
+    }
+    Ok((out, staged))
+}
+
+/// A staged policy's targets now, summarised as the operator summarises them.
+async fn targets_of(
+    client: &Client,
+    config: &EngineConfig,
+    policy: &ActivePolicy,
+) -> Result<Vec<WorkloadInfo>, Error> {
+    let kinds: BTreeSet<WorkloadKind> = policy
+        .spec
+        .targets
+        .iter()
+        .filter_map(|t| WorkloadKind::from_plural(&format!("{:?}", t.kind)))
+        .collect();
+    let mut out = Vec::new();
+    for kind in kinds {
+        let api = Api::<DynamicObject>::namespaced_with(
+            client.clone(),
+            &policy.namespace,
+            &kind.api_resource(),
+        );
+        let items = match api.list(&ListParams::default()).await {
+            Ok(list) => list.items,
+            // A kind whose API is not served (no Argo Rollouts) has no targets.
+            Err(kube::Error::Api(e)) if e.code == 404 => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let infos = items.iter().filter_map(|o| info_of(kind, o, &config.keys));
+        out.extend(infos.filter(|i| policy.target_for(i).is_some()));
+    }
+    Ok(out)
+}
+
+/// The hasher of `mode`: a keyed one reads the operator's key Secret (never creates it).
+async fn hasher(client: &Client, key: &KeySlot, mode: HashMode) -> Result<Hasher, Error> {
+    if mode == HashMode::HmacSha256 && key.hasher(mode).is_err() {
+        key.load_once(client, false).await.map_err(|e| format!("the hash key: {e}"))?;
+    }
+    key.hasher(mode).map_err(Into::into)
+}
