@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::decide::evict::{EvictionRecord, content_of};
 use crate::decide::hash;
 use crate::decide::selection::{Selection, Via};
 use crate::model::naming::env_var_name;
@@ -24,6 +25,9 @@ pub enum Strategy {
     Annotations,
     /// Set `kubectl.kubernetes.io/restartedAt`, as `kubectl rollout restart` does.
     Restart,
+    /// Evict the pods one by one through the Eviction API; the template is never written
+    /// (`decide::evict`). Picked per workload, not a `--reload-strategy` value.
+    Evict,
 }
 
 impl Strategy {
@@ -35,6 +39,7 @@ impl Strategy {
             Strategy::EnvVars => "env-vars",
             Strategy::Annotations => "annotations",
             Strategy::Restart => "restart",
+            Strategy::Evict => "evict",
         }
     }
 }
@@ -168,6 +173,9 @@ pub enum TemplateWrite {
     },
     /// Several writes made as one (annotation mode and policies on the same workload).
     Combined(Vec<TemplateWrite>),
+    /// Not a template write: the record that starts an eviction rollout, written on the
+    /// workload's metadata (`decide::evict`).
+    Evict(EvictionRecord),
 }
 
 impl TemplateWrite {
@@ -177,6 +185,21 @@ impl TemplateWrite {
         TemplateWrite::Annotation {
             key: RESTARTED_AT_ANNOTATION.to_string(),
             value: now_rfc3339.to_string(),
+        }
+    }
+
+    /// The `Evict` strategy: the record of a rollout to the content `changes` name, from `now`.
+    pub fn evict(changes: &[Change], now: i64) -> TemplateWrite {
+        let content = content_of(changes.iter().map(|c| (c.source.to_string(), c.hash.as_str())));
+        TemplateWrite::Evict(EvictionRecord { content, started_at: now })
+    }
+
+    /// The eviction record a write starts, if it is an eviction (alone: one combined with a
+    /// template write is dropped, as the template write restarts every pod anyway).
+    pub fn eviction(&self) -> Option<&EvictionRecord> {
+        match self {
+            TemplateWrite::Evict(record) => Some(record),
+            _ => None,
         }
     }
 
@@ -233,6 +256,16 @@ impl TemplateWrite {
                         }
                         other => rest.push(other),
                     }
+                }
+                // An eviction beside a template write: the template write restarts every pod.
+                // Two evictions are one.
+                let evictions = rest.iter().filter(|w| w.eviction().is_some()).count();
+                let writes =
+                    rest.len() - evictions + usize::from(!set.is_empty() || !remove.is_empty());
+                if writes > 0 {
+                    rest.retain(|w| w.eviction().is_none());
+                } else {
+                    rest.truncate(1);
                 }
                 if !set.is_empty() || !remove.is_empty() {
                     rest.insert(0, TemplateWrite::EnvVars { set, remove });
@@ -330,7 +363,7 @@ pub fn plan(
     let stored_hash = |source: &SourceRef| -> Option<String> {
         let from_template = match opts.strategy {
             Strategy::EnvVars => info.env_value(&env_var_name(source.kind, &source.name)),
-            Strategy::Annotations | Strategy::Restart => None,
+            Strategy::Annotations | Strategy::Restart | Strategy::Evict => None,
         };
         let from_annotation = last_reloaded
             .as_ref()
@@ -407,7 +440,7 @@ pub fn plan(
     let mut out = Plan::default();
     match opts.strategy {
         Strategy::EnvVars => plan_env_vars(info, &selected, &deleted, &mut new_record, &mut out),
-        Strategy::Annotations | Strategy::Restart => {
+        Strategy::Annotations | Strategy::Restart | Strategy::Evict => {
             plan_annotation(info, &selected, &deleted, opts, &mut new_record, &mut out)
         }
     }
@@ -531,6 +564,7 @@ fn plan_annotation(
     let Some((source, hash, container)) = first else { return };
     out.template = Some(match opts.strategy {
         Strategy::Restart => TemplateWrite::restart(&opts.now_rfc3339),
+        Strategy::Evict => TemplateWrite::evict(&out.changes, opts.now),
         _ => TemplateWrite::last_reloaded_from(
             &opts.last_reloaded_from_key,
             source,
@@ -1067,5 +1101,31 @@ mod tests {
             })
         );
         assert_eq!(p.record, record_of(&[(cm("app-config"), "h2")]));
+    }
+
+    #[test]
+    fn evict_strategy_records_the_rollout_and_writes_no_template() {
+        let w = with_record(workload(), &[(cm("app-config"), "h1")]);
+        let o = opts(Strategy::Evict);
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &o);
+        let Some(TemplateWrite::Evict(record)) = &p.template else { panic!("{p:?}") };
+        assert_eq!(record.started_at, o.now);
+        assert_eq!(p.record, record_of(&[(cm("app-config"), "h2")]));
+        // Up to date: nothing.
+        let w = with_record(workload(), &[(cm("app-config"), "h2")]);
+        assert!(run(&w, &[(cm("app-config"), facts("h2"))], &o).is_noop());
+    }
+
+    #[test]
+    fn an_eviction_beside_a_template_write_is_dropped_and_two_are_one() {
+        let evict = |c: &str| {
+            TemplateWrite::Evict(crate::decide::evict::EvictionRecord {
+                content: c.into(),
+                started_at: 1,
+            })
+        };
+        let restart = TemplateWrite::restart("t");
+        assert_eq!(TemplateWrite::combine(Some(evict("a")), Some(restart.clone())), Some(restart));
+        assert_eq!(TemplateWrite::combine(Some(evict("a")), Some(evict("b"))), Some(evict("a")));
     }
 }

@@ -306,11 +306,9 @@ impl TemplateState {
     /// that the next ops are written against the object as these leave it.
     fn ops(&mut self, prefix: &str, write: &TemplateWrite, ops: &mut Vec<Value>) {
         match write {
-            TemplateWrite::Combined(parts) => {
-                for part in parts {
-                    self.ops(prefix, part, ops);
-                }
-            }
+            TemplateWrite::Combined(parts) => parts.iter().for_each(|p| self.ops(prefix, p, ops)),
+            // The eviction record is written on the workload's metadata, not the template.
+            TemplateWrite::Evict(_) => {}
             TemplateWrite::Annotation { key, value } => {
                 if self.annotations.get(key) == Some(value) {
                     return;
