@@ -51,6 +51,8 @@ pub struct PodView {
     /// A StatefulSet pod's ordinal (the number after the last `-`).
     pub ordinal: Option<u32>,
     pub ready: bool,
+    /// When it last became Ready (its condition's transition), seconds since the epoch.
+    pub ready_since: i64,
     /// Creation time, seconds since the epoch.
     pub created: i64,
     /// Being deleted (`metadata.deletionTimestamp` set).
@@ -66,6 +68,8 @@ pub struct EvictionState<'a> {
     /// How many pods the workload wants (`spec.replicas`, a DaemonSet's scheduled count).
     pub desired: i32,
     pub max_unavailable: u32,
+    /// The workload's `minReadySeconds`: a pod counts as available once Ready that long.
+    pub min_ready_seconds: i64,
     /// The last time the rollout moved (its start, or its last eviction), seconds.
     pub last_progress: i64,
     /// A PodDisruptionBudget refused an eviction: not before then (seconds).
@@ -89,22 +93,35 @@ pub enum EvictStep {
     Failed { reason: String, message: String },
 }
 
+const TICK: Duration = Duration::from_secs(1);
+
 /// How often a rollout that waits is looked at when no report of the workload arrives.
 pub const RECHECK: Duration = Duration::from_secs(5);
 
 /// The step the eviction rollout `state` describes takes now.
 pub fn step(state: &EvictionState<'_>) -> EvictStep {
     let started = state.record.started_at;
-    let is_old = |p: &PodView| !p.deleting && p.created < started;
+    // Creation times are whole seconds: a pod created in the start's second may be older than
+    // the start, so it is restarted, and no pod is evicted in that second, so that no
+    // replacement is taken for an old pod.
+    let is_old = |p: &PodView| !p.deleting && p.created <= started;
+    let available = |p: &PodView| {
+        p.ready
+            && (state.min_ready_seconds <= 0
+                || state.now.saturating_sub(p.ready_since) >= state.min_ready_seconds)
+    };
     let live = state.pods.iter().filter(|p| !p.deleting).count();
     let missing = usize::try_from(state.desired).unwrap_or(0).saturating_sub(live);
     // Unavailable now: pods going away, replacements not yet Ready, pods not yet created. An
     // old pod that is not Ready costs nothing more when it is evicted, so it is not counted.
     let unavailable =
-        state.pods.iter().filter(|p| p.deleting || (!p.ready && !is_old(p))).count() + missing;
+        state.pods.iter().filter(|p| p.deleting || (!available(p) && !is_old(p))).count() + missing;
     let mut old: Vec<&PodView> = state.pods.iter().filter(|p| is_old(p)).collect();
     if old.is_empty() && unavailable == 0 {
         return EvictStep::RolledOut;
+    }
+    if state.now <= started {
+        return EvictStep::Wait { waiting: "the start's second to pass".into(), recheck: TICK };
     }
     let stalled = state.now.saturating_sub(state.last_progress);
     if unavailable > 0 && stalled >= i64::try_from(state.timeout.as_secs()).unwrap_or(i64::MAX) {
@@ -118,8 +135,12 @@ pub fn step(state: &EvictionState<'_>) -> EvictStep {
             ),
         };
     }
+    // A pod Ready but not yet for minReadySeconds is available soon: looked at again then.
+    let soon = state.pods.iter().any(|p| p.ready && !available(p));
+    let wait =
+        |waiting: String| EvictStep::Wait { waiting, recheck: if soon { TICK } else { RECHECK } };
     if old.is_empty() {
-        return wait(format!("{unavailable} replacement pod(s) not yet Ready"));
+        return wait(format!("{unavailable} replacement pod(s) not yet available"));
     }
     if let Some(until) = state.refused_until.filter(|until| *until > state.now) {
         let left = u64::try_from(until - state.now).unwrap_or(1);
@@ -134,7 +155,7 @@ pub fn step(state: &EvictionState<'_>) -> EvictStep {
     let mut chosen = Vec::new();
     let mut spent = unavailable;
     for pod in old {
-        let free = !pod.ready && state.kind != WorkloadKind::StatefulSet;
+        let free = !available(pod) && state.kind != WorkloadKind::StatefulSet;
         if !free && spent >= budget {
             break;
         }
@@ -147,10 +168,6 @@ pub fn step(state: &EvictionState<'_>) -> EvictStep {
         return wait(format!("{unavailable} pod(s) unavailable (maxUnavailable {budget})"));
     }
     EvictStep::Evict(chosen)
-}
-
-fn wait(waiting: String) -> EvictStep {
-    EvictStep::Wait { waiting, recheck: RECHECK }
 }
 
 /// The order old pods go in: a StatefulSet's highest ordinal first (as its controller rolls);
@@ -184,7 +201,15 @@ mod tests {
     const START: i64 = 1_000;
 
     fn pod(name: &str, created: i64, ready: bool) -> PodView {
-        PodView { name: name.into(), ordinal: ordinal("db", name), ready, created, deleting: false }
+        let ordinal = ordinal("db", name);
+        PodView {
+            name: name.into(),
+            ordinal,
+            ready,
+            ready_since: created,
+            created,
+            deleting: false,
+        }
     }
 
     fn record() -> EvictionRecord {
@@ -202,6 +227,7 @@ mod tests {
             record,
             desired: i32::try_from(pods.len()).unwrap(),
             max_unavailable: 1,
+            min_ready_seconds: 0,
             last_progress: START,
             refused_until: None,
             timeout: Duration::from_secs(60),
@@ -228,7 +254,7 @@ mod tests {
     #[test]
     fn the_next_pod_waits_for_the_replacement_to_be_ready() {
         let r = record();
-        let pods = [pod("db-0", 1, true), pod("db-1", 1, true), pod("db-2", START, false)];
+        let pods = [pod("db-0", 1, true), pod("db-1", 1, true), pod("db-2", START + 1, false)];
         assert!(matches!(
             step(&state(WorkloadKind::StatefulSet, &pods, &r)),
             EvictStep::Wait { .. }
@@ -251,8 +277,15 @@ mod tests {
     #[test]
     fn pods_created_since_the_start_are_left_alone_and_then_it_is_rolled_out() {
         let r = record();
-        let pods = [pod("db-0", START, true), pod("db-1", START + 5, true)];
+        let pods = [pod("db-0", START + 1, true), pod("db-1", START + 5, true)];
         assert_eq!(step(&state(WorkloadKind::StatefulSet, &pods, &r)), EvictStep::RolledOut);
+        // Created in the start's second: maybe before it, so restarted, but not in that second.
+        let pods = [pod("db-0", START, true)];
+        let mut s = state(WorkloadKind::StatefulSet, &pods, &r);
+        s.now = START;
+        assert!(matches!(step(&s), EvictStep::Wait { .. }));
+        s.now = START + 1;
+        assert_eq!(step(&s), EvictStep::Evict(vec!["db-0".into()]));
         // No pod at all and none wanted: nothing to do.
         assert_eq!(step(&state(WorkloadKind::Deployment, &[], &r)), EvictStep::RolledOut);
     }
@@ -273,6 +306,24 @@ mod tests {
         // Zero is taken as one.
         s.max_unavailable = 0;
         assert!(matches!(step(&s), EvictStep::Wait { .. }));
+    }
+
+    #[test]
+    fn a_replacement_counts_once_ready_for_min_ready_seconds() {
+        let r = record();
+        let pods = [pod("db-0", 1, true), pod("db-1", 1, true), pod("db-2", START + 1, true)];
+        let mut s = state(WorkloadKind::StatefulSet, &pods, &r);
+        s.min_ready_seconds = 5;
+        s.now = START + 5;
+        assert_eq!(
+            step(&s),
+            EvictStep::Wait {
+                waiting: "1 pod(s) unavailable (maxUnavailable 1)".into(),
+                recheck: TICK,
+            }
+        );
+        s.now = START + 6;
+        assert_eq!(step(&s), EvictStep::Evict(vec!["db-1".into()]));
     }
 
     #[test]

@@ -124,6 +124,8 @@ pub struct WorkloadWriter {
     keys: AnnotationKeys,
     /// Jobs deleted for a reload and not yet created again (see [`Self::create_pending_job`]).
     pending_jobs: PendingJobs,
+    /// The `Evict` strategy's pod lists and evictions (see [`crate::kube::evict`]).
+    evictor: crate::kube::evict::Evictor,
 }
 
 impl WorkloadWriter {
@@ -134,6 +136,7 @@ impl WorkloadWriter {
         pending_jobs: PendingJobs,
     ) -> Self {
         WorkloadWriter {
+            evictor: crate::kube::evict::Evictor::new(client.clone()),
             client,
             http: reqwest::Client::builder()
                 .timeout(Duration::from_secs(10))
@@ -438,6 +441,11 @@ impl WorkloadWriter {
         };
         let written = self.workloads(key).patch(&key.name, &params, patch).await?;
         Ok(Answer::Workload(Box::new(written)))
+    }
+
+    /// The `Evict` strategy's pod lists and evictions, with the same identity.
+    pub fn evictor(&self) -> &crate::kube::evict::Evictor {
+        &self.evictor
     }
 
     fn workloads(&self, key: &WorkloadKey) -> Api<DynamicObject> {

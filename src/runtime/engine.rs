@@ -29,6 +29,7 @@ use tracing::{debug, info, warn};
 mod admission;
 mod csi;
 mod events;
+mod evict;
 mod feed;
 mod follow;
 mod outcome;

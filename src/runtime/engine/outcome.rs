@@ -17,7 +17,7 @@ impl Reconciler {
     /// themselves: a CronJob's or an `OnDelete` StatefulSet's is not; `false` then).
     pub(super) async fn start_following(&self, key: &WorkloadKey) -> bool {
         let Some(entry) = self.index.workload(key) else { return false };
-        if outcome::verdict(&entry.info.progress).is_none() {
+        if outcome::verdict(&entry.info.progress).is_none() && !self.evicts(&entry.info) {
             return false;
         }
         let started_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
@@ -49,9 +49,7 @@ impl Reconciler {
                 let look = self.memory.take_look_for_rollout(key);
                 let failed = match self.policies.rollout_claimed(key) {
                     Some(claimed) => claimed == RolloutState::Failed,
-                    None if look
-                        && outcome::resumable(info.rolled_generation(), &info.progress) =>
-                    {
+                    None if look && self.resumable(info).await => {
                         info!(workload = %key, "following on the rollout of a reload written before this replica led");
                         false
                     }
@@ -62,8 +60,7 @@ impl Reconciler {
                 resumed
             }
         };
-        let step =
-            outcome::step(key.kind, &following, &info.progress, now, self.config.rollout_timeout);
+        let step = self.step_of(info, &following, now).await;
         let took = outcome::elapsed(&following, now);
         match step {
             Step::Wait { recheck, .. } => recheck,

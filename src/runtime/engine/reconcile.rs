@@ -120,6 +120,7 @@ impl Reconciler {
         let mut attempt: u32 = 0;
         loop {
             let Candidates { sources: candidates, named_left_out } = self.index.candidates(&entry);
+            let opts = self.options_for(opts.clone(), &entry.info);
             let mut plan = plan(&entry.info, &entry.selection, &candidates, &opts);
             // A pause window that ends later needs this workload looked at again then.
             let (revisit, pause_problem) =
