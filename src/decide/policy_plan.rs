@@ -391,9 +391,27 @@ pub fn plan_policy(
                 now,
             )
         }
-        PolicyStrategy::Restart => TemplateWrite::restart(now_rfc3339),
+        s => whole_pod(s, info.key.kind, &out.changes, now, now_rfc3339),
     });
     out
+}
+
+/// The strategies that restart every pod whatever changed: `Restart` (the template's
+/// `restartedAt`) and `Evict` (the record of an eviction rollout; the template is not written).
+/// A kind whose controller does not replace an evicted pod is restarted as with `Restart`.
+fn whole_pod(
+    strategy: PolicyStrategy,
+    kind: crate::model::workload::WorkloadKind,
+    changes: &[Change],
+    now: i64,
+    now_rfc3339: &str,
+) -> TemplateWrite {
+    match strategy {
+        PolicyStrategy::Evict if crate::decide::evict::evictable(kind) => {
+            TemplateWrite::evict(changes, now)
+        }
+        _ => TemplateWrite::restart(now_rfc3339),
+    }
 }
 
 #[cfg(test)]
@@ -746,6 +764,23 @@ mod tests {
             value,
             r#"{"type":"CONFIGMAP","name":"c","namespace":"ns","hash":"h2","containerRefs":["app","side"],"observedAt":7}"#
         );
+    }
+
+    #[test]
+    fn policy_evict_strategy_records_an_eviction_and_restarts_kinds_that_cannot_evict() {
+        let s = spec(
+            json!({"sources": [{"kind": "ConfigMap", "name": "c"}], "targets": [{"kind": "Deployment", "name": "api"}], "strategy": "Evict"}),
+        );
+        let p = active(s);
+        let mut w = workload(&[]);
+        let run = |w: &WorkloadInfo| {
+            let r = resolved("h2", Some(20));
+            plan_policy(w, &p, &p.spec.targets[0], &r, &[], 7, "t", "lrf", false).template
+        };
+        let Some(TemplateWrite::Evict(record)) = run(&w) else { panic!("{:?}", run(&w)) };
+        assert_eq!(record.started_at, 7);
+        w.key.kind = WorkloadKind::CronJob;
+        assert_eq!(run(&w), Some(TemplateWrite::restart("t")));
     }
 
     #[test]

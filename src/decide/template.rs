@@ -155,6 +155,13 @@ pub fn workload_patch(info: &WorkloadInfo, plan: &Plan, paused_at_key: &str) -> 
     if let Some(record) = eviction {
         annotations.insert(EVICTION_ANNOTATION.into(), json!(record.to_value()));
     }
+    // A template write after an eviction rollout: that rollout's record no longer applies.
+    if eviction.is_none()
+        && plan.template.is_some()
+        && info.metadata_annotations.contains_key(EVICTION_ANNOTATION)
+    {
+        annotations.insert(EVICTION_ANNOTATION.into(), Value::Null);
+    }
     if plan.template.is_some()
         && eviction.is_none()
         && let Some(next) = info.progress.generation.checked_add(1).filter(|g| *g > 1)

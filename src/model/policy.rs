@@ -262,6 +262,9 @@ pub enum PolicyStrategy {
     EnvVar,
     Annotation,
     Restart,
+    /// Restart the pods through the Eviction API, never writing the template (Deployment,
+    /// StatefulSet, DaemonSet; others are restarted as with `Restart`).
+    Evict,
 }
 
 #[derive(

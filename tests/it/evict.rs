@@ -331,3 +331,57 @@ async fn an_eviction_whose_replacement_never_becomes_ready_fails_and_stops() {
     let metrics = op.metrics().await;
     assert!(metrics.contains("reloader_rollouts_total{result=\"failed\"} 1"), "{metrics}");
 }
+
+#[tokio::test]
+async fn a_policy_with_strategy_evict_restarts_its_target_and_reports_it_rolled_out() {
+    if !pods_run_here() {
+        return;
+    }
+    let f = Fixture::new("evict-policy").await;
+    support::install_policy_crd(&f.client).await;
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let op = f.operator(&[]);
+    let set = workload_json("StatefulSet", "queue", json!({}), env_from_cm("settings"));
+    let mut set = set;
+    set["spec"]["replicas"] = json!(2);
+    f.create::<StatefulSet>(set).await;
+    support::policies::create_policy(
+        &f,
+        "queue",
+        json!({
+            "sources": [{"kind": "ConfigMap", "name": "settings"}],
+            "targets": [{"kind": "StatefulSet", "name": "queue"}],
+            "strategy": "Evict"
+        }),
+    )
+    .await;
+    let api: Api<StatefulSet> = Api::namespaced(f.client.clone(), f.name());
+    let before = eventually("queue ready with its policy record", TIMEOUT, || async {
+        let s = api.get("queue").await.ok()?;
+        (s.status.as_ref()?.ready_replicas == Some(2)
+            && s.annotations().contains_key("reloader.rs/policy-hashes"))
+        .then_some(s)
+    })
+    .await;
+    let watch = PodWatch::start(&f, "queue", 2);
+    eventually("the watch to see the two pods Ready", TIMEOUT, || async {
+        (watch.ready() == 2).then_some(())
+    })
+    .await;
+
+    f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
+    all_replaced_once(&watch, &["queue-0", "queue-1"]).await;
+    let s = support::policies::status_where(&f, "queue", "the target rolled out", |s| {
+        s.targets.iter().any(|t| t.rollout.as_deref() == Some("RolledOut"))
+    })
+    .await;
+    assert!(s.reload_count >= 1, "{s:?}");
+    let evicted: Vec<String> = op
+        .lines_with(EVICTED)
+        .iter()
+        .map(|l| l["pod"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(evicted, ["queue-1", "queue-0"]);
+    let after = api.get("queue").await.unwrap();
+    assert_eq!(after.spec.template, before.spec.template, "template untouched");
+}

@@ -41,9 +41,10 @@ impl Reconciler {
         if self.evicts(info) { Strategy::Evict } else { self.config.strategy }
     }
 
-    /// The eviction rollout `info` is in, if it rolls by eviction and one was recorded.
-    fn eviction(&self, info: &WorkloadInfo) -> Option<EvictionRecord> {
-        if !self.evicts(info) {
+    /// The eviction rollout `info` was last rolled with, if any (a template write since
+    /// removes its record), in annotation mode or by a policy's `strategy: Evict`.
+    pub(super) fn eviction(&self, info: &WorkloadInfo) -> Option<EvictionRecord> {
+        if !evictable(info.key.kind) {
             return None;
         }
         EvictionRecord::parse(info.metadata_annotations.get(EVICTION_ANNOTATION)?)

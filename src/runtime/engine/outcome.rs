@@ -17,7 +17,8 @@ impl Reconciler {
     /// themselves: a CronJob's or an `OnDelete` StatefulSet's is not; `false` then).
     pub(super) async fn start_following(&self, key: &WorkloadKey) -> bool {
         let Some(entry) = self.index.workload(key) else { return false };
-        if outcome::verdict(&entry.info.progress).is_none() && !self.evicts(&entry.info) {
+        if outcome::verdict(&entry.info.progress).is_none() && self.eviction(&entry.info).is_none()
+        {
             return false;
         }
         let started_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
