@@ -385,3 +385,34 @@ async fn a_policy_with_strategy_evict_restarts_its_target_and_reports_it_rolled_
     let after = api.get("queue").await.unwrap();
     assert_eq!(after.spec.template, before.spec.template, "template untouched");
 }
+
+/// Under stakater/Reloader's ClusterRole (no pods, no evictions) the strategy cannot work: the
+/// rollout fails at once, with one Warning Event naming the workload and the missing right.
+#[tokio::test]
+async fn without_the_rights_the_strategy_says_once_that_it_cannot_work() {
+    use crate::migration::{bind_reloader_rbac, token_kubeconfig};
+    const RELOADER_CLUSTER_ROLE: &str = include_str!("../fixtures/stakater-rbac/clusterrole.yaml");
+    let f = Fixture::new("evict-rbac").await;
+    let account = bind_reloader_rbac(&f, RELOADER_CLUSTER_ROLE).await;
+    let kubeconfig = token_kubeconfig(&f, &account).await;
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let op = support::Operator::start_with_env(
+        &["--namespaces", f.name(), "--debounce=200ms", "--min-rollout-interval=0s"],
+        &[("KUBECONFIG", kubeconfig.as_str())],
+    );
+    f.create::<Deployment>(evicting("Deployment", "web", 1, json!({}))).await;
+    // Listed on change under that role: the change comes after the workload, so it rolls.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
+    let notes = f.wait_events("Deployment", "web", "RolloutFailed").await;
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("EvictionForbidden") && notes[0].contains("may not list pods"),
+        "{notes:?}"
+    );
+    // Said once: the looks that follow add nothing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(f.wait_events("Deployment", "web", "RolloutFailed").await.len(), 1);
+    assert!(op.lines_with(EVICTED).is_empty());
+}
