@@ -124,7 +124,8 @@ pub fn step(state: &EvictionState<'_>) -> EvictStep {
         return EvictStep::Wait { waiting: "the start's second to pass".into(), recheck: TICK };
     }
     let stalled = state.now.saturating_sub(state.last_progress);
-    if unavailable > 0 && stalled >= i64::try_from(state.timeout.as_secs()).unwrap_or(i64::MAX) {
+    let timed_out = stalled >= i64::try_from(state.timeout.as_secs()).unwrap_or(i64::MAX);
+    if unavailable > 0 && timed_out {
         return EvictStep::Failed {
             reason: "EvictionTimeout".into(),
             message: format!(
@@ -141,6 +142,16 @@ pub fn step(state: &EvictionState<'_>) -> EvictStep {
         |waiting: String| EvictStep::Wait { waiting, recheck: if soon { TICK } else { RECHECK } };
     if old.is_empty() {
         return wait(format!("{unavailable} replacement pod(s) not yet available"));
+    }
+    if state.refused_until.is_some() && timed_out {
+        return EvictStep::Failed {
+            reason: "EvictionRefused".into(),
+            message: format!(
+                "a PodDisruptionBudget refused every eviction for {stalled}s (--rollout-timeout); \
+                 {} pod(s) still run the previous content",
+                old.len()
+            ),
+        };
     }
     if let Some(until) = state.refused_until.filter(|until| *until > state.now) {
         let left = u64::try_from(until - state.now).unwrap_or(1);
@@ -351,6 +362,10 @@ mod tests {
         );
         s.refused_until = Some(s.now);
         assert_eq!(step(&s), EvictStep::Evict(vec!["db-0".into()]));
+        // Refused for the whole timeout since the rollout last moved: failed.
+        s.now = START + 60;
+        let EvictStep::Failed { reason, .. } = step(&s) else { panic!("{:?}", step(&s)) };
+        assert_eq!(reason, "EvictionRefused");
     }
 
     #[test]

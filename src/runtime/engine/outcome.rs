@@ -27,6 +27,13 @@ impl Reconciler {
         let _ = self.policies.report_rollout(key, RolloutState::Progressing, None).await;
         // Its controller may have finished before the watch event that says so is seen.
         self.queue.schedule(key.clone(), Duration::ZERO);
+        // An eviction's first step now: a workload listed on change may have left the index
+        // before its next look, and a missing right is said at once.
+        if self.eviction(&entry.info).is_some()
+            && let Some(recheck) = self.follow_rollout(&entry.info).await
+        {
+            self.queue.schedule(key.clone(), recheck);
+        }
         true
     }
 
