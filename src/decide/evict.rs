@@ -123,18 +123,8 @@ pub fn step(state: &EvictionState<'_>) -> EvictStep {
     if state.now <= started {
         return EvictStep::Wait { waiting: "the start's second to pass".into(), recheck: TICK };
     }
-    let stalled = state.now.saturating_sub(state.last_progress);
-    let timed_out = stalled >= i64::try_from(state.timeout.as_secs()).unwrap_or(i64::MAX);
-    if unavailable > 0 && timed_out {
-        return EvictStep::Failed {
-            reason: "EvictionTimeout".into(),
-            message: format!(
-                "{unavailable} pod(s) not Ready {stalled}s after the last eviction \
-                 (--rollout-timeout); {} pod(s) still run the previous content and are left \
-                 alone",
-                old.len()
-            ),
-        };
+    if let Some(failed) = failed(state, unavailable, old.len()) {
+        return failed;
     }
     // A pod Ready but not yet for minReadySeconds is available soon: looked at again then.
     let soon = state.pods.iter().any(|p| p.ready && !available(p));
@@ -142,16 +132,6 @@ pub fn step(state: &EvictionState<'_>) -> EvictStep {
         |waiting: String| EvictStep::Wait { waiting, recheck: if soon { TICK } else { RECHECK } };
     if old.is_empty() {
         return wait(format!("{unavailable} replacement pod(s) not yet available"));
-    }
-    if state.refused_until.is_some() && timed_out {
-        return EvictStep::Failed {
-            reason: "EvictionRefused".into(),
-            message: format!(
-                "a PodDisruptionBudget refused every eviction for {stalled}s (--rollout-timeout); \
-                 {} pod(s) still run the previous content",
-                old.len()
-            ),
-        };
     }
     if let Some(until) = state.refused_until.filter(|until| *until > state.now) {
         let left = u64::try_from(until - state.now).unwrap_or(1);
@@ -179,6 +159,31 @@ pub fn step(state: &EvictionState<'_>) -> EvictStep {
         return wait(format!("{unavailable} pod(s) unavailable (maxUnavailable {budget})"));
     }
     EvictStep::Evict(chosen)
+}
+
+/// Failed, when the rollout has not moved for the timeout: a replacement is still not Ready
+/// (`EvictionTimeout`), or a PodDisruptionBudget refused every eviction (`EvictionRefused`).
+fn failed(state: &EvictionState<'_>, unavailable: usize, old: usize) -> Option<EvictStep> {
+    let stalled = state.now.saturating_sub(state.last_progress);
+    if stalled < i64::try_from(state.timeout.as_secs()).unwrap_or(i64::MAX) {
+        return None;
+    }
+    let (reason, message) = if unavailable > 0 {
+        let why = format!("{unavailable} pod(s) not Ready {stalled}s after the last eviction");
+        ("EvictionTimeout", why)
+    } else if old > 0 && state.refused_until.is_some() {
+        let why = format!("a PodDisruptionBudget refused every eviction for {stalled}s");
+        ("EvictionRefused", why)
+    } else {
+        return None;
+    };
+    Some(EvictStep::Failed {
+        reason: reason.into(),
+        message: format!(
+            "{message} (--rollout-timeout); {old} pod(s) still run the previous content and are \
+             left alone"
+        ),
+    })
 }
 
 /// The order old pods go in: a StatefulSet's highest ordinal first (as its controller rolls);
