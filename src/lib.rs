@@ -49,7 +49,9 @@
 //!    computes (leader only, by server-side apply);
 //! 7. `runtime/engine/outcome.rs::Follower` then **follows the rollout**: each status report of the
 //!    workload (`model/progress.rs`) is judged by `decide/outcome.rs` until it has rolled out
-//!    or failed, and reported (Events, metrics, alerts, the policy's `RolledOut`).
+//!    or failed, and reported (Events, metrics, alerts, the policy's `RolledOut`). The `Evict`
+//!    strategy writes no template: its rollout is carried out there, a pod at a time
+//!    (`runtime/engine/evict.rs` asks `decide/evict.rs` and evicts through `kube/evict.rs`).
 //!
 //! What the operator may do at all follows from its identity's rights, reviewed at start and
 //! again after a refusal (`runtime/engine/rights.rs`): which kinds are watched, listed on

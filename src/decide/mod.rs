@@ -13,6 +13,7 @@
 //!   rollout, and [`turns`]: turns and halts as a policy's targets are remembered;
 //!   [`rollout`]: what a reconcile comes to, and what follows a write; [`outcome`]: whether a
 //!   rollout that was written has finished;
+//! - [`evict`]: the `Evict` strategy, pod by pod through the Eviction API;
 //! - [`hash`], [`csi`], [`jobs`]: source hashes, SecretProviderClass hashes, Job re-creation;
 //! - [`refusal`]: a refused Event or status write, what refused it and the backoff that follows.
 //! - [`rights`]: the operator's own rights as answered (granted, denied, unknown), how each kind
@@ -20,6 +21,7 @@
 
 pub mod churn;
 pub mod csi;
+pub mod evict;
 pub mod explain;
 pub mod hash;
 pub mod jobs;

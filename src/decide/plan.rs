@@ -202,7 +202,8 @@ pub fn plan(
         now_rfc3339: &opts.now_rfc3339,
         last_reloaded_from_key: &opts.last_reloaded_from_key,
     };
-    out.template = template_write(trigger, first, env, &write);
+    let rolled = out.changes.iter().map(|c| (&c.source, c.hash.as_str()));
+    out.template = template_write(trigger, first, env, rolled, &write);
     if new_record != planner.record {
         out.record = Some(new_record);
     }
@@ -971,5 +972,31 @@ mod tests {
             let p = run(&r, &[(cm("app-config"), facts("h2"))], &opts(Strategy::EnvVars));
             assert!(matches!(p.template, Some(TemplateWrite::EnvVars { .. })), "{value:?}: {p:?}");
         }
+    }
+
+    #[test]
+    fn evict_strategy_records_the_rollout_and_writes_no_template() {
+        let w = with_record(workload(), &[(cm("app-config"), "h1")]);
+        let o = opts(Strategy::Evict);
+        let p = run(&w, &[(cm("app-config"), facts("h2"))], &o);
+        let Some(TemplateWrite::Evict(record)) = &p.template else { panic!("{p:?}") };
+        assert_eq!(record.started_at, o.now);
+        assert_eq!(p.record, record_of(&[(cm("app-config"), "h2")]));
+        // Up to date: nothing.
+        let w = with_record(workload(), &[(cm("app-config"), "h2")]);
+        assert!(run(&w, &[(cm("app-config"), facts("h2"))], &o).is_noop());
+    }
+
+    #[test]
+    fn an_eviction_beside_a_template_write_is_dropped_and_two_are_one() {
+        let evict = |c: &str| {
+            TemplateWrite::Evict(crate::decide::evict::EvictionRecord {
+                content: c.into(),
+                started_at: 1,
+            })
+        };
+        let restart = TemplateWrite::restart("t");
+        assert_eq!(TemplateWrite::combine(Some(evict("a")), Some(restart.clone())), Some(restart));
+        assert_eq!(TemplateWrite::combine(Some(evict("a")), Some(evict("b"))), Some(evict("a")));
     }
 }

@@ -357,7 +357,8 @@ pub fn plan_policy(
         }
         _ => EnvChanges::default(),
     };
-    out.template = template_write(trigger, first, env, write);
+    let rolled = out.changes.iter().map(|c| (&c.source, c.hash.as_str()));
+    out.template = template_write(trigger, first, env, rolled, write);
     out
 }
 
@@ -768,6 +769,23 @@ mod tests {
         let default = active(spec(json!({"sources": [{"kind": "ConfigMap", "name": "c"}],
             "targets": [{"kind": "Rollout", "name": "api"}]})));
         assert_eq!(default.spec.argo_restart, crate::model::strategy::ArgoRestart::Template);
+    }
+
+    #[test]
+    fn policy_evict_strategy_records_an_eviction_and_restarts_kinds_that_cannot_evict() {
+        let s = spec(
+            json!({"sources": [{"kind": "ConfigMap", "name": "c"}], "targets": [{"kind": "Deployment", "name": "api"}], "strategy": "Evict"}),
+        );
+        let p = active(s);
+        let mut w = workload(&[]);
+        let run = |w: &WorkloadInfo| {
+            let r = resolved("h2", Some(20));
+            plan_policy(w, &p, &p.spec.targets[0], &r, &[], &at(7, "t"), false).template
+        };
+        let Some(TemplateWrite::Evict(record)) = run(&w) else { panic!("{:?}", run(&w)) };
+        assert_eq!(record.started_at, 7);
+        w.key.kind = WorkloadKind::CronJob;
+        assert_eq!(run(&w), Some(TemplateWrite::restart("t")));
     }
 
     #[test]

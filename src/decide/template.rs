@@ -13,7 +13,8 @@ use serde_json::{Map, Value, json};
 use crate::decide::plan::Plan;
 use crate::decide::trigger::TemplateWrite;
 use crate::model::workload::{
-    RECORD_ANNOTATION, ROLLED_GENERATION_ANNOTATION, WorkloadInfo, WorkloadKind, format_record,
+    EVICTION_ANNOTATION, RECORD_ANNOTATION, ROLLED_GENERATION_ANNOTATION, WorkloadInfo,
+    WorkloadKind, format_record,
 };
 
 /// The field manager of every workload write (stakater/Reloader's, on purpose).
@@ -36,6 +37,8 @@ fn template_value(write: &TemplateWrite) -> Value {
             }
             Value::Object(out)
         }
+        // Written on the workload's metadata (see `workload_patch`), never in the template.
+        TemplateWrite::Evict(_) => json!({}),
         TemplateWrite::Annotation { key, value } => {
             json!({"metadata": {"annotations": {key: value}}})
         }
@@ -75,6 +78,7 @@ pub fn apply_to_template(template: &mut PodTemplateSpec, write: &TemplateWrite) 
                 apply_to_template(template, p);
             }
         }
+        TemplateWrite::Evict(_) => {}
         TemplateWrite::Annotation { key, value } => {
             template
                 .metadata
@@ -151,7 +155,19 @@ pub fn workload_patch(info: &WorkloadInfo, plan: &Plan, paused_at_key: &str) -> 
     let mut annotations = record_annotations(plan);
     // The patch carries the resourceVersion it was planned from, so a template write gives
     // exactly the next generation: written down, a restart knows the rollout is the reload's.
+    let eviction = plan.template.as_ref().and_then(TemplateWrite::eviction);
+    if let Some(record) = eviction {
+        annotations.insert(EVICTION_ANNOTATION.into(), json!(record.to_value()));
+    }
+    // A template write after an eviction rollout: that rollout's record no longer applies.
+    if eviction.is_none()
+        && plan.template.is_some()
+        && info.metadata_annotations.contains_key(EVICTION_ANNOTATION)
+    {
+        annotations.insert(EVICTION_ANNOTATION.into(), Value::Null);
+    }
     if plan.template.is_some()
+        && eviction.is_none()
         && let Some(next) = info.progress.generation.checked_add(1).filter(|g| *g > 1)
     {
         annotations.insert(ROLLED_GENERATION_ANNOTATION.into(), json!(next.to_string()));
@@ -165,7 +181,7 @@ pub fn workload_patch(info: &WorkloadInfo, plan: &Plan, paused_at_key: &str) -> 
         metadata.insert("annotations".into(), Value::Object(annotations));
     }
     root.insert("metadata".into(), Value::Object(metadata));
-    if let Some(write) = &plan.template {
+    if let Some(write) = plan.template.as_ref().filter(|_| eviction.is_none()) {
         let mut value = template_value(write);
         for key in template_path(info.key.kind).iter().rev() {
             value = json!({ *key: value });
@@ -291,6 +307,25 @@ mod tests {
             json!({"metadata": {"resourceVersion": "42", "annotations": {RECORD_ANNOTATION: "{}"}}})
         );
         assert!(workload_patch(&info(WorkloadKind::StatefulSet), &Plan::default(), "p").is_none());
+    }
+
+    #[test]
+    fn an_eviction_writes_its_record_on_the_metadata_and_nothing_in_the_template() {
+        let record = crate::decide::evict::EvictionRecord { content: "c".into(), started_at: 7 };
+        let plan = Plan {
+            template: Some(TemplateWrite::Evict(record.clone())),
+            record: Some(BTreeMap::new()),
+            ..Plan::default()
+        };
+        let mut w = info(WorkloadKind::StatefulSet);
+        w.progress.generation = 3;
+        let patch = workload_patch(&w, &plan, "p").unwrap();
+        assert_eq!(
+            patch,
+            json!({"metadata": {"resourceVersion": "42", "annotations": {
+                RECORD_ANNOTATION: "{}", EVICTION_ANNOTATION: record.to_value()
+            }}})
+        );
     }
 
     #[test]

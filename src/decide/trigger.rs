@@ -9,6 +9,7 @@
 
 use serde::Serialize;
 
+use crate::decide::evict::{EvictionRecord, content_of, evictable};
 use crate::model::naming::env_var_name;
 use crate::model::source::SourceRef;
 use crate::model::strategy::{ArgoRestart, Strategy};
@@ -28,8 +29,10 @@ impl Trigger {
     /// The trigger of a writer with `strategy` and `argo_restart` on a workload of `kind`:
     /// `argo_restart` counts for Argo Rollouts only.
     pub fn of(strategy: Strategy, argo_restart: ArgoRestart, kind: WorkloadKind) -> Trigger {
-        match (kind, argo_restart) {
-            (WorkloadKind::Rollout, ArgoRestart::RestartAt) => Trigger::RolloutRestartAt,
+        match (kind, argo_restart, strategy) {
+            (WorkloadKind::Rollout, ArgoRestart::RestartAt, _) => Trigger::RolloutRestartAt,
+            // A kind whose controller does not replace an evicted pod is restarted instead.
+            (kind, _, Strategy::Evict) if !evictable(kind) => Trigger::Template(Strategy::Restart),
             _ => Trigger::Template(strategy),
         }
     }
@@ -58,6 +61,9 @@ pub enum TemplateWrite {
     /// An Argo Rollout's `spec.restartAt`, set to this time (RFC 3339), as `kubectl argo
     /// rollouts restart` does; the template is not touched.
     RolloutRestartAt(String),
+    /// Not a template write: the record that starts an eviction rollout, written on the
+    /// workload's metadata (`decide::evict`).
+    Evict(EvictionRecord),
 }
 
 impl TemplateWrite {
@@ -67,6 +73,15 @@ impl TemplateWrite {
         TemplateWrite::Annotation {
             key: RESTARTED_AT_ANNOTATION.to_string(),
             value: now_rfc3339.to_string(),
+        }
+    }
+
+    /// The eviction record a write starts, if it is an eviction (alone: one combined with a
+    /// template write is dropped, as the template write restarts every pod anyway).
+    pub fn eviction(&self) -> Option<&EvictionRecord> {
+        match self {
+            TemplateWrite::Evict(record) => Some(record),
+            _ => None,
         }
     }
 
@@ -109,7 +124,7 @@ impl TemplateWrite {
     /// variables annotation mode writes) still make one write: there must be one to return.
     fn merged(writes: [TemplateWrite; 2]) -> TemplateWrite {
         let (mut set, mut remove, mut rest) = (Vec::new(), Vec::new(), Vec::new());
-        let mut restart_at = None;
+        let (mut restart_at, mut eviction) = (None, None);
         let parts = writes.into_iter().flat_map(|w| match w {
             TemplateWrite::Combined(inner) => inner,
             other => vec![other],
@@ -130,16 +145,22 @@ impl TemplateWrite {
                 TemplateWrite::RolloutRestartAt(at) => {
                     restart_at.get_or_insert(at);
                 }
+                // Two evictions are one; beside a template write, an eviction is dropped (the
+                // write restarts every pod).
+                TemplateWrite::Evict(record) => {
+                    eviction.get_or_insert(record);
+                }
                 other => rest.push(other),
             }
         }
         if !set.is_empty() || !remove.is_empty() {
             rest.insert(0, TemplateWrite::EnvVars { set, remove });
         }
-        match (rest.len(), restart_at) {
-            (0, Some(at)) => TemplateWrite::RolloutRestartAt(at),
-            (0, None) => TemplateWrite::EnvVars { set: vec![], remove: vec![] },
-            (1, _) => rest.remove(0),
+        match (rest.len(), restart_at, eviction) {
+            (0, Some(at), _) => TemplateWrite::RolloutRestartAt(at),
+            (0, None, Some(record)) => TemplateWrite::Evict(record),
+            (0, None, None) => TemplateWrite::EnvVars { set: vec![], remove: vec![] },
+            (1, ..) => rest.remove(0),
             _ => TemplateWrite::Combined(rest),
         }
     }
@@ -303,10 +324,11 @@ pub struct WriteContext<'a> {
 /// it is empty while something rolls (its variables are another writer's in the same patch);
 /// the annotation strategy names `first` in `last-reloaded-from`; the restart strategy sets
 /// `restartedAt`, an Argo Rollout's restart `spec.restartAt`, to now.
-pub fn template_write(
+pub fn template_write<'a>(
     trigger: Trigger,
     first: Option<FirstRolled<'_>>,
     env: EnvChanges,
+    rolled: impl IntoIterator<Item = (&'a SourceRef, &'a str)>,
     write: &WriteContext<'_>,
 ) -> Option<TemplateWrite> {
     match trigger {
@@ -330,6 +352,10 @@ pub fn template_write(
         Trigger::RolloutRestartAt => {
             first.map(|_| TemplateWrite::RolloutRestartAt(write.now_rfc3339.to_string()))
         }
+        Trigger::Template(Strategy::Evict) => first.map(|_| {
+            let content = content_of(rolled.into_iter().map(|(s, h)| (s.to_string(), h)));
+            TemplateWrite::Evict(EvictionRecord { content, started_at: write.now })
+        }),
     }
 }
 
@@ -430,11 +456,11 @@ mod tests {
             remove: vec![],
         };
         assert_eq!(
-            template_write(Trigger::Template(Strategy::EnvVars), first(), env(), &write),
+            template_write(Trigger::Template(Strategy::EnvVars), first(), env(), [], &write),
             Some(TemplateWrite::EnvVars { set: env().set, remove: vec![] })
         );
         assert_eq!(
-            template_write(Trigger::Template(Strategy::Annotations), first(), EnvChanges::default(), &write),
+            template_write(Trigger::Template(Strategy::Annotations), first(), EnvChanges::default(), [], &write),
             Some(TemplateWrite::Annotation {
                 key: LRF.into(),
                 value: r#"{"type":"CONFIGMAP","name":"cfg","namespace":"shop","hash":"h2","containerRefs":["app"],"observedAt":7}"#.into()
@@ -445,6 +471,7 @@ mod tests {
                 Trigger::Template(Strategy::Restart),
                 first(),
                 EnvChanges::default(),
+                [],
                 &write
             ),
             Some(TemplateWrite::Annotation {
@@ -455,7 +482,13 @@ mod tests {
         // Nothing rolls: no write, whatever the strategy.
         for strategy in Strategy::ALL {
             assert_eq!(
-                template_write(Trigger::Template(strategy), None, EnvChanges::default(), &write),
+                template_write(
+                    Trigger::Template(strategy),
+                    None,
+                    EnvChanges::default(),
+                    [],
+                    &write
+                ),
                 None
             );
         }
@@ -465,7 +498,8 @@ mod tests {
             remove: vec![EnvRemoval { container: "app".into(), name: "V".into() }],
         };
         assert!(
-            template_write(Trigger::Template(Strategy::EnvVars), None, removal, &write).is_some()
+            template_write(Trigger::Template(Strategy::EnvVars), None, removal, [], &write)
+                .is_some()
         );
         // Something rolls but its variables are another writer's: an empty write, which joins
         // the other writer's in the same patch.
@@ -474,6 +508,7 @@ mod tests {
                 Trigger::Template(Strategy::EnvVars),
                 first(),
                 EnvChanges::default(),
+                [],
                 &write
             ),
             Some(TemplateWrite::EnvVars { set: vec![], remove: vec![] })
@@ -516,10 +551,10 @@ mod tests {
             last_reloaded_from_key: LRF,
         };
         assert_eq!(
-            template_write(restart, Some(first), EnvChanges::default(), &write),
+            template_write(restart, Some(first), EnvChanges::default(), [], &write),
             Some(TemplateWrite::RolloutRestartAt("2026-01-01T00:00:00Z".into()))
         );
-        assert_eq!(template_write(restart, None, EnvChanges::default(), &write), None);
+        assert_eq!(template_write(restart, None, EnvChanges::default(), [], &write), None);
     }
 
     #[test]

@@ -27,6 +27,7 @@ macro_rules! resource_type_of {
 }
 
 pub mod access;
+pub mod evict;
 pub mod hash_key;
 pub mod hashed;
 pub mod leader;

@@ -22,6 +22,10 @@ pub enum Strategy {
     Annotations,
     // Set `kubectl.kubernetes.io/restartedAt`, as `kubectl rollout restart` does.
     Restart,
+    // Restart the pods one by one through the Eviction API, never writing the template
+    // (`decide::evict`; Deployment, StatefulSet, DaemonSet, other kinds as `Restart`). Chosen
+    // per workload (`reloader.rs/rollout-strategy: evict`) or per policy, not by the flag.
+    Evict,
 }
 
 impl Strategy {
@@ -33,6 +37,7 @@ impl Strategy {
             Strategy::EnvVars => "env-vars",
             Strategy::Annotations => "annotations",
             Strategy::Restart => "restart",
+            Strategy::Evict => "evict",
         }
     }
 }
@@ -101,6 +106,8 @@ mod tests {
             assert_eq!(serde_json::from_value::<Strategy>(crd.into()).unwrap(), strategy);
         }
         assert!("EnvVar".parse::<Strategy>().is_err(), "the flag takes the flag spelling only");
+        assert!("evict".parse::<Strategy>().is_err(), "evict is chosen per workload, not by flag");
+        assert_eq!(serde_json::to_value(Strategy::Evict).unwrap(), "Evict");
         assert!(serde_json::from_value::<Strategy>("env-vars".into()).is_err());
         assert_eq!(Strategy::default(), Strategy::EnvVars);
     }

@@ -36,6 +36,14 @@ pub const IGNORE_WINDOWS_ANNOTATION: &str = "reloader.rs/ignore-windows";
 /// How an Argo Rollout is reloaded in annotation mode: `restart-at` sets `spec.restartAt`
 /// instead of writing the pod template (see `model::strategy::ArgoRestart`).
 pub const ARGO_RESTART_ANNOTATION: &str = "reloader.rs/argo-restart";
+/// The workload-metadata annotation that picks the `Evict` strategy in annotation mode
+/// (`reloader.rs/rollout-strategy: evict`): pods are restarted through the Eviction API and the
+/// pod template is never written.
+pub const ROLLOUT_STRATEGY_ANNOTATION: &str = "reloader.rs/rollout-strategy";
+
+/// The workload-metadata annotation an eviction rollout is recorded in when it starts: the
+/// content it rolls to and since when (see `decide::evict`).
+pub const EVICTION_ANNOTATION: &str = "reloader.rs/eviction";
 
 /// The pod-template annotation `kubectl rollout restart` sets; the restart strategy writes it.
 pub const RESTARTED_AT_ANNOTATION: &str = "kubectl.kubernetes.io/restartedAt";
@@ -210,6 +218,8 @@ impl WorkloadInfo {
         wanted.push(IGNORE_WINDOWS_ANNOTATION);
         wanted.push(ARGO_RESTART_ANNOTATION);
         wanted.push(RESTARTED_AT_ANNOTATION);
+        wanted.push(ROLLOUT_STRATEGY_ANNOTATION);
+        wanted.push(EVICTION_ANNOTATION);
         let filter = |annotations: Option<&BTreeMap<String, String>>| {
             annotations
                 .into_iter()

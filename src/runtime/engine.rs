@@ -29,6 +29,7 @@ use tracing::{debug, info, warn};
 mod admission;
 mod csi;
 mod events;
+mod evict;
 mod feed;
 mod follow;
 mod loops;
@@ -273,6 +274,7 @@ impl Common {
             alerter: alerter.clone(),
             leadership: self.leadership.clone(),
             rollout_timeout: self.config.rollout_timeout,
+            evictor: crate::kube::evict::Evictor::new(self.client.clone()),
         };
         Reconciler {
             config: self.config.clone(),

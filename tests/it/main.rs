@@ -18,6 +18,7 @@ mod csi;
 mod docs;
 mod durability;
 mod dynamic_kinds;
+mod evict;
 mod examples;
 mod explain;
 mod gitops;

@@ -213,6 +213,14 @@ by creating a Job and Jobs by deleting and creating them again.
   resources: [secretproviderclasspodstatuses]
   verbs: [list, watch]
 {{- end }}
+{{- if .Values.evict.enabled }}
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [pods/eviction]
+  verbs: [create]
+{{- end }}
 - apiGroups: [reloader.rs]
   resources: [reloadpolicies]
   verbs: [get, list, watch]

@@ -216,7 +216,8 @@ impl Admission {
     /// What the reconciler would write now, with every selected source stamped, for a
     /// workload whose pods start anew with this write. `None` when there is nothing to write.
     fn stamping_plan(&self, info: WorkloadInfo) -> Option<Plan> {
-        let mut opts = self.planner.plan_options(&info.key)?;
+        // An evicting workload's template is not ours to write: only its record is stamped.
+        let mut opts = self.planner.options_for(self.planner.plan_options(&info.key)?, &info);
         opts.stamp = true;
         opts.sync_after_restart = false;
         let entry = self.selections.transient_entry(info);
@@ -330,8 +331,9 @@ impl TemplateState {
                     self.ops(prefix, part, ops);
                 }
             }
-            // Not a template change (and dropped from admission answers: a restart).
-            TemplateWrite::RolloutRestartAt(_) => {}
+            // Not template changes: a restart (dropped from admission answers), and the
+            // eviction record, written on the workload's metadata.
+            TemplateWrite::RolloutRestartAt(_) | TemplateWrite::Evict(_) => {}
             TemplateWrite::Annotation { key, value } => self.annotation_op(prefix, key, value, ops),
             TemplateWrite::EnvVars { set, remove } => {
                 if !self.shape.has_spec {
@@ -657,6 +659,22 @@ mod tests {
         assert!(engine_scoped().admission.admit(&request("CREATE", &selected, None)).is_none());
         // Garbage is an error for the HTTP layer (400), never a denial.
         assert!(engine.admission.review(b"{}", &caller(&[], true)).is_err());
+    }
+
+    #[tokio::test]
+    async fn an_evicting_workload_gets_its_record_and_no_template_write() {
+        let engine = engine(&[]);
+        let annotations =
+            json!({"reloader.stakater.com/auto": "true", "reloader.rs/rollout-strategy": "evict"});
+        let evicting = with_env_from(deployment(annotations, json!([])));
+        let patch = engine.admission.admit(&request("CREATE", &evicting, None)).expect("a patch");
+        let out = patched(&evicting, &patch);
+        assert_eq!(out["spec"], evicting["spec"], "the template is left alone");
+        assert_eq!(
+            out["metadata"]["annotations"]["reloader.rs/source-hashes"],
+            r#"{"configmap/app-config":"h1"}"#
+        );
+        assert!(out["metadata"]["annotations"].get("reloader.rs/eviction").is_none());
     }
 
     #[tokio::test]

@@ -18,7 +18,7 @@ impl Reconciler {
                 Cause::Deleted => "deleted",
             })
             .collect();
-        info!(workload = %key, sources = ?sources, causes = ?causes, strategy = ?self.config.strategy, "reloaded workload");
+        info!(workload = %key, sources = ?sources, causes = ?causes, strategy = ?self.options_for_strategy(info), "reloaded workload");
         self.metrics.reload(&key.namespace, true);
         self.metrics.action_total.with_label_values(&[key.kind.as_str(), "success"]).inc();
         let described: Vec<String> = plan

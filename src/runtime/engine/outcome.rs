@@ -30,6 +30,8 @@ pub(super) struct Follower {
     pub(super) leadership: watch::Receiver<bool>,
     /// `--rollout-timeout`: for kinds without a deadline of their own.
     pub(super) rollout_timeout: Duration,
+    /// The `Evict` strategy's pod lists and evictions (`evict.rs`).
+    pub(super) evictor: crate::kube::evict::Evictor,
 }
 
 impl Follower {
@@ -37,7 +39,8 @@ impl Follower {
     /// themselves: a CronJob's or an `OnDelete` StatefulSet's is not; `false` then).
     pub(super) async fn start(&self, key: &WorkloadKey) -> bool {
         let Some(entry) = self.index.workload(key) else { return false };
-        if outcome::verdict(&entry.info.progress).is_none() {
+        if outcome::verdict(&entry.info.progress).is_none() && self.eviction(&entry.info).is_none()
+        {
             return false;
         }
         let started_ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
@@ -46,6 +49,13 @@ impl Follower {
         let _ = self.policies.report_rollout(key, RolloutState::Progressing, None).await;
         // Its controller may have finished before the watch event that says so is seen.
         self.queue.schedule(key.clone(), Duration::ZERO);
+        // An eviction's first step now: a workload listed on change may have left the index
+        // before its next look, and a missing right is said at once.
+        if self.eviction(&entry.info).is_some()
+            && let Some(recheck) = self.follow(&entry.info).await
+        {
+            self.queue.schedule(key.clone(), recheck);
+        }
         true
     }
 
@@ -58,8 +68,8 @@ impl Follower {
             return None;
         }
         let now = k8s_openapi::jiff::Timestamp::now().as_millisecond();
-        let following = self.followed_or_resumed(info, now)?;
-        let step = outcome::step(key.kind, &following, &info.progress, now, self.rollout_timeout);
+        let following = self.followed_or_resumed(info, now).await?;
+        let step = self.step_of(info, &following, now).await;
         let took = outcome::elapsed(&following, now);
         match step {
             Step::Wait { recheck, .. } => recheck,
@@ -87,7 +97,7 @@ impl Follower {
     /// progressing or failed (written before a restart or by the previous leader), or
     /// (annotation mode too) the workload's generation is still the one its last reload wrote
     /// down. `None`: no rollout of a reload to follow.
-    fn followed_or_resumed(&self, info: &WorkloadInfo, now: i64) -> Option<Following> {
+    async fn followed_or_resumed(&self, info: &WorkloadInfo, now: i64) -> Option<Following> {
         let key = &info.key;
         if let Some(following) = self.memory.following(key) {
             return Some(following);
@@ -95,7 +105,7 @@ impl Follower {
         let look = self.memory.take_look_for_rollout(key);
         let failed = match self.policies.rollout_claimed(key) {
             Some(claimed) => claimed == RolloutState::Failed,
-            None if look && outcome::resumable(info.rolled_generation(), &info.progress) => {
+            None if look && self.resumable(info).await => {
                 info!(workload = %key, "following on the rollout of a reload written before this replica led");
                 false
             }

@@ -1,0 +1,267 @@
+//! The API calls of the `Evict` strategy (`decide::evict`): a workload's pods, listed by its
+//! selector and kept when the workload controls them, and the eviction of one pod through the
+//! Eviction API, which respects PodDisruptionBudgets (a 429 is the budget's refusal: a wait,
+//! not an error).
+//!
+//! Kept here between calls, per workload: when this replica last evicted one of its pods and
+//! until when a budget refused, so the decision knows whether the rollout moves. Nothing else:
+//! which pods still run older content follows from their creation time and the record on the
+//! workload.
+
+use std::collections::HashMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{EvictParams, ListParams};
+use kube::core::DynamicObject;
+use kube::{Api, Client, ResourceExt};
+use parking_lot::Mutex;
+use serde_json::Value;
+
+use crate::decide::evict::{PodView, ordinal};
+use crate::model::workload::{WorkloadKey, WorkloadKind};
+
+/// How long a budget's refusal is waited out before the next try, in seconds.
+pub const REFUSAL_WAIT_SECS: i64 = 5;
+
+/// How long an eviction is waited for before it counts as refused (see [`Evictor::evict`]).
+const REFUSAL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A workload's pods and how many it wants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkloadPods {
+    pub desired: i32,
+    /// `spec.minReadySeconds`.
+    pub min_ready_seconds: i64,
+    pub pods: Vec<PodView>,
+}
+
+/// What an eviction came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Evicted {
+    /// Accepted: the pod is being deleted.
+    Done,
+    /// A PodDisruptionBudget allows no disruption now (429).
+    Refused,
+    /// The pod is gone already (404).
+    Gone,
+}
+
+/// What this replica did lately to a workload's pods.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recent {
+    /// Its last eviction, seconds since the epoch.
+    pub last_eviction: Option<i64>,
+    /// A budget refused: not before then.
+    pub refused_until: Option<i64>,
+}
+
+/// Lists and evicts pods with the operator's identity.
+pub struct Evictor {
+    client: Client,
+    recent: Mutex<HashMap<WorkloadKey, Recent>>,
+}
+
+impl Evictor {
+    pub fn new(client: Client) -> Self {
+        Evictor { client, recent: Mutex::new(HashMap::new()) }
+    }
+
+    /// The pods `key` controls and how many it wants; `None` when the workload is gone.
+    pub async fn pods(&self, key: &WorkloadKey) -> Result<Option<WorkloadPods>, kube::Error> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &key.namespace, &key.kind.api_resource());
+        let Some(workload) = api.get_opt(&key.name).await? else { return Ok(None) };
+        let Some(selector) = selector_text(&workload.data["spec"]["selector"]) else {
+            return Ok(Some(WorkloadPods { desired: 0, min_ready_seconds: 0, pods: Vec::new() }));
+        };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+        let listed = pods.list(&ListParams::default().labels(&selector)).await?;
+        let uid = workload.uid().unwrap_or_default();
+        let pods = listed
+            .items
+            .iter()
+            .filter(|p| controlled(key, &uid, p))
+            .map(|p| view(key, p))
+            .collect();
+        let min_ready_seconds = workload.data["spec"]["minReadySeconds"].as_i64().unwrap_or(0);
+        let desired = desired(key.kind, &workload.data);
+        Ok(Some(WorkloadPods { desired, min_ready_seconds, pods }))
+    }
+
+    /// Evicts `pod` of `key` at `now` (seconds), remembering it or the budget's refusal.
+    pub async fn evict(
+        &self,
+        key: &WorkloadKey,
+        pod: &str,
+        now: i64,
+    ) -> Result<Evicted, kube::Error> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+        // The client retries a 429 by itself, with a backoff that grows to minutes: a refusal
+        // that lasts is cut short here and taken as the budget's refusal it is.
+        let params = EvictParams::default();
+        let answer = tokio::time::timeout(REFUSAL_PATIENCE, pods.evict(pod, &params));
+        let evicted = match answer.await {
+            Ok(Ok(_)) => Evicted::Done,
+            Ok(Err(kube::Error::Api(s))) if s.code == 429 => Evicted::Refused,
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 => Evicted::Gone,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => Evicted::Refused,
+        };
+        let mut recent = self.recent.lock();
+        let entry = recent.entry(key.clone()).or_default();
+        match evicted {
+            Evicted::Done => {
+                entry.last_eviction = Some(now);
+                entry.refused_until = None;
+            }
+            Evicted::Refused => entry.refused_until = Some(now + REFUSAL_WAIT_SECS),
+            Evicted::Gone => {}
+        }
+        Ok(evicted)
+    }
+
+    /// What this replica did lately to `key`'s pods.
+    pub fn recent(&self, key: &WorkloadKey) -> Recent {
+        self.recent.lock().get(key).copied().unwrap_or_default()
+    }
+
+    /// `key`'s rollout is over (rolled out, failed or gone).
+    pub fn forget(&self, key: &WorkloadKey) {
+        self.recent.lock().remove(key);
+    }
+}
+
+/// A label selector (`matchLabels`, `matchExpressions`) as the text a list takes; `None` when
+/// there is none (a workload always has one; a broken one selects nothing here).
+pub fn selector_text(selector: &Value) -> Option<String> {
+    let mut parts = Vec::new();
+    for (k, v) in selector["matchLabels"].as_object().into_iter().flatten() {
+        parts.push(format!("{k}={}", v.as_str()?));
+    }
+    for e in selector["matchExpressions"].as_array().into_iter().flatten() {
+        let key = e["key"].as_str()?;
+        let values: Vec<&str> =
+            e["values"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+        parts.push(match e["operator"].as_str()? {
+            "In" => format!("{key} in ({})", values.join(",")),
+            "NotIn" => format!("{key} notin ({})", values.join(",")),
+            "Exists" => key.to_string(),
+            "DoesNotExist" => format!("!{key}"),
+            _ => return None,
+        });
+    }
+    (!parts.is_empty()).then(|| parts.join(","))
+}
+
+/// Whether `key` controls `pod`: a StatefulSet's or DaemonSet's pods name it as their
+/// controller; a Deployment's name its ReplicaSet, called `<deployment>-<pod-template-hash>`.
+fn controlled(key: &WorkloadKey, uid: &str, pod: &Pod) -> bool {
+    let Some(owner) = pod.owner_references().iter().find(|o| o.controller == Some(true)) else {
+        return false;
+    };
+    match key.kind {
+        WorkloadKind::Deployment => {
+            let hash = pod.labels().get("pod-template-hash");
+            owner.kind == "ReplicaSet"
+                && hash.is_some_and(|h| owner.name == format!("{}-{h}", key.name))
+        }
+        _ => owner.uid == uid,
+    }
+}
+
+fn view(key: &WorkloadKey, pod: &Pod) -> PodView {
+    let name = pod.name_any();
+    let ready = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "Ready" && c.status == "True");
+    let ready_since = ready.and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0.as_second());
+    PodView {
+        ordinal: (key.kind == WorkloadKind::StatefulSet)
+            .then(|| ordinal(&key.name, &name))
+            .flatten(),
+        name,
+        ready: ready.is_some(),
+        ready_since: ready_since.unwrap_or(0),
+        created: pod.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()),
+        deleting: pod.metadata.deletion_timestamp.is_some(),
+    }
+}
+
+/// How many pods a workload wants: `spec.replicas` (1 when unset), a DaemonSet's
+/// `status.desiredNumberScheduled`.
+fn desired(kind: WorkloadKind, workload: &Value) -> i32 {
+    let number = |v: &Value| v.as_i64().and_then(|n| i32::try_from(n).ok());
+    match kind {
+        WorkloadKind::DaemonSet => number(&workload["status"]["desiredNumberScheduled"]),
+        _ => Some(number(&workload["spec"]["replicas"]).unwrap_or(1)),
+    }
+    .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn selectors_become_list_text() {
+        let s = json!({"matchLabels": {"app": "db"}, "matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["a", "b"]},
+            {"key": "x", "operator": "Exists"},
+            {"key": "y", "operator": "DoesNotExist"},
+            {"key": "z", "operator": "NotIn", "values": ["c"]}
+        ]});
+        assert_eq!(selector_text(&s).unwrap(), "app=db,tier in (a,b),x,!y,z notin (c)");
+        assert_eq!(selector_text(&json!({})), None);
+        assert_eq!(
+            selector_text(&json!({"matchExpressions": [{"key": "k", "operator": "Odd"}]})),
+            None
+        );
+    }
+
+    fn pod(owner: Value, labels: Value) -> Pod {
+        serde_json::from_value(json!({"metadata": {
+            "name": "db-1", "labels": labels, "ownerReferences": [owner],
+            "creationTimestamp": "2026-01-01T00:00:10Z"
+        }, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn pods_are_the_workloads_when_it_controls_them() {
+        let set = WorkloadKey {
+            kind: WorkloadKind::StatefulSet,
+            namespace: "n".into(),
+            name: "db".into(),
+        };
+        let owner = json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "u1", "controller": true});
+        let p = pod(owner, json!({}));
+        assert!(controlled(&set, "u1", &p));
+        assert!(!controlled(&set, "u2", &p));
+        let v = view(&set, &p);
+        assert_eq!((v.ordinal, v.ready, v.deleting), (Some(1), true, false));
+        assert_eq!(v.created, 1_767_225_610);
+        let deploy = WorkloadKey {
+            kind: WorkloadKind::Deployment,
+            namespace: "n".into(),
+            name: "web".into(),
+        };
+        let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-abc", "uid": "r", "controller": true});
+        assert!(controlled(&deploy, "u", &pod(rs.clone(), json!({"pod-template-hash": "abc"}))));
+        assert!(!controlled(&deploy, "u", &pod(rs, json!({"pod-template-hash": "xyz"}))));
+    }
+
+    #[test]
+    fn desired_counts() {
+        assert_eq!(desired(WorkloadKind::StatefulSet, &json!({"spec": {"replicas": 3}})), 3);
+        assert_eq!(desired(WorkloadKind::Deployment, &json!({"spec": {}})), 1);
+        assert_eq!(
+            desired(WorkloadKind::DaemonSet, &json!({"status": {"desiredNumberScheduled": 2}})),
+            2
+        );
+    }
+}

@@ -1,0 +1,178 @@
+//! Following an eviction rollout (the `Evict` strategy, `decide::evict`): where another
+//! strategy's rollout is judged from the workload's status (`decide::outcome`), an eviction
+//! rollout is carried out here, one step per look: the workload's pods are listed, the decision
+//! says which to evict (through the Eviction API, `kube::evict`) or what it waits for, and the
+//! step is reported like any rollout's (runtime/engine/outcome.rs): RolledOut, or Failed with
+//! its reason, which stops the evictions and halts a policy's remaining targets.
+
+use super::*;
+use crate::decide::evict::{
+    self, EVICTION_ANNOTATION, EvictStep, EvictionRecord, EvictionState, evictable,
+};
+use crate::decide::outcome::{self, Following, Step};
+use crate::kube::evict::Evicted;
+use crate::model::workload::ROLLOUT_STRATEGY_ANNOTATION;
+
+/// How soon a rollout that just evicted looks again (the replacement's first report).
+const AFTER_EVICTION: Duration = Duration::from_secs(1);
+
+/// Pods at most unavailable at once, unless a policy says otherwise.
+const MAX_UNAVAILABLE: u32 = 1;
+
+impl Reconciler {
+    /// Whether `info` rolls by eviction: annotated `reloader.rs/rollout-strategy: evict`, of
+    /// a kind whose controller replaces an evicted pod.
+    pub(super) fn evicts(&self, info: &WorkloadInfo) -> bool {
+        evictable(info.key.kind)
+            && info
+                .metadata_annotations
+                .get(ROLLOUT_STRATEGY_ANNOTATION)
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("evict"))
+    }
+
+    /// The options of `info`'s plan: the `Evict` strategy where the workload asks for it.
+    pub(super) fn options_for(&self, mut opts: PlanOptions, info: &WorkloadInfo) -> PlanOptions {
+        opts.strategy = self.options_for_strategy(info);
+        opts
+    }
+
+    /// The strategy `info` rolls with (for the log).
+    pub(super) fn options_for_strategy(&self, info: &WorkloadInfo) -> Strategy {
+        if self.evicts(info) { Strategy::Evict } else { self.config.strategy }
+    }
+}
+
+impl super::outcome::Follower {
+    /// The eviction rollout `info` was last rolled with, if any (a template write since
+    /// removes its record), in annotation mode or by a policy's `strategy: Evict`.
+    pub(super) fn eviction(&self, info: &WorkloadInfo) -> Option<EvictionRecord> {
+        if !evictable(info.key.kind) {
+            return None;
+        }
+        EvictionRecord::parse(info.metadata_annotations.get(EVICTION_ANNOTATION)?)
+    }
+
+    /// Whether a rollout found at start (or on taking the Lease) is one of a reload's, to
+    /// follow on: the generation the reload wrote, or an eviction rollout with pods still to
+    /// restart or not yet Ready.
+    pub(super) async fn resumable(&self, info: &WorkloadInfo) -> bool {
+        if outcome::resumable(info.rolled_generation(), &info.progress) {
+            return true;
+        }
+        let Some(record) = self.eviction(info) else { return false };
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let Ok(Some(pods)) = self.evictor.pods(&info.key).await else { return false };
+        let state = self.eviction_state(info, &pods, &record, now, now);
+        !matches!(evict::step(&state), EvictStep::RolledOut)
+    }
+
+    /// The step `following` takes now: an eviction rollout's is carried out here, any other
+    /// is judged from the workload's status.
+    pub(super) async fn step_of(&self, info: &WorkloadInfo, f: &Following, now_ms: i64) -> Step {
+        let Some(record) = self.eviction(info) else {
+            return outcome::step(info.key.kind, f, &info.progress, now_ms, self.rollout_timeout);
+        };
+        let step = self.eviction_step(info, f, &record, now_ms).await;
+        if matches!(step, Step::RolledOut { .. } | Step::Failed { .. } | Step::NotFollowed) {
+            self.evictor.forget(&info.key);
+        }
+        step
+    }
+
+    fn eviction_state<'a>(
+        &self,
+        info: &WorkloadInfo,
+        pods: &'a crate::kube::evict::WorkloadPods,
+        record: &'a EvictionRecord,
+        moved: i64,
+        now: i64,
+    ) -> EvictionState<'a> {
+        let recent = self.evictor.recent(&info.key);
+        EvictionState {
+            kind: info.key.kind,
+            pods: &pods.pods,
+            record,
+            desired: pods.desired,
+            max_unavailable: MAX_UNAVAILABLE,
+            min_ready_seconds: pods.min_ready_seconds,
+            last_progress: moved.max(record.started_at).max(recent.last_eviction.unwrap_or(0)),
+            refused_until: recent.refused_until,
+            timeout: self.rollout_timeout,
+            now,
+        }
+    }
+
+    async fn eviction_step(
+        &self,
+        info: &WorkloadInfo,
+        following: &Following,
+        record: &EvictionRecord,
+        now_ms: i64,
+    ) -> Step {
+        let key = &info.key;
+        let now = now_ms / 1000;
+        let evictor = &self.evictor;
+        let pods = match evictor.pods(key).await {
+            Ok(Some(pods)) => pods,
+            Ok(None) => return Step::NotFollowed,
+            Err(e) => return cannot_look(key, "list", "pods", &e, following),
+        };
+        let state = self.eviction_state(info, &pods, record, following.started_ms / 1000, now);
+        let decided = evict::step(&state);
+        debug!(workload = %key, pods = pods.pods.len(), step = ?decided, "eviction rollout");
+        let names = match (decided, following.failed) {
+            (EvictStep::RolledOut, recovered) => return Step::RolledOut { recovered },
+            // Failed: no more pod is evicted; only its recovery is news.
+            (_, true) => return Step::StillFailed,
+            (EvictStep::Evict(names), false) => names,
+            (EvictStep::Wait { waiting, recheck }, false) => {
+                return Step::Wait { recheck: Some(recheck), waiting };
+            }
+            (EvictStep::Failed { reason, message }, false) => {
+                return Step::Failed { reason, message };
+            }
+        };
+        for name in names {
+            match evictor.evict(key, &name, now).await {
+                Ok(Evicted::Done) => {
+                    info!(workload = %key, pod = %name, content = %record.content, "evicted a pod running the previous content");
+                }
+                Ok(Evicted::Refused) => {
+                    info!(workload = %key, pod = %name, "a PodDisruptionBudget refused the eviction; waiting");
+                    break;
+                }
+                Ok(Evicted::Gone) => {}
+                Err(e) => return cannot_look(key, "create", "pods/eviction", &e, following),
+            }
+        }
+        Step::Wait { recheck: Some(AFTER_EVICTION), waiting: "evicting".into() }
+    }
+}
+
+/// A refused or failed list or eviction: the missing right fails the rollout (reported once,
+/// naming the right and how to grant it); anything else is tried again shortly.
+fn cannot_look(
+    key: &WorkloadKey,
+    verb: &str,
+    resource: &str,
+    error: &kube::Error,
+    following: &Following,
+) -> Step {
+    let forbidden = crate::decide::refusal::refusal_of(error)
+        == Some(crate::decide::refusal::Refusal::ForbiddenRbac);
+    if !forbidden {
+        warn!(workload = %key, error = %error, "eviction rollout: {verb} {resource} failed; will retry");
+        return Step::Wait { recheck: Some(evict::RECHECK), waiting: error.to_string() };
+    }
+    if following.failed {
+        return Step::StillFailed;
+    }
+    Step::Failed {
+        reason: "EvictionForbidden".into(),
+        message: format!(
+            "the Evict strategy cannot work: the operator may not {verb} {resource} in \
+             namespace {} (the chart grants it with evict.enabled=true)",
+            key.namespace
+        ),
+    }
+}

@@ -1,0 +1,418 @@
+//! The `Evict` strategy on the control plane with kwok's nodes (pods really run): a workload
+//! annotated `reloader.rs/rollout-strategy: evict` has its pods restarted through the Eviction
+//! API, one at a time, each after the previous replacement is Ready, under its
+//! PodDisruptionBudget, and its pod template is never written (a test loop plays the owner that
+//! reverts any template change). Pods are followed by a watch, so no eviction goes unseen.
+
+use crate::support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::{Value, json};
+use support::fixture::{Fixture, TIMEOUT, env_from_cm, workload_json};
+use support::{announce, eventually};
+
+const EVICTED: &str = "evicted a pod running the previous content";
+
+fn pods_run_here() -> bool {
+    if !support::env().local {
+        announce(
+            "evict: skipped on a cluster of RELOADER_TEST_KUBECONFIG (needs testenv's kwok nodes)",
+        );
+    }
+    support::env().local
+}
+
+fn evicting(kind: &str, name: &str, replicas: i64, pod_annotations: Value) -> Value {
+    let annotations = json!({
+        "reloader.stakater.com/auto": "true",
+        "reloader.rs/rollout-strategy": "evict",
+    });
+    let mut w = workload_json(kind, name, annotations, env_from_cm("settings"));
+    w["spec"]["replicas"] = json!(replicas);
+    w["spec"]["template"]["metadata"]["annotations"] = pod_annotations;
+    w
+}
+
+/// What a watch on the namespace's pods saw: every pod (by uid) ever created per name, and the
+/// most pods of `app` unavailable at once (wanted minus Ready and not being deleted).
+#[derive(Default)]
+struct Seen {
+    uids: BTreeMap<String, BTreeSet<String>>,
+    live: BTreeMap<String, bool>,
+    most_unavailable: usize,
+}
+
+/// Watches the pods labelled `app=name` until dropped (the task is aborted).
+struct PodWatch {
+    seen: Arc<Mutex<Seen>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PodWatch {
+    fn start(f: &Fixture, name: &str, wanted: usize) -> Self {
+        let api: Api<Pod> = Api::namespaced(f.client.clone(), f.name());
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let sink = seen.clone();
+        let config = watcher::Config::default().labels(&format!("app={name}"));
+        let task = tokio::spawn(async move {
+            let mut events = watcher(api, config).boxed();
+            while let Some(Ok(event)) = events.next().await {
+                let mut s = sink.lock().unwrap();
+                match event {
+                    watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                        let ready = p.metadata.deletion_timestamp.is_none()
+                            && p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(
+                                |c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"),
+                            );
+                        s.uids.entry(p.name_any()).or_default().insert(p.uid().unwrap_or_default());
+                        s.live.insert(p.name_any(), ready);
+                    }
+                    watcher::Event::Delete(p) => {
+                        s.live.remove(&p.name_any());
+                    }
+                    watcher::Event::Init | watcher::Event::InitDone => continue,
+                }
+                let ready = s.live.values().filter(|r| **r).count();
+                s.most_unavailable = s.most_unavailable.max(wanted.saturating_sub(ready));
+            }
+        });
+        PodWatch { seen, task }
+    }
+
+    /// Pods Ready and not being deleted.
+    fn ready(&self) -> usize {
+        self.seen.lock().unwrap().live.values().filter(|r| **r).count()
+    }
+
+    fn reset_most_unavailable(&self) {
+        self.seen.lock().unwrap().most_unavailable = 0;
+    }
+
+    fn most_unavailable(&self) -> usize {
+        self.seen.lock().unwrap().most_unavailable
+    }
+
+    /// Pods by name, each with the uids it has had.
+    fn uids(&self) -> BTreeMap<String, BTreeSet<String>> {
+        self.seen.lock().unwrap().uids.clone()
+    }
+}
+
+impl Drop for PodWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The owner of the template: puts the StatefulSet's template back whenever it changes, and
+/// counts how often it had to.
+fn template_owner(
+    f: &Fixture,
+    name: &str,
+    template: Value,
+) -> (Arc<Mutex<u32>>, tokio::task::JoinHandle<()>) {
+    let api: Api<StatefulSet> = Api::namespaced(f.client.clone(), f.name());
+    let reverts = Arc::new(Mutex::new(0));
+    let count = reverts.clone();
+    let name = name.to_string();
+    let task = tokio::spawn(async move {
+        loop {
+            if let Ok(s) = api.get(&name).await {
+                let now = serde_json::to_value(&s.spec.template).unwrap();
+                if now != template {
+                    *count.lock().unwrap() += 1;
+                    let patch = json!({"spec": {"template": template}});
+                    let _ = api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    (reverts, task)
+}
+
+async fn pdb(f: &Fixture, name: &str, max_unavailable: i64) {
+    let api: Api<PodDisruptionBudget> = Api::namespaced(f.client.clone(), f.name());
+    let body = json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": name},
+        "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": {"app": name}}}
+    });
+    match api.get_opt(name).await.unwrap() {
+        None => {
+            api.create(&PostParams::default(), &serde_json::from_value(body).unwrap())
+                .await
+                .unwrap();
+        }
+        Some(_) => {
+            let patch = json!({"spec": {"maxUnavailable": max_unavailable}});
+            api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        }
+    }
+    // The disruption controller has counted the pods for this spec.
+    eventually(&format!("the PDB {name} observed"), TIMEOUT, || async {
+        let p = api.get(name).await.ok()?;
+        let s = p.status?;
+        (s.observed_generation == p.metadata.generation && s.expected_pods > Some(0)).then_some(())
+    })
+    .await;
+}
+
+async fn statefulset_ready(f: &Fixture, name: &str, replicas: i32) -> StatefulSet {
+    let api: Api<StatefulSet> = Api::namespaced(f.client.clone(), f.name());
+    eventually(&format!("{name} ready with {replicas} pods and its baseline"), TIMEOUT, || async {
+        let s = api.get(name).await.ok()?;
+        let st = s.status.clone()?;
+        (st.ready_replicas == Some(replicas)
+            && s.annotations().contains_key("reloader.rs/source-hashes"))
+        .then_some(s)
+    })
+    .await
+}
+
+/// Every pod of `watch` replaced once, Ready: each name with exactly two uids.
+async fn all_replaced_once(watch: &PodWatch, names: &[&str]) {
+    eventually("every pod restarted once", TIMEOUT, || async {
+        let uids = watch.uids();
+        names.iter().all(|n| uids.get(*n).is_some_and(|u| u.len() >= 2)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn evict_restarts_a_statefulset_pod_by_pod_under_its_pdb_and_leaves_the_template_alone() {
+    if !pods_run_here() {
+        return;
+    }
+    let f = Fixture::new("evict-sts").await;
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let op = f.operator(&[]);
+    f.create::<StatefulSet>(evicting("StatefulSet", "db", 3, json!({}))).await;
+    let before = statefulset_ready(&f, "db", 3).await;
+    let template = serde_json::to_value(&before.spec.template).unwrap();
+    // The budget allows no disruption at first: the evictions are refused and waited out.
+    pdb(&f, "db", 0).await;
+    let watch = PodWatch::start(&f, "db", 3);
+    let (reverts, owner) = template_owner(&f, "db", template.clone());
+    eventually("the watch to see the three pods Ready", TIMEOUT, || async {
+        (watch.ready() == 3).then_some(())
+    })
+    .await;
+    watch.reset_most_unavailable();
+
+    f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
+    eventually("a refusal of the PodDisruptionBudget", TIMEOUT, || async {
+        let refused = op.lines_with("a PodDisruptionBudget refused the eviction; waiting");
+        (!refused.is_empty()).then_some(())
+    })
+    .await;
+    assert!(op.lines_with(EVICTED).is_empty(), "no pod evicted while the budget refuses");
+    assert!(watch.uids().values().all(|u| u.len() == 1), "{:?}", watch.uids());
+    pdb(&f, "db", 1).await;
+
+    all_replaced_once(&watch, &["db-0", "db-1", "db-2"]).await;
+    statefulset_ready(&f, "db", 3).await;
+    eventually("the rollout reported rolled out", TIMEOUT, || async {
+        let metrics = op.metrics().await;
+        metrics.contains("reloader_rollouts_total{result=\"rolled_out\"} 1").then_some(())
+    })
+    .await;
+    owner.abort();
+    let evicted: Vec<String> = op
+        .lines_with(EVICTED)
+        .iter()
+        .map(|l| l["pod"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(evicted, ["db-2", "db-1", "db-0"], "highest ordinal first, each once");
+    assert!(
+        watch.uids().values().all(|u| u.len() == 2),
+        "each pod restarted once: {:?}",
+        watch.uids()
+    );
+    assert!(
+        watch.most_unavailable() <= 1,
+        "at most one pod unavailable, saw {}",
+        watch.most_unavailable()
+    );
+    // The template was never written: no revert was needed and the generation did not move.
+    let after: StatefulSet = Api::namespaced(f.client.clone(), f.name()).get("db").await.unwrap();
+    assert_eq!(*reverts.lock().unwrap(), 0, "the owner had to revert a template change");
+    assert_eq!(after.metadata.generation, before.metadata.generation);
+    assert_eq!(after.spec.template, before.spec.template);
+    assert!(after.annotations().contains_key("reloader.rs/eviction"));
+}
+
+#[tokio::test]
+async fn an_operator_restarted_mid_eviction_evicts_no_pod_twice() {
+    if !pods_run_here() {
+        return;
+    }
+    let f = Fixture::new("evict-restart").await;
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let mut first = f.operator(&[]);
+    // Each replacement counts as available 4 s after it is Ready, so the rollout is midway for
+    // a while after its first eviction (kwok makes pods Ready at once).
+    let mut set = evicting("StatefulSet", "db", 3, json!({}));
+    set["spec"]["minReadySeconds"] = json!(4);
+    f.create::<StatefulSet>(set).await;
+    statefulset_ready(&f, "db", 3).await;
+    pdb(&f, "db", 1).await;
+    let watch = PodWatch::start(&f, "db", 3);
+    eventually("the watch to see the three pods", TIMEOUT, || async {
+        (watch.uids().len() == 3).then_some(())
+    })
+    .await;
+
+    f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
+    eventually("the first eviction", TIMEOUT, || async {
+        (!first.lines_with(EVICTED).is_empty()).then_some(())
+    })
+    .await;
+    first.kill();
+    let before_restart = first.lines_with(EVICTED).len();
+    assert!(before_restart < 3, "the restart should come mid-rollout");
+
+    let second = f.operator(&[]);
+    all_replaced_once(&watch, &["db-0", "db-1", "db-2"]).await;
+    statefulset_ready(&f, "db", 3).await;
+    // Settled: nothing more is evicted.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let uids = watch.uids();
+    assert!(uids.values().all(|u| u.len() == 2), "each pod restarted exactly once: {uids:?}");
+    assert_eq!(before_restart + second.lines_with(EVICTED).len(), 3);
+}
+
+#[tokio::test]
+async fn an_eviction_whose_replacement_never_becomes_ready_fails_and_stops() {
+    if !pods_run_here() {
+        return;
+    }
+    let f = Fixture::new("evict-fail").await;
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let op = f.operator(&["--rollout-timeout", "8s"]);
+    // Pods created from a moment on never become Ready (testenv's kwok stage): the first pods
+    // are up before it, every replacement after it.
+    let bad_from =
+        k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(12);
+    let marker = json!({"testenv.reloader.rs/unready-if-created-after": bad_from.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()});
+    let created: Deployment = f.create(evicting("Deployment", "web", 3, marker)).await;
+    let api: Api<Deployment> = Api::namespaced(f.client.clone(), f.name());
+    eventually("web available with 3 pods", TIMEOUT, || async {
+        let d = api.get("web").await.ok()?;
+        (d.status?.available_replicas == Some(3)).then_some(())
+    })
+    .await;
+    f.wait_baseline("web").await;
+    let wait = bad_from.duration_since(k8s_openapi::jiff::Timestamp::now());
+    if wait.is_positive() {
+        tokio::time::sleep(Duration::try_from(wait).unwrap() + Duration::from_secs(1)).await;
+    }
+
+    f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
+    let notes = f.wait_events("Deployment", "web", "RolloutFailed").await;
+    assert!(notes.iter().any(|n| n.contains("EvictionTimeout")), "{notes:?}");
+    // One pod was evicted, its replacement never Ready, and the two old ones still serve.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(op.lines_with(EVICTED).len(), 1, "no eviction after the failure");
+    let d = api.get("web").await.unwrap();
+    assert_eq!(d.status.as_ref().and_then(|s| s.available_replicas), Some(2));
+    assert_eq!(d.spec.template, created.spec.template, "template untouched");
+    assert_eq!(f.replicasets("web").await.len(), 1, "no new ReplicaSet");
+    let metrics = op.metrics().await;
+    assert!(metrics.contains("reloader_rollouts_total{result=\"failed\"} 1"), "{metrics}");
+}
+
+#[tokio::test]
+async fn a_policy_with_strategy_evict_restarts_its_target_and_reports_it_rolled_out() {
+    if !pods_run_here() {
+        return;
+    }
+    let f = Fixture::new("evict-policy").await;
+    support::install_policy_crd(&f.client).await;
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let op = f.operator(&[]);
+    let set = workload_json("StatefulSet", "queue", json!({}), env_from_cm("settings"));
+    let mut set = set;
+    set["spec"]["replicas"] = json!(2);
+    f.create::<StatefulSet>(set).await;
+    support::policies::create_policy(
+        &f,
+        "queue",
+        json!({
+            "sources": [{"kind": "ConfigMap", "name": "settings"}],
+            "targets": [{"kind": "StatefulSet", "name": "queue"}],
+            "strategy": "Evict"
+        }),
+    )
+    .await;
+    let api: Api<StatefulSet> = Api::namespaced(f.client.clone(), f.name());
+    let before = eventually("queue ready with its policy record", TIMEOUT, || async {
+        let s = api.get("queue").await.ok()?;
+        (s.status.as_ref()?.ready_replicas == Some(2)
+            && s.annotations().contains_key("reloader.rs/policy-hashes"))
+        .then_some(s)
+    })
+    .await;
+    let watch = PodWatch::start(&f, "queue", 2);
+    eventually("the watch to see the two pods Ready", TIMEOUT, || async {
+        (watch.ready() == 2).then_some(())
+    })
+    .await;
+
+    f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
+    all_replaced_once(&watch, &["queue-0", "queue-1"]).await;
+    let s = support::policies::status_where(&f, "queue", "the target rolled out", |s| {
+        s.targets.iter().any(|t| t.rollout.as_deref() == Some("RolledOut"))
+    })
+    .await;
+    assert!(s.reload_count >= 1, "{s:?}");
+    let evicted: Vec<String> = op
+        .lines_with(EVICTED)
+        .iter()
+        .map(|l| l["pod"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(evicted, ["queue-1", "queue-0"]);
+    let after = api.get("queue").await.unwrap();
+    assert_eq!(after.spec.template, before.spec.template, "template untouched");
+}
+
+/// Under stakater/Reloader's ClusterRole (no pods, no evictions) the strategy cannot work: the
+/// rollout fails at once, with one Warning Event naming the workload and the missing right.
+#[tokio::test]
+async fn without_the_rights_the_strategy_says_once_that_it_cannot_work() {
+    use crate::migration::{bind_reloader_rbac, token_kubeconfig};
+    const RELOADER_CLUSTER_ROLE: &str = include_str!("../fixtures/stakater-rbac/clusterrole.yaml");
+    let f = Fixture::new("evict-rbac").await;
+    let account = bind_reloader_rbac(&f, RELOADER_CLUSTER_ROLE).await;
+    let kubeconfig = token_kubeconfig(&f, &account).await;
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let op = support::Operator::start_with_env(
+        &["--namespaces", f.name(), "--debounce=200ms", "--min-rollout-interval=0s"],
+        &[("KUBECONFIG", kubeconfig.as_str())],
+    );
+    f.create::<Deployment>(evicting("Deployment", "web", 1, json!({}))).await;
+    // Listed on change under that role: the change comes after the workload, so it rolls.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
+    let notes = f.wait_events("Deployment", "web", "RolloutFailed").await;
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("EvictionForbidden") && notes[0].contains("may not list pods"),
+        "{notes:?}"
+    );
+    // Said once: the looks that follow add nothing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(f.wait_events("Deployment", "web", "RolloutFailed").await.len(), 1);
+    assert!(op.lines_with(EVICTED).is_empty());
+}
