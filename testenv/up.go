@@ -42,7 +42,7 @@ var controllers = []string{
 	"serviceaccount-token-controller",
 	"root-ca-certificate-publisher-controller",
 	"ttl-after-finished-controller",
-	"disruption-controller",      // PodDisruptionBudgets' status, which the Eviction API checks
+	"disruption-controller",     // PodDisruptionBudgets' status, which the Eviction API checks
 	"node-lifecycle-controller", // lifts the not-ready taint a new node is created with once kwok reports it Ready
 }
 
