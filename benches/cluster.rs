@@ -561,14 +561,7 @@ type Counters = BTreeMap<(String, String, String, String, String), f64>;
 
 fn parse_requests(text: &str) -> Counters {
     let mut out = Counters::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_request_total{") else { continue };
-        let Some((labels, value)) = rest.rsplit_once('}') else { continue };
-        let Some(value) = value.split_whitespace().next().and_then(|v| v.parse::<f64>().ok())
-        else {
-            continue;
-        };
-        let l = shared::parse_labels(labels);
+    for (l, value) in samples(text, "apiserver_request_total") {
         let get = |k: &str| l.get(k).cloned().unwrap_or_default();
         let key = (get("verb"), get("group"), get("resource"), get("subresource"), get("code"));
         *out.entry(key).or_default() += value;
@@ -576,18 +569,24 @@ fn parse_requests(text: &str) -> Counters {
     out
 }
 
+/// The samples of metric `name` in a Prometheus text exposition: each one's labels and value.
+fn samples<'a>(
+    text: &'a str,
+    name: &'a str,
+) -> impl Iterator<Item = (BTreeMap<String, String>, f64)> + 'a {
+    text.lines().filter_map(move |line| {
+        let rest = line.strip_prefix(name)?.strip_prefix('{')?;
+        let (labels, value) = rest.rsplit_once('}')?;
+        let value = value.split_whitespace().next()?.parse::<f64>().ok()?;
+        Some((shared::parse_labels(labels), value))
+    })
+}
+
 /// Bytes the API server sent in responses (`apiserver_response_sizes_sum`), by (verb, group,
 /// resource, subresource).
 fn parse_response_bytes(text: &str) -> BTreeMap<(String, String, String, String), f64> {
     let mut out = BTreeMap::new();
-    for line in text.lines() {
-        let Some(rest) = line.strip_prefix("apiserver_response_sizes_sum{") else { continue };
-        let Some((labels, value)) = rest.rsplit_once('}') else { continue };
-        let Some(value) = value.split_whitespace().next().and_then(|v| v.parse::<f64>().ok())
-        else {
-            continue;
-        };
-        let l = shared::parse_labels(labels);
+    for (l, value) in samples(text, "apiserver_response_sizes_sum") {
         let get = |k: &str| l.get(k).cloned().unwrap_or_default();
         *out.entry((get("verb"), get("group"), get("resource"), get("subresource")))
             .or_default() += value;

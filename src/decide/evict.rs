@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::model::workload::WorkloadKind;
+use crate::model::workload::{ROLLOUT_STRATEGY_ANNOTATION, WorkloadInfo, WorkloadKind};
 
 pub use crate::model::workload::EVICTION_ANNOTATION;
 
@@ -42,6 +42,28 @@ impl EvictionRecord {
 /// What the kinds the strategy works for are: the controllers that replace an evicted pod.
 pub fn evictable(kind: WorkloadKind) -> bool {
     matches!(kind, WorkloadKind::Deployment | WorkloadKind::StatefulSet | WorkloadKind::DaemonSet)
+}
+
+/// Pods at most unavailable at once in an eviction rollout (no setting yet).
+pub const MAX_UNAVAILABLE: u32 = 1;
+
+/// Whether annotation mode rolls `info` by eviction: annotated
+/// `reloader.rs/rollout-strategy: evict`, of a kind whose controller replaces an evicted pod.
+pub fn chosen(info: &WorkloadInfo) -> bool {
+    evictable(info.key.kind)
+        && info
+            .metadata_annotations
+            .get(ROLLOUT_STRATEGY_ANNOTATION)
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("evict"))
+}
+
+/// The eviction rollout `info` was last rolled with, if any (a template write since removes
+/// its record), in annotation mode or by a policy's `strategy: Evict`.
+pub fn recorded(info: &WorkloadInfo) -> Option<EvictionRecord> {
+    if !evictable(info.key.kind) {
+        return None;
+    }
+    EvictionRecord::parse(info.metadata_annotations.get(EVICTION_ANNOTATION)?)
 }
 
 /// One of the workload's pods, as the decision needs it.
@@ -407,5 +429,22 @@ mod tests {
         assert_eq!(a.len(), 16);
         assert_ne!(a, content_of([("configmap/a".to_string(), "h2")]));
         assert!(evictable(WorkloadKind::DaemonSet) && !evictable(WorkloadKind::CronJob));
+    }
+
+    #[test]
+    fn the_annotation_chooses_evict_for_kinds_that_can_and_the_record_is_read_back() {
+        let mut info = WorkloadInfo::bare(WorkloadKind::StatefulSet, "ns", "db");
+        assert!(!chosen(&info) && recorded(&info).is_none());
+        info.metadata_annotations.insert(ROLLOUT_STRATEGY_ANNOTATION.into(), " Evict ".into());
+        assert!(chosen(&info));
+        let record = EvictionRecord { content: "c".into(), started_at: 7 };
+        info.metadata_annotations.insert(EVICTION_ANNOTATION.into(), record.to_value());
+        assert_eq!(recorded(&info), Some(record.clone()));
+        info.metadata_annotations.insert(EVICTION_ANNOTATION.into(), "{garbled".into());
+        assert_eq!(recorded(&info), None);
+        let mut job = WorkloadInfo::bare(WorkloadKind::CronJob, "ns", "nightly");
+        job.metadata_annotations.insert(ROLLOUT_STRATEGY_ANNOTATION.into(), "evict".into());
+        job.metadata_annotations.insert(EVICTION_ANNOTATION.into(), record.to_value());
+        assert!(!chosen(&job) && recorded(&job).is_none());
     }
 }

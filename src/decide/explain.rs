@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
 use serde::Serialize;
 
 use crate::decide::churn::RolloutLimiter;
+use crate::decide::evict::{EvictStep, EvictionRecord};
 use crate::decide::pause;
 use crate::decide::plan::{Cause, Plan, PlanOptions, SourceFacts, effective_hash, plan};
 use crate::decide::policy_part::{
@@ -82,6 +83,9 @@ pub struct Inputs<'a> {
     /// counts from the newest change a rollout carries.
     pub changed_ago: &'a BTreeMap<SourceRef, Duration>,
     pub now: jiff::Timestamp,
+    /// The eviction rollout the workload's record names and the step the operator's follower
+    /// would take in it now (`decide::evict::step` over the pods as listed), if it has one.
+    pub eviction: Option<(&'a EvictionRecord, &'a EvictStep)>,
 }
 
 /// A staged policy as its status shows it: the turn rules read its targets' outcomes and
@@ -153,9 +157,9 @@ pub struct PolicyLine {
 /// The first gate that holds the workload.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Gate {
-    /// `up-to-date`, `not-served`, `suspended`, `paused`, `window-pending`, `halted`,
-    /// `waiting-for-turn`, `settling`, `churn-limited`, or `none` (nothing holds: the write is
-    /// next).
+    /// `up-to-date`, `not-served`, `suspended`, `paused`, `evicting` (an eviction rollout under
+    /// way or failed), `window-pending`, `halted`, `waiting-for-turn`, `settling`,
+    /// `churn-limited`, or `none` (nothing holds: the write is next).
     pub name: String,
     pub reason: String,
     /// When it lifts (RFC 3339), if known.
@@ -165,7 +169,7 @@ pub struct Gate {
 /// What the operator does next.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NextAction {
-    /// `nothing`, `roll`, `record`, `resume`, `post` (with `--webhook-url`).
+    /// `nothing`, `roll`, `record`, `resume`, `evict`, `post` (with `--webhook-url`).
     pub action: String,
     pub reason: String,
     /// When (RFC 3339); `None`: now, or only when something changes.
@@ -231,7 +235,7 @@ fn next(action: &str, reason: String, at: Option<String>) -> NextAction {
 fn exit_code(gate: &Gate, next: &NextAction) -> i32 {
     match (gate.name.as_str(), next.action.as_str()) {
         ("up-to-date", _) | ("none", "record") => EXIT_UP_TO_DATE,
-        ("none" | "settling", _) => EXIT_RELOAD_NEXT,
+        ("none" | "settling", _) | ("evicting", "evict") => EXIT_RELOAD_NEXT,
         _ => EXIT_HELD,
     }
 }
@@ -344,10 +348,19 @@ fn answer(
                 ),
                 next("resume", "the Deployment is resumed".into(), at_second(until)),
             ),
-            None => (
-                gate("up-to-date", "every source that counts is at its stored hash".into(), None),
-                next("nothing", "until a source that counts changes".into(), None),
-            ),
+            None => match inputs.eviction {
+                Some((record, step)) if *step != EvictStep::RolledOut => {
+                    evicting(record, step, now)
+                }
+                _ => (
+                    gate(
+                        "up-to-date",
+                        "every source that counts is at its stored hash".into(),
+                        None,
+                    ),
+                    next("nothing", "until a source that counts changes".into(), None),
+                ),
+            },
         },
         Decision::Suspended => (
             gate("suspended", "the workload is suspended (spec.suspend)".into(), None),
@@ -377,6 +390,31 @@ fn answer(
             next("roll", changed, after(now, held.wait)),
         ),
         Decision::Write { .. } => write_next(inputs, plan, changed),
+    }
+}
+
+/// The template is current and an eviction rollout (the `Evict` strategy) is under way: the
+/// pods still to restart, or what it waits for; or it failed, and evicts no more.
+fn evicting(record: &EvictionRecord, step: &EvictStep, now: jiff::Timestamp) -> (Gate, NextAction) {
+    let since = at_second(record.started_at).unwrap_or_default();
+    let under_way = format!("an eviction rollout to content {} since {since}", record.content);
+    match step {
+        EvictStep::Evict(pods) => (
+            gate("evicting", format!("{under_way}: pods to restart"), None),
+            next("evict", pods.join(", "), None),
+        ),
+        EvictStep::Wait { waiting, recheck } => (
+            gate("evicting", format!("{under_way}: waiting for {waiting}"), None),
+            next("evict", "the next pod, once the wait is over".into(), after(now, *recheck)),
+        ),
+        EvictStep::Failed { reason, message } => (
+            gate("evicting", format!("{under_way} failed ({reason}): {message}"), None),
+            next("nothing", "no more pod is evicted until a source changes again".into(), None),
+        ),
+        EvictStep::RolledOut => (
+            gate("up-to-date", "every source that counts is at its stored hash".into(), None),
+            next("nothing", "until a source that counts changes".into(), None),
+        ),
     }
 }
 
@@ -736,7 +774,7 @@ mod tests {
 
     /// Explains `info` with ConfigMap `cfg` at `hash` (absent when `None`).
     fn run(info: &WorkloadInfo, hash: Option<&str>, op: &OperatorView) -> Explanation {
-        run_with(info, hash, op, &BTreeMap::new())
+        run_with(info, hash, op, &BTreeMap::new(), None)
     }
 
     fn run_with(
@@ -744,6 +782,7 @@ mod tests {
         hash: Option<&str>,
         op: &OperatorView,
         changed_ago: &BTreeMap<SourceRef, Duration>,
+        eviction: Option<(&EvictionRecord, &EvictStep)>,
     ) -> Explanation {
         let keys = AnnotationKeys::default();
         let selection = SelectionInputs::of(&info.metadata_annotations, &info.template_annotations)
@@ -766,6 +805,7 @@ mod tests {
             staged: &[],
             changed_ago,
             now: jiff::Timestamp::from_second(NOW).unwrap(),
+            eviction,
         })
     }
 
@@ -788,6 +828,46 @@ mod tests {
     }
 
     #[test]
+    fn an_eviction_under_way_is_the_gate_until_it_has_rolled_out() {
+        let record = EvictionRecord { content: "c0ffee".into(), started_at: NOW - 30 };
+        let current = web(&[AUTO], Some("h1"));
+        let explain_step = |step: EvictStep| {
+            run_with(&current, Some("h1"), &operator(), &BTreeMap::new(), Some((&record, &step)))
+        };
+        let e = explain_step(EvictStep::Evict(vec!["db-2".into()]));
+        assert_eq!((e.gate.name.as_str(), e.next.action.as_str()), ("evicting", "evict"));
+        assert_eq!(e.next.reason, "db-2");
+        assert!(e.gate.reason.contains("c0ffee"), "{}", e.gate.reason);
+        assert_eq!(e.exit_code, EXIT_RELOAD_NEXT);
+        let waiting = EvictStep::Wait {
+            waiting: "db-2's replacement to be Ready".into(),
+            recheck: Duration::from_secs(5),
+        };
+        let e = explain_step(waiting);
+        assert!(e.gate.reason.contains("db-2's replacement"), "{}", e.gate.reason);
+        assert_eq!(
+            e.next.at,
+            after(jiff::Timestamp::from_second(NOW).unwrap(), Duration::from_secs(5))
+        );
+        let failed =
+            EvictStep::Failed { reason: "EvictionTimeout".into(), message: "not Ready".into() };
+        let e = explain_step(failed);
+        assert_eq!((e.gate.name.as_str(), e.next.action.as_str()), ("evicting", "nothing"));
+        assert_eq!(e.exit_code, EXIT_HELD);
+        let e = explain_step(EvictStep::RolledOut);
+        assert_eq!((e.gate.name.as_str(), e.exit_code), ("up-to-date", EXIT_UP_TO_DATE));
+        // A change is the gate's business before an old eviction's.
+        let e = run_with(
+            &current,
+            Some("h2"),
+            &operator(),
+            &BTreeMap::new(),
+            Some((&record, &EvictStep::Evict(vec!["db-2".into()]))),
+        );
+        assert_eq!((e.gate.name.as_str(), e.next.action.as_str()), ("none", "roll"));
+    }
+
+    #[test]
     fn a_changed_source_is_a_reload_next_and_named() {
         let e = run(&web(&[AUTO], Some("h1")), Some("h2"), &operator());
         assert_eq!((e.gate.name.as_str(), e.next.action.as_str()), ("none", "roll"));
@@ -797,7 +877,7 @@ mod tests {
         // Changed 200 ms ago under a 1 s debounce: it settles first, then rolls.
         let op = OperatorView { debounce: Duration::from_secs(1), ..operator() };
         let ages = BTreeMap::from([(cm("cfg"), Duration::from_millis(200))]);
-        let e = run_with(&web(&[AUTO], Some("h1")), Some("h2"), &op, &ages);
+        let e = run_with(&web(&[AUTO], Some("h1")), Some("h2"), &op, &ages, None);
         assert_eq!((e.gate.name.as_str(), e.next.action.as_str()), ("settling", "roll"));
         assert_eq!(e.gate.until.as_deref(), Some("2026-09-21T14:13:21Z"));
         assert_eq!(e.exit_code, EXIT_RELOAD_NEXT);
@@ -902,6 +982,7 @@ mod tests {
                 staged,
                 changed_ago: &BTreeMap::new(),
                 now: jiff::Timestamp::from_second(NOW).unwrap(),
+                eviction: None,
             })
         };
         // Not staged (no status read): the policy's change rolls.

@@ -16,6 +16,7 @@ use kube::api::ListParams;
 use kube::core::DynamicObject;
 use kube::{Api, Client};
 
+use crate::decide::evict::{EvictStep, EvictionRecord, EvictionState};
 use crate::decide::explain::{Explanation, Inputs, OperatorView, Staged, explain, uses};
 use crate::decide::hash::{Hasher, SourceHashes};
 use crate::decide::plan::{PlanOptions, SourceFacts};
@@ -106,7 +107,11 @@ pub async fn run(
     let (policies, staged) = policies(client, config, namespace, &hash_key).await?;
     let annotation_hasher = hasher(client, &hash_key, config.hash_mode).await?;
     let now = k8s_openapi::jiff::Timestamp::now();
-    let opts = plan_options(config, annotation_hasher, now);
+    let mut opts = plan_options(config, annotation_hasher, now);
+    if crate::decide::evict::chosen(&info) {
+        opts.strategy = crate::model::strategy::Strategy::Evict;
+    }
+    let (eviction, eviction_note) = eviction_step(client, config, &info, now.as_second()).await;
     let selection = Arc::new(
         SelectionInputs::of(&info.metadata_annotations, &info.template_annotations)
             .parse(&config.keys),
@@ -122,7 +127,7 @@ pub async fn run(
         min_rollout_interval: config.min_rollout_interval,
         last_reloaded_from: config.keys.last_reloaded_from.clone(),
     };
-    Ok(explain(&Inputs {
+    let mut explanation = explain(&Inputs {
         info: &entry.info,
         selection: &entry.selection,
         candidates: &candidates,
@@ -136,7 +141,48 @@ pub async fn run(
         staged: &staged,
         changed_ago: &changed_ago,
         now,
-    }))
+        eviction: eviction.as_ref().map(|(record, step)| (record, step)),
+    });
+    explanation.notes.extend(eviction_note);
+    Ok(explanation)
+}
+
+/// The step the operator's follower would take now in the eviction rollout `info`'s record
+/// names, from its pods as listed (`decide::evict::step`, as `engine/evict.rs` asks it, without
+/// the operator's memory of a budget's refusal); a note where the pods cannot be listed with
+/// the user's rights.
+async fn eviction_step(
+    client: &Client,
+    config: &EngineConfig,
+    info: &WorkloadInfo,
+    now: i64,
+) -> (Option<(EvictionRecord, EvictStep)>, Option<String>) {
+    let Some(record) = crate::decide::evict::recorded(info) else { return (None, None) };
+    let pods = match crate::kube::evict::Evictor::new(client.clone()).pods(&info.key).await {
+        Ok(Some(pods)) => pods,
+        Ok(None) => return (None, None),
+        Err(e) => {
+            let note =
+                format!("an eviction rollout is recorded, but its pods cannot be listed: {e}");
+            return (None, Some(note));
+        }
+    };
+    let state = EvictionState {
+        kind: info.key.kind,
+        pods: &pods.pods,
+        record: &record,
+        desired: pods.desired,
+        max_unavailable: crate::decide::evict::MAX_UNAVAILABLE,
+        min_ready_seconds: pods.min_ready_seconds,
+        // The operator remembers its last eviction; from outside, the newest pod's creation
+        // (a replacement's) says when the rollout last moved.
+        last_progress: pods.pods.iter().map(|p| p.created).fold(record.started_at, i64::max),
+        refused_until: None,
+        timeout: config.rollout_timeout,
+        now,
+    };
+    let step = crate::decide::evict::step(&state);
+    (Some((record, step)), None)
 }
 
 fn plan_options(

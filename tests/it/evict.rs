@@ -330,6 +330,19 @@ async fn an_eviction_whose_replacement_never_becomes_ready_fails_and_stops() {
     assert_eq!(f.replicasets("web").await.len(), 1, "no new ReplicaSet");
     let metrics = op.metrics().await;
     assert!(metrics.contains("reloader_rollouts_total{result=\"failed\"} 1"), "{metrics}");
+    // `explain` names the failed eviction as what holds the workload, from the same decision.
+    let mut args = vec!["deploy/web".to_string(), "--rollout-timeout".into(), "8s".into()];
+    args.extend(crate::explain::operator_flags(&f));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, e) = crate::explain::explain(&f, &args).await;
+    assert_eq!(
+        (e["gate"]["name"].as_str(), e["next"]["action"].as_str()),
+        (Some("evicting"), Some("nothing")),
+        "{e:#}"
+    );
+    assert!(e["gate"]["reason"].as_str().unwrap().contains("EvictionTimeout"), "{e:#}");
+    assert_eq!(e["strategy"], "evict");
+    assert_eq!(code, 3, "held");
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use support::fixture::{Fixture, TIMEOUT, env_from_cm};
 const BIN: &str = env!("CARGO_BIN_EXE_reloader");
 
 /// Runs `reloader explain <args> -n <ns> -o json`; returns its exit code and its JSON.
-async fn explain(f: &Fixture, args: &[&str]) -> (i32, Value) {
+pub(crate) async fn explain(f: &Fixture, args: &[&str]) -> (i32, Value) {
     let mut argv: Vec<String> = vec!["explain".into()];
     argv.extend(args.iter().map(|a| a.to_string()));
     argv.extend(["-n".into(), f.name().to_string(), "-o".into(), "json".into()]);
@@ -43,7 +43,7 @@ fn source<'a>(e: &'a Value, kind: &str, name: &str) -> &'a Value {
 
 /// The flags the fixture's operator runs with (`Fixture::operator`), for explain to be given the
 /// same.
-fn operator_flags(f: &Fixture) -> Vec<String> {
+pub(crate) fn operator_flags(f: &Fixture) -> Vec<String> {
     ["--namespaces", f.name(), "--debounce", "200ms", "--min-rollout-interval", "0s"]
         .map(String::from)
         .to_vec()

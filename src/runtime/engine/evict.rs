@@ -16,20 +16,7 @@ use crate::model::workload::ROLLOUT_STRATEGY_ANNOTATION;
 /// How soon a rollout that just evicted looks again (the replacement's first report).
 const AFTER_EVICTION: Duration = Duration::from_secs(1);
 
-/// Pods at most unavailable at once, unless a policy says otherwise.
-const MAX_UNAVAILABLE: u32 = 1;
-
 impl Reconciler {
-    /// Whether `info` rolls by eviction: annotated `reloader.rs/rollout-strategy: evict`, of
-    /// a kind whose controller replaces an evicted pod.
-    pub(super) fn evicts(&self, info: &WorkloadInfo) -> bool {
-        evictable(info.key.kind)
-            && info
-                .metadata_annotations
-                .get(ROLLOUT_STRATEGY_ANNOTATION)
-                .is_some_and(|v| v.trim().eq_ignore_ascii_case("evict"))
-    }
-
     /// The options of `info`'s plan: the `Evict` strategy where the workload asks for it.
     pub(super) fn options_for(&self, mut opts: PlanOptions, info: &WorkloadInfo) -> PlanOptions {
         opts.strategy = self.options_for_strategy(info);
@@ -38,18 +25,14 @@ impl Reconciler {
 
     /// The strategy `info` rolls with (for the log).
     pub(super) fn options_for_strategy(&self, info: &WorkloadInfo) -> Strategy {
-        if self.evicts(info) { Strategy::Evict } else { self.config.strategy }
+        if evict::chosen(info) { Strategy::Evict } else { self.config.strategy }
     }
 }
 
 impl super::outcome::Follower {
-    /// The eviction rollout `info` was last rolled with, if any (a template write since
-    /// removes its record), in annotation mode or by a policy's `strategy: Evict`.
+    /// The eviction rollout `info` was last rolled with (`decide::evict::recorded`).
     pub(super) fn eviction(&self, info: &WorkloadInfo) -> Option<EvictionRecord> {
-        if !evictable(info.key.kind) {
-            return None;
-        }
-        EvictionRecord::parse(info.metadata_annotations.get(EVICTION_ANNOTATION)?)
+        evict::recorded(info)
     }
 
     /// Whether a rollout found at start (or on taking the Lease) is one of a reload's, to
@@ -93,7 +76,7 @@ impl super::outcome::Follower {
             pods: &pods.pods,
             record,
             desired: pods.desired,
-            max_unavailable: MAX_UNAVAILABLE,
+            max_unavailable: evict::MAX_UNAVAILABLE,
             min_ready_seconds: pods.min_ready_seconds,
             last_progress: moved.max(record.started_at).max(recent.last_eviction.unwrap_or(0)),
             refused_until: recent.refused_until,

@@ -89,8 +89,8 @@ impl Reconciler {
                 warn!(workload = %key, %error, "deleted the Job for a reload but cannot create it again yet; retrying with backoff");
                 if first {
                     let note = format!(
-                        "Job {} was deleted to be re-created for a reload, and creating it \
-                         again failed: {error}. The operator keeps retrying.",
+                        "Job {} was deleted to be re-created for a reload; creating it again \
+                         failed, and the operator keeps retrying: {error}",
                         key.name
                     );
                     let regarding = Regarding {
