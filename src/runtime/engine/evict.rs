@@ -6,12 +6,9 @@
 //! its reason, which stops the evictions and halts a policy's remaining targets.
 
 use super::*;
-use crate::decide::evict::{
-    self, EVICTION_ANNOTATION, EvictStep, EvictionRecord, EvictionState, evictable,
-};
+use crate::decide::evict::{self, EvictStep, EvictionRecord, EvictionState};
 use crate::decide::outcome::{self, Following, Step};
 use crate::kube::evict::Evicted;
-use crate::model::workload::ROLLOUT_STRATEGY_ANNOTATION;
 
 /// How soon a rollout that just evicted looks again (the replacement's first report).
 const AFTER_EVICTION: Duration = Duration::from_secs(1);
