@@ -70,6 +70,8 @@ pub fn recorded(info: &WorkloadInfo) -> Option<EvictionRecord> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodView {
     pub name: String,
+    /// The pod's uid as listed: an eviction names it, so a pod replaced since is not evicted.
+    pub uid: String,
     /// A StatefulSet pod's ordinal (the number after the last `-`).
     pub ordinal: Option<u32>,
     pub ready: bool,
@@ -242,6 +244,7 @@ mod tests {
         let ordinal = ordinal("db", name);
         PodView {
             name: name.into(),
+            uid: format!("uid-{name}-{created}"),
             ordinal,
             ready,
             ready_since: created,

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{EvictParams, ListParams};
+use kube::api::{DeleteParams, EvictParams, ListParams, Preconditions};
 use kube::core::DynamicObject;
 use kube::{Api, Client, ResourceExt};
 use parking_lot::Mutex;
@@ -88,22 +88,34 @@ impl Evictor {
         Ok(Some(WorkloadPods { desired, min_ready_seconds, pods }))
     }
 
-    /// Evicts `pod` of `key` at `now` (seconds), remembering it or the budget's refusal.
+    /// Evicts `pod` of `key` at `now` (seconds), remembering it or the budget's refusal. Only
+    /// the pod as listed (its uid): one replaced since the listing (a view that lagged, or
+    /// another replica's eviction) is `Gone`, never restarted a second time.
     pub async fn evict(
         &self,
         key: &WorkloadKey,
-        pod: &str,
+        pod: &PodView,
         now: i64,
     ) -> Result<Evicted, kube::Error> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
         // The client retries a 429 by itself, with a backoff that grows to minutes: a refusal
         // that lasts is cut short here and taken as the budget's refusal it is.
-        let params = EvictParams::default();
-        let answer = tokio::time::timeout(REFUSAL_PATIENCE, pods.evict(pod, &params));
+        let params = EvictParams {
+            delete_options: Some(DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(pod.uid.clone()),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            }),
+            ..EvictParams::default()
+        };
+        let answer = tokio::time::timeout(REFUSAL_PATIENCE, pods.evict(&pod.name, &params));
         let evicted = match answer.await {
             Ok(Ok(_)) => Evicted::Done,
             Ok(Err(kube::Error::Api(s))) if s.code == 429 => Evicted::Refused,
-            Ok(Err(kube::Error::Api(s))) if s.code == 404 => Evicted::Gone,
+            // Gone, or replaced since it was listed (the uid precondition failed).
+            Ok(Err(kube::Error::Api(s))) if s.code == 404 || s.code == 409 => Evicted::Gone,
             Ok(Err(e)) => return Err(e),
             Err(_) => Evicted::Refused,
         };
@@ -180,6 +192,7 @@ fn view(key: &WorkloadKey, pod: &Pod) -> PodView {
         .find(|c| c.type_ == "Ready" && c.status == "True");
     let ready_since = ready.and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0.as_second());
     PodView {
+        uid: pod.uid().unwrap_or_default(),
         ordinal: (key.kind == WorkloadKind::StatefulSet)
             .then(|| ordinal(&key.name, &name))
             .flatten(),
@@ -206,6 +219,46 @@ fn desired(kind: WorkloadKind, workload: &Value) -> i32 {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The eviction names the pod's uid as listed; a 409 (the pod was replaced since) is
+    /// `Gone`, and nothing is remembered as evicted.
+    #[tokio::test]
+    async fn an_eviction_names_the_listed_uid_and_a_replaced_pod_is_gone() {
+        use http::{Request, Response};
+        use kube::client::Body;
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let evictor = Evictor::new(Client::new(service, "default"));
+        let key = WorkloadKey {
+            kind: WorkloadKind::StatefulSet,
+            namespace: "ns".into(),
+            name: "db".into(),
+        };
+        let pod = PodView {
+            name: "db-2".into(),
+            uid: "uid-old".into(),
+            ordinal: Some(2),
+            ready: true,
+            ready_since: 0,
+            created: 0,
+            deleting: false,
+        };
+        let server = tokio::spawn(async move {
+            let (request, send) = handle.next_request().await.expect("a request");
+            assert_eq!(request.uri().path(), "/api/v1/namespaces/ns/pods/db-2/eviction");
+            let body = request.into_body().collect_bytes().await.expect("a body");
+            let body: Value = serde_json::from_slice(&body).expect("JSON");
+            assert_eq!(body["deleteOptions"]["preconditions"]["uid"], "uid-old", "{body}");
+            let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                "reason": "Conflict", "code": 409, "message": "the UID in the precondition \
+                (uid-old) does not match the UID in record (uid-new)"});
+            let bytes = serde_json::to_vec(&conflict).expect("JSON");
+            send.send_response(Response::builder().status(409).body(Body::from(bytes)).unwrap());
+        });
+        let answer = evictor.evict(&key, &pod, 7).await.expect("an answer");
+        server.await.expect("the server's checks");
+        assert!(matches!(answer, Evicted::Gone));
+        assert_eq!(evictor.recent(&key).last_eviction, None);
+    }
 
     #[test]
     fn selectors_become_list_text() {

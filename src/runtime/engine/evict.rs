@@ -112,8 +112,9 @@ impl super::outcome::Follower {
                 return Step::Failed { reason, message };
             }
         };
-        for name in names {
-            match evictor.evict(key, &name, now).await {
+        for pod in names.iter().filter_map(|n| pods.pods.iter().find(|p| &p.name == n)) {
+            let name = &pod.name;
+            match evictor.evict(key, pod, now).await {
                 Ok(Evicted::Done) => {
                     info!(workload = %key, pod = %name, content = %record.content, "evicted a pod running the previous content");
                 }
