@@ -7,11 +7,17 @@
 //! until when a budget refused, so the decision knows whether the rollout moves. Nothing else:
 //! which pods still run older content follows from their creation time and the record on the
 //! workload.
+//!
+//! The eviction is posted by hand (`create_subresource` with a `policy/v1` Eviction), not
+//! through kube's `Api::evict`: kube-core 5 writes the options under `delete_options`, a key
+//! the API server does not know, so the uid precondition would be dropped without a word.
 
 use std::collections::HashMap;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, EvictParams, ListParams, Preconditions};
+use k8s_openapi::api::policy::v1::Eviction;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
+use kube::api::{ListParams, PostParams};
 use kube::core::DynamicObject;
 use kube::{Api, Client, ResourceExt};
 use parking_lot::Mutex;
@@ -100,17 +106,20 @@ impl Evictor {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
         // The client retries a 429 by itself, with a backoff that grows to minutes: a refusal
         // that lasts is cut short here and taken as the budget's refusal it is.
-        let params = EvictParams {
-            delete_options: Some(DeleteParams {
+        let eviction = Eviction {
+            metadata: ObjectMeta { name: Some(pod.name.clone()), ..ObjectMeta::default() },
+            delete_options: Some(DeleteOptions {
                 preconditions: Some(Preconditions {
                     uid: Some(pod.uid.clone()),
                     resource_version: None,
                 }),
-                ..DeleteParams::default()
+                ..DeleteOptions::default()
             }),
-            ..EvictParams::default()
         };
-        let answer = tokio::time::timeout(REFUSAL_PATIENCE, pods.evict(&pod.name, &params));
+        let post_params = PostParams::default();
+        let post =
+            pods.create_subresource::<_, Value>("eviction", &pod.name, &post_params, &eviction);
+        let answer = tokio::time::timeout(REFUSAL_PATIENCE, post);
         let evicted = match answer.await {
             Ok(Ok(_)) => Evicted::Done,
             Ok(Err(kube::Error::Api(s))) if s.code == 429 => Evicted::Refused,
@@ -248,6 +257,10 @@ mod tests {
             let body = request.into_body().collect_bytes().await.expect("a body");
             let body: Value = serde_json::from_slice(&body).expect("JSON");
             assert_eq!(body["deleteOptions"]["preconditions"]["uid"], "uid-old", "{body}");
+            assert_eq!(
+                (&body["kind"], &body["metadata"]["name"]),
+                (&json!("Eviction"), &json!("db-2"))
+            );
             let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                 "reason": "Conflict", "code": 409, "message": "the UID in the precondition \
                 (uid-old) does not match the UID in record (uid-new)"});
