@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::strategy::Strategy;
 use crate::model::workload::{ROLLOUT_STRATEGY_ANNOTATION, WorkloadInfo, WorkloadKind};
 
 pub use crate::model::workload::EVICTION_ANNOTATION;
@@ -55,6 +56,12 @@ pub fn chosen(info: &WorkloadInfo) -> bool {
             .metadata_annotations
             .get(ROLLOUT_STRATEGY_ANNOTATION)
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("evict"))
+}
+
+/// The strategy annotation mode rolls `info` with: `Evict` where the workload asks for it
+/// ([`chosen`]), else the configured one (`--reload-strategy`).
+pub fn strategy_for(info: &WorkloadInfo, configured: Strategy) -> Strategy {
+    if chosen(info) { Strategy::Evict } else { configured }
 }
 
 /// The eviction rollout `info` was last rolled with, if any (a template write since removes

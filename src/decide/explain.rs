@@ -201,7 +201,7 @@ pub fn explain(inputs: &Inputs<'_>) -> Explanation {
             namespace: info.key.namespace.clone(),
             name: info.key.name.clone(),
         },
-        strategy: inputs.opts.strategy.as_str().into(),
+        strategy: crate::decide::evict::strategy_for(info, inputs.opts.strategy).as_str().into(),
         sources: source_lines(inputs, &plan),
         policies: parts.iter().map(policy_line).collect(),
         gate,
@@ -499,7 +499,8 @@ fn policy_line(part: &PolicyPart) -> PolicyLine {
 fn source_lines(inputs: &Inputs<'_>, plan: &Plan) -> Vec<SourceLine> {
     let info = inputs.info;
     let opts = inputs.opts;
-    let trigger = Trigger::of(opts.strategy, inputs.selection.argo_restart, info.key.kind);
+    let strategy = crate::decide::evict::strategy_for(info, opts.strategy);
+    let trigger = Trigger::of(strategy, inputs.selection.argo_restart, info.key.kind);
     let lookup = StoredLookup::annotation_mode(info, trigger, &opts.last_reloaded_from_key);
     let record = info.record();
     let by_policy = policy_sources(inputs);

@@ -161,7 +161,8 @@ pub fn plan(
     candidates: &BTreeMap<SourceRef, Option<SourceFacts>>,
     opts: &PlanOptions,
 ) -> Plan {
-    let trigger = Trigger::of(opts.strategy, selection.argo_restart, info.key.kind);
+    let strategy = crate::decide::evict::strategy_for(info, opts.strategy);
+    let trigger = Trigger::of(strategy, selection.argo_restart, info.key.kind);
     let planner = Planner {
         info,
         selection,

@@ -107,10 +107,7 @@ pub async fn run(
     let (policies, staged) = policies(client, config, namespace, &hash_key).await?;
     let annotation_hasher = hasher(client, &hash_key, config.hash_mode).await?;
     let now = k8s_openapi::jiff::Timestamp::now();
-    let mut opts = plan_options(config, annotation_hasher, now);
-    if crate::decide::evict::chosen(&info) {
-        opts.strategy = crate::model::strategy::Strategy::Evict;
-    }
+    let opts = plan_options(config, annotation_hasher, now);
     let (eviction, eviction_note) = eviction_step(client, config, &info, now.as_second()).await;
     let selection = Arc::new(
         SelectionInputs::of(&info.metadata_annotations, &info.template_annotations)

@@ -216,8 +216,9 @@ impl Admission {
     /// What the reconciler would write now, with every selected source stamped, for a
     /// workload whose pods start anew with this write. `None` when there is nothing to write.
     fn stamping_plan(&self, info: WorkloadInfo) -> Option<Plan> {
-        // An evicting workload's template is not ours to write: only its record is stamped.
-        let mut opts = self.planner.options_for(self.planner.plan_options(&info.key)?, &info);
+        // An evicting workload's template is not ours to write: only its record is stamped
+        // (`plan` picks its strategy, `decide::evict::strategy_for`).
+        let mut opts = self.planner.plan_options(&info.key)?;
         opts.stamp = true;
         opts.sync_after_restart = false;
         let entry = self.selections.transient_entry(info);

@@ -14,15 +14,9 @@ use crate::kube::evict::Evicted;
 const AFTER_EVICTION: Duration = Duration::from_secs(1);
 
 impl Reconciler {
-    /// The options of `info`'s plan: the `Evict` strategy where the workload asks for it.
-    pub(super) fn options_for(&self, mut opts: PlanOptions, info: &WorkloadInfo) -> PlanOptions {
-        opts.strategy = self.options_for_strategy(info);
-        opts
-    }
-
     /// The strategy `info` rolls with (for the log).
     pub(super) fn options_for_strategy(&self, info: &WorkloadInfo) -> Strategy {
-        if evict::chosen(info) { Strategy::Evict } else { self.config.strategy }
+        evict::strategy_for(info, self.config.strategy)
     }
 }
 

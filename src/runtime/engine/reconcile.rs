@@ -134,7 +134,6 @@ impl Reconciler {
         let mut admitted = false;
         let mut attempt: u32 = 0;
         loop {
-            let opts = self.options_for(opts.clone(), &entry.info);
             let planned = self.plan_once(&entry, &opts).await;
             let planned = match self.pass_gates(&entry, planned, &opts, &mut admitted).await {
                 Ok(planned) => planned,
