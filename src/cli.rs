@@ -111,7 +111,7 @@ pub struct ExplainArgs {
     pub output: String,
 
     /// Read the operator's flags from the args of this Deployment (`namespace/name`) instead
-    /// of this command line (and its ServiceAccount from its pod template).
+    /// of this command line (and its ServiceAccount, when its pod template names one).
     #[arg(long)]
     pub operator_deployment: Option<String>,
 

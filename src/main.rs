@@ -104,7 +104,9 @@ async fn explain_setup(
             let (ns, deployment) =
                 at.split_once('/').ok_or("--operator-deployment: expected namespace/name")?;
             let (operator, sa) = explain::operator_args(&client, ns, deployment).await?;
-            account.get_or_insert((ns.to_string(), sa));
+            if let Some(sa) = sa {
+                account.get_or_insert((ns.to_string(), sa));
+            }
             let mut reload = reloader::cli::reload_args_of(&operator)?;
             // The operator's POD_NAMESPACE: where its hash key Secret is by default.
             if reload.hash_key_namespace.as_deref().is_none_or(str::is_empty) {

@@ -87,12 +87,13 @@ pub fn parse_target(text: &str) -> Result<(WorkloadKind, String), String> {
 
 /// The arguments of the operator's container in Deployment `namespace/name` (the container
 /// named `reloader`, else the first), for the command line to parse them as the operator does,
-/// and the name of the ServiceAccount it runs as.
+/// and the ServiceAccount its pod template names (none named: the namespace's `default`,
+/// which no install of the operator runs as, is not taken for it).
 pub async fn operator_args(
     client: &Client,
     namespace: &str,
     name: &str,
-) -> Result<(Vec<String>, String), Error> {
+) -> Result<(Vec<String>, Option<String>), Error> {
     let deployment = Api::<Deployment>::namespaced(client.clone(), namespace).get(name).await?;
     let pod = deployment.spec.template.spec.unwrap_or_default();
     let container = pod
@@ -101,7 +102,7 @@ pub async fn operator_args(
         .find(|c| c.name == "reloader")
         .or(pod.containers.first())
         .ok_or_else(|| format!("Deployment {namespace}/{name} has no container"))?;
-    let account = pod.service_account_name.clone().unwrap_or_else(|| "default".into());
+    let account = pod.service_account_name.clone().filter(|a| !a.is_empty());
     Ok((container.args.clone().unwrap_or_default(), account))
 }
 
