@@ -93,7 +93,7 @@ pub struct Inputs<'a> {
     /// would take in it now (`decide::evict::step` over the pods as listed), if it has one.
     pub eviction: Option<(&'a EvictionRecord, &'a EvictStep)>,
     /// The reloads the namespace's policies' status records (each target's last), for the
-    /// churn limits: replayed into the limiter as the operator's admitted them.
+    /// churn limits: replayed into the limiter as the operator's limiter admitted them.
     pub reloads: &'a [PastReload],
 }
 

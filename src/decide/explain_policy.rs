@@ -262,6 +262,7 @@ pub fn render_policy(e: &PolicyExplanation) -> String {
             t.next.reason
         ));
     }
+    // No time: now, or (a turn) when it comes; the reason says which.
     let at = e.next.at.as_deref().map(|a| format!(" at {a}")).unwrap_or_default();
     out.push_str(&format!("\nNext: {}{at}: {}\n", e.next.action, e.next.reason));
     for n in &e.notes {
