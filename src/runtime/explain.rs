@@ -637,3 +637,22 @@ async fn hasher(client: &Client, key: &KeySlot, mode: HashMode) -> Result<Hasher
     }
     key.hasher(mode).map_err(Into::into)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_target_is_a_workload_or_a_reload_policy() {
+        let policy = |name: &str| Ok(Target::Policy(name.into()));
+        assert_eq!(parse_any("rp/backend"), policy("backend"));
+        assert_eq!(parse_any("ReloadPolicy/backend"), policy("backend"));
+        assert_eq!(parse_any("reloadpolicies/backend"), policy("backend"));
+        assert!(parse_any("rp/").is_err() && parse_any("rp/a/b").is_err());
+        assert_eq!(
+            parse_any("deploy/web"),
+            Ok(Target::Workload(WorkloadKind::Deployment, "web".into()))
+        );
+        assert!(parse_any("pods/x").unwrap_err().contains("not a workload kind"));
+    }
+}
