@@ -98,7 +98,8 @@ pub enum Command {
 /// names, or read from its Deployment with `--operator-deployment`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ExplainArgs {
-    /// The workload: `deploy/web`, `statefulset/db`, `cronjobs/nightly`, ...
+    /// The workload (`deploy/web`, `statefulset/db`, `cronjobs/nightly`, ...) or a
+    /// ReloadPolicy (`rp/name`: each target's gates, and who else its sources roll).
     pub target: String,
 
     /// Its namespace (default: the kubeconfig context's).
@@ -110,9 +111,15 @@ pub struct ExplainArgs {
     pub output: String,
 
     /// Read the operator's flags from the args of this Deployment (`namespace/name`) instead
-    /// of this command line.
+    /// of this command line (and its ServiceAccount, when its pod template names one).
     #[arg(long)]
     pub operator_deployment: Option<String>,
+
+    /// The operator's ServiceAccount (`namespace/name`): its rights are reviewed
+    /// (SubjectAccessReviews) to say how it follows the workload's kind (watched, listed on
+    /// change, not at all). Without it or `--operator-deployment`, kinds are taken as watched.
+    #[arg(long)]
+    pub operator_account: Option<String>,
 
     #[command(flatten)]
     pub reload: ReloadArgs,

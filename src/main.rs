@@ -37,14 +37,41 @@ fn invoked_as_kubectl_plugin() -> bool {
 
 /// `reloader explain`: prints the explanation and returns its exit code (1 on an error).
 async fn explain(args: reloader::cli::ExplainArgs) -> i32 {
-    match explanation(&args).await {
-        Ok(e) if args.output == "json" => {
-            println!("{}", serde_json::to_string_pretty(&e).unwrap_or_default());
-            e.exit_code
+    use reloader::runtime::explain::{Target, parse_any};
+    let answer = async {
+        let target = parse_any(&args.target)?;
+        let (client, config, namespace, account) = explain_setup(&args).await?;
+        let (json, text, code) = match target {
+            Target::Workload(kind, name) => {
+                let e = reloader::runtime::explain::run(
+                    &client, &config, kind, &namespace, &name, account,
+                )
+                .await?;
+                (
+                    serde_json::to_string_pretty(&e),
+                    reloader::decide::explain::render(&e),
+                    e.exit_code,
+                )
+            }
+            Target::Policy(name) => {
+                let e = reloader::runtime::explain_policy::run_policy(
+                    &client, &config, &namespace, &name, account,
+                )
+                .await?;
+                let text = reloader::decide::explain_policy::render_policy(&e);
+                (serde_json::to_string_pretty(&e), text, e.exit_code)
+            }
+        };
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>((json?, text, code))
+    };
+    match answer.await {
+        Ok((json, _, code)) if args.output == "json" => {
+            println!("{json}");
+            code
         }
-        Ok(e) => {
-            print!("{}", reloader::decide::explain::render(&e));
-            e.exit_code
+        Ok((_, text, code)) => {
+            print!("{text}");
+            code
         }
         Err(e) => {
             eprintln!("reloader explain: {e}");
@@ -53,17 +80,33 @@ async fn explain(args: reloader::cli::ExplainArgs) -> i32 {
     }
 }
 
-async fn explanation(
+type Setup =
+    (kube::Client, reloader::runtime::engine::EngineConfig, String, Option<(String, String)>);
+
+/// The client, the operator's settings (from this command line or its Deployment), the
+/// namespace explain reads and the operator's ServiceAccount (`--operator-account`, or its
+/// Deployment's).
+async fn explain_setup(
     args: &reloader::cli::ExplainArgs,
-) -> Result<reloader::decide::explain::Explanation, Box<dyn std::error::Error + Send + Sync>> {
+) -> Result<Setup, Box<dyn std::error::Error + Send + Sync>> {
     use reloader::runtime::explain;
-    let (kind, name) = explain::parse_target(&args.target)?;
     let client = kube::Client::try_default().await?;
+    let mut account = match &args.operator_account {
+        Some(at) => {
+            let (ns, name) =
+                at.split_once('/').ok_or("--operator-account: expected namespace/name")?;
+            Some((ns.to_string(), name.to_string()))
+        }
+        None => None,
+    };
     let reload = match &args.operator_deployment {
         Some(at) => {
             let (ns, deployment) =
                 at.split_once('/').ok_or("--operator-deployment: expected namespace/name")?;
-            let operator = explain::operator_args(&client, ns, deployment).await?;
+            let (operator, sa) = explain::operator_args(&client, ns, deployment).await?;
+            if let Some(sa) = sa {
+                account.get_or_insert((ns.to_string(), sa));
+            }
             let mut reload = reloader::cli::reload_args_of(&operator)?;
             // The operator's POD_NAMESPACE: where its hash key Secret is by default.
             if reload.hash_key_namespace.as_deref().is_none_or(str::is_empty) {
@@ -76,5 +119,5 @@ async fn explanation(
     let config = reloader::runtime::operator::engine_config(&reload);
     let namespace =
         args.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
-    explain::run(&client, &config, kind, &namespace, &name).await
+    Ok((client, config, namespace, account))
 }

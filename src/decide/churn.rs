@@ -43,6 +43,24 @@ pub struct Throttled {
     pub group: Option<String>,
 }
 
+impl Throttled {
+    /// Why the rollout is held, in words (`min_interval`: the interval that applied).
+    pub fn describe(&self, min_interval: Duration) -> String {
+        match self.reason {
+            ThrottleReason::MinInterval => format!(
+                "it rolled less than {min_interval:?} ago (minimum interval between rollouts)"
+            ),
+            ThrottleReason::Budget => {
+                "the cluster-wide rollout budget is spent (--max-rollouts-per-second)".into()
+            }
+            ThrottleReason::PolicyBudget => format!(
+                "the maxRolloutsPerMinute budget of ReloadPolicy {} is spent",
+                self.group.as_deref().unwrap_or_default()
+            ),
+        }
+    }
+}
+
 /// A budget a rollout also draws on: `per_minute` rollouts a minute (bursts of as many) for
 /// every workload in `group` (a ReloadPolicy).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,17 +115,7 @@ impl<K: Clone + Eq + Hash> RolloutLimiter<K> {
             }
         }
         for g in groups {
-            let per_minute = g.per_minute.max(1);
-            let rate = f64::from(per_minute) / 60.0;
-            let bucket = self
-                .group_budgets
-                .entry(g.group.clone())
-                .or_insert_with(|| TokenBucket::new(rate, per_minute, now));
-            if bucket.shape() != (rate, f64::from(per_minute)) {
-                // The policy's budget was edited: start the new one full.
-                *bucket = TokenBucket::new(rate, per_minute, now);
-            }
-            bucket.check(now).map_err(|wait| Throttled {
+            self.group_bucket(g, now).check(now).map_err(|wait| Throttled {
                 reason: ThrottleReason::PolicyBudget,
                 wait,
                 group: Some(g.group.clone()),
@@ -129,6 +137,36 @@ impl<K: Clone + Eq + Hash> RolloutLimiter<K> {
         self.last_rollout.insert(key.clone(), now);
         self.forget_old(now);
         Ok(())
+    }
+
+    /// A rollout that happened at `at`, known from outside this limiter's memory (a policy's
+    /// status, as `reloader explain` reads it): `key`'s interval counts from it and `groups`'
+    /// budgets are charged, as [`Self::admit`] would have; nothing is checked. Call in the
+    /// order the rollouts happened.
+    pub fn remember(&mut self, key: Option<&K>, groups: &[GroupBudget], at: Instant) {
+        for g in groups {
+            // It happened: the token is spent even where the bucket says it was not there.
+            let _ = self.group_bucket(g, at).reserve(at);
+        }
+        if let Some(key) = key {
+            let last = self.last_rollout.entry(key.clone()).or_insert(at);
+            *last = (*last).max(at);
+        }
+    }
+
+    /// The budget of `g`, made full when first drawn on or when its size was edited.
+    fn group_bucket(&mut self, g: &GroupBudget, now: Instant) -> &mut TokenBucket {
+        let per_minute = g.per_minute.max(1);
+        let rate = f64::from(per_minute) / 60.0;
+        let bucket = self
+            .group_budgets
+            .entry(g.group.clone())
+            .or_insert_with(|| TokenBucket::new(rate, per_minute, now));
+        if bucket.shape() != (rate, f64::from(per_minute)) {
+            // The policy's budget was edited: start the new one full.
+            *bucket = TokenBucket::new(rate, per_minute, now);
+        }
+        bucket
     }
 
     /// Forgets a workload that is gone.
@@ -185,6 +223,27 @@ mod tests {
         // Edited to a larger budget: it starts full.
         let bigger = [policy("ns/p", 10)];
         assert_eq!(limiter.admit(&"d", Duration::ZERO, &bigger, start + 30 * SECOND), Ok(()));
+    }
+
+    #[test]
+    fn rollouts_remembered_from_outside_count_as_admitted_ones() {
+        let start = Instant::now();
+        let mut limiter = RolloutLimiter::new(0.0, 1, start);
+        let p = [policy("ns/p", 2)];
+        // web rolled at start through p, another target of p 2 s later (p: two a minute).
+        limiter.remember(Some(&"web"), &p, start);
+        limiter.remember(None, &p, start + 2 * SECOND);
+        let now = start + 4 * SECOND;
+        let held = limiter.admit(&"web", 10 * SECOND, &p, now).unwrap_err();
+        assert_eq!((held.reason, held.wait), (ThrottleReason::MinInterval, 6 * SECOND));
+        let held = limiter.admit(&"api", Duration::ZERO, &p, now).unwrap_err();
+        assert_eq!(held.reason, ThrottleReason::PolicyBudget);
+        // 4 s of refill at one token per 30 s: 0.13 of the next token is there.
+        assert!(held.wait > 25 * SECOND && held.wait <= 26 * SECOND, "{:?}", held.wait);
+        // An older rollout remembered later does not move the interval back.
+        limiter.remember(Some(&"web"), &[], start.checked_sub(30 * SECOND).unwrap_or(start));
+        assert!(limiter.admit(&"web", 10 * SECOND, &[], now).is_err());
+        assert_eq!(limiter.admit(&"web", 10 * SECOND, &[], start + 10 * SECOND), Ok(()));
     }
 
     #[test]

@@ -9,10 +9,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Container, PodSpec, Volume};
 use serde::Serialize;
 
-use crate::decide::churn::RolloutLimiter;
+use crate::decide::churn::{GroupBudget, RolloutLimiter};
 use crate::decide::evict::{EvictStep, EvictionRecord};
 use crate::decide::pause;
 use crate::decide::plan::{Cause, Plan, PlanOptions, SourceFacts, effective_hash, plan};
@@ -28,7 +27,7 @@ use crate::decide::trigger::{StoredLookup, Trigger};
 use crate::decide::turns::{Seen, StagedPart, may_take_turn};
 use crate::model::annotations::AnnotationKeys;
 use crate::model::source::{SourceKind, SourceRef};
-use crate::model::workload::{WorkloadInfo, WorkloadKey};
+use crate::model::workload::{WorkloadInfo, WorkloadKey, WorkloadKind};
 
 /// Exit status: the workload is up to date (or only a baseline is recorded).
 pub const EXIT_UP_TO_DATE: i32 = 0;
@@ -57,7 +56,14 @@ pub struct OperatorView {
     pub rollout_burst: u32,
     /// `--webhook-url` is set: a reload is a POST, the workload is not changed.
     pub webhook: bool,
+    /// Its rights (as reviewed for its ServiceAccount) let it list the workload's kind on
+    /// change but not watch it (`decide::rights::Follow::ListOnChange`): `Some(true)` when it may
+    /// still record hashes on it (patch), `Some(false)` when not (a CronJob or Job under
+    /// stakater/Reloader's RBAC); `None`: watched, or its rights are not known.
+    pub listed: Option<bool>,
 }
+
+pub use crate::decide::pod_uses::uses;
 
 /// Everything an explanation is made from.
 #[derive(Debug, Clone, Copy)]
@@ -86,6 +92,19 @@ pub struct Inputs<'a> {
     /// The eviction rollout the workload's record names and the step the operator's follower
     /// would take in it now (`decide::evict::step` over the pods as listed), if it has one.
     pub eviction: Option<(&'a EvictionRecord, &'a EvictStep)>,
+    /// The reloads the namespace's policies' status records (each target's last), for the
+    /// churn limits: replayed into the limiter as the operator's limiter admitted them.
+    pub reloads: &'a [PastReload],
+}
+
+/// A reload a ReloadPolicy's status records (`targets[].lastReloadTime`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PastReload {
+    /// The policy (in the workload's namespace).
+    pub policy: String,
+    pub target: (WorkloadKind, String),
+    /// When, in seconds since the epoch (the status keeps whole seconds).
+    pub at: i64,
 }
 
 /// A staged policy as its status shows it: the turn rules read its targets' outcomes and
@@ -183,8 +202,9 @@ pub fn explain(inputs: &Inputs<'_>) -> Explanation {
     let paused_until = pause::apply(&mut plan, info, inputs.keys, inputs.opts.now);
     let parts = add_policies(&mut plan, &policy_inputs(inputs));
     let mut notes = vec![
-        "the churn limits' memory (the last rollout, the cluster-wide budget) is the operator's \
-         own: explain assumes a fresh budget; staged turns are read from the policies' status"
+        "churn limits: the rollouts the policies' status records (each target's last reload) \
+         are counted; a rollout by annotation mode and the cluster-wide budget are the \
+         operator's memory (assumed fresh); staged turns are read from the policies' status"
             .to_string(),
     ];
     let (gate, next) = match &inputs.operator.not_served {
@@ -194,7 +214,25 @@ pub fn explain(inputs: &Inputs<'_>) -> Explanation {
         ),
         None => ladder(inputs, &plan, &parts, paused_until, &mut notes),
     };
-    let exit_code = exit_code(&gate, &next);
+    let (gate, next) = match inputs.operator.listed {
+        Some(false) if gate.name != "not-served" => unrecorded(info),
+        Some(true) => {
+            notes.push(format!(
+                "{} is listed on change, not watched (the operator may not watch it): a \
+                 source change costs one LIST of the namespace's {}, with the same answer",
+                info.key.kind,
+                info.key.kind.plural()
+            ));
+            (gate, next)
+        }
+        _ => (gate, next),
+    };
+    let exit_code = match gate.name.as_str() {
+        // A change already made waits for one the operator sees.
+        "listed-on-change" if plan.template.is_some() => EXIT_HELD,
+        "listed-on-change" => EXIT_UP_TO_DATE,
+        _ => exit_code(&gate, &next),
+    };
     Explanation {
         workload: Workload {
             kind: info.key.kind.as_str().into(),
@@ -240,10 +278,12 @@ fn exit_code(gate: &Gate, next: &NextAction) -> i32 {
     }
 }
 
-/// `now` plus `wait`, as RFC 3339 (whole seconds, rounded up).
+/// `now` plus `wait`, as RFC 3339: whole seconds, rounded up from whole milliseconds (so the
+/// same instant reads the same whatever the sub-second part of `now`, and a budget's float
+/// arithmetic does not add a second).
 fn after(now: jiff::Timestamp, wait: Duration) -> Option<String> {
-    let secs = i64::try_from(wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).ok()?;
-    now.checked_add(jiff::SignedDuration::from_secs(secs)).ok().map(|t| t.to_string())
+    let ms = i128::from(now.as_millisecond()) + i128::try_from(wait.as_millis()).ok()?;
+    at_second(i64::try_from(ms.div_euclid(1000) + i128::from(ms.rem_euclid(1000) > 0)).ok()?)
 }
 
 fn at_second(secs: i64) -> Option<String> {
@@ -296,9 +336,48 @@ fn ladder(
     };
     let mut limiter: RolloutLimiter<WorkloadKey> =
         RolloutLimiter::new(op.max_rollouts_per_second, op.rollout_burst, start);
+    remember_reloads(&mut limiter, inputs, &budgets, start);
     let decision = rollout::decide(&gates, &mut None, &mut limiter, start);
     let holder = turn.map(|(policy, _)| policy).unwrap_or_default();
+    let decision = match decision {
+        Decision::Throttled(held) => {
+            return throttled(&held.describe(min_interval), held.wait, plan, inputs.now);
+        }
+        other => other,
+    };
     answer(inputs, plan, decision, paused_until, &holder)
+}
+
+/// The reloads the policies' status records, replayed into `limiter` in the order they
+/// happened, each charged to its policy's budget and, for this workload, starting its minimum
+/// interval (as the operator's limiter admitted them). Whole seconds: a hold may end up to a
+/// second later than said.
+fn remember_reloads(
+    limiter: &mut RolloutLimiter<WorkloadKey>,
+    inputs: &Inputs<'_>,
+    budgets: &[GroupBudget],
+    start: Instant,
+) {
+    let key = &inputs.info.key;
+    let now_ms = inputs.now.as_millisecond();
+    let mut reloads: Vec<&PastReload> = inputs.reloads.iter().collect();
+    reloads.sort_by_key(|r| r.at);
+    for r in reloads {
+        let age_ms = u64::try_from(now_ms - r.at.saturating_mul(1000)).unwrap_or(0);
+        let Some(at) = start.checked_sub(Duration::from_millis(age_ms)) else { continue };
+        let group = format!("{}/{}", key.namespace, r.policy);
+        let groups: Vec<GroupBudget> =
+            budgets.iter().filter(|b| b.group == group).cloned().collect();
+        let mine = r.target.0 == key.kind && r.target.1 == key.name;
+        limiter.remember(mine.then_some(key), &groups, at);
+    }
+}
+
+fn throttled(why: &str, wait: Duration, plan: &Plan, now: jiff::Timestamp) -> (Gate, NextAction) {
+    (
+        gate("churn-limited", format!("held by a churn limit: {why}"), after(now, wait)),
+        next("roll", changed_list(plan), after(now, wait)),
+    )
 }
 
 /// The first staged policy taking part in the rollout that holds it, and why (as the engine's
@@ -381,14 +460,8 @@ fn answer(
             next("roll", changed, after(now, wait)),
         ),
         Decision::NotLeader => unreachable_leader(),
-        Decision::Throttled(held) => (
-            gate(
-                "churn-limited",
-                format!("held by a churn limit ({})", held.reason.as_str()),
-                after(now, held.wait),
-            ),
-            next("roll", changed, after(now, held.wait)),
-        ),
+        // Answered by `ladder`, which knows the interval that applied.
+        Decision::Throttled(held) => throttled(held.reason.as_str(), held.wait, plan, now),
         Decision::Write { .. } => write_next(inputs, plan, changed),
     }
 }
@@ -438,6 +511,34 @@ fn waiting(policy: &str, wait: &Wait, changed: String) -> (Gate, NextAction) {
     }
 }
 
+/// A kind listed on change that the operator may not patch (no record, as under
+/// stakater/Reloader's RBAC): nothing is compared with a stored hash; a change the operator sees
+/// while running reloads it (`kube/write.rs`), one made while it is down is never caught up.
+fn unrecorded(info: &WorkloadInfo) -> (Gate, NextAction) {
+    let kind = info.key.kind;
+    let reload = match kind {
+        WorkloadKind::CronJob => "a Job is created from its job template",
+        WorkloadKind::Job => "the Job is deleted and created again",
+        _ => "it is rolled",
+    };
+    (
+        gate(
+            "listed-on-change",
+            format!(
+                "the operator may list {} on a change but neither watch nor patch them: no \
+                 hash is recorded on it, so only a change it sees while running reloads it",
+                kind.plural()
+            ),
+            None,
+        ),
+        next(
+            "roll",
+            format!("when a source that counts changes while the operator runs: {reload}"),
+            None,
+        ),
+    )
+}
+
 /// Explain plans as the leader does: never `NotLeader`.
 fn unreachable_leader() -> (Gate, NextAction) {
     (
@@ -485,13 +586,17 @@ fn cause_word(cause: Cause) -> &'static str {
 fn policy_line(part: &PolicyPart) -> PolicyLine {
     PolicyLine {
         name: part.key.1.clone(),
-        mode: match part.mode {
-            PartMode::Live => "live",
-            PartMode::DryRun => "dry-run",
-            PartMode::Suspended => "suspended",
-        }
-        .into(),
+        mode: mode_word(part.mode).into(),
         changed: part.changed.iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// A policy's mode in explain's words: `live`, `dry-run`, `suspended`.
+pub fn mode_word(mode: PartMode) -> &'static str {
+    match mode {
+        PartMode::Live => "live",
+        PartMode::DryRun => "dry-run",
+        PartMode::Suspended => "suspended",
     }
 }
 
@@ -591,7 +696,7 @@ fn not_selected_words(why: NotSelected, keys: &AnnotationKeys, kind: SourceKind)
     }
 }
 
-fn via_word(via: Via) -> &'static str {
+pub fn via_word(via: Via) -> &'static str {
     match via {
         Via::Named => "named",
         Via::Search => "search",
@@ -599,77 +704,11 @@ fn via_word(via: Via) -> &'static str {
     }
 }
 
-fn kind_word(kind: SourceKind) -> &'static str {
+pub fn kind_word(kind: SourceKind) -> &'static str {
     match kind {
         SourceKind::ConfigMap => "ConfigMap",
         SourceKind::Secret => "Secret",
         SourceKind::SecretProviderClass => "SecretProviderClass",
-    }
-}
-
-/// How a pod spec uses each source: `env`, `envFrom`, `volume`, `projected`, `csi`, and the
-/// `init ` forms for init containers. Reading only; which sources count is `WorkloadInfo`'s.
-pub fn uses(pod: &PodSpec) -> BTreeMap<SourceRef, BTreeSet<&'static str>> {
-    let mut out: BTreeMap<SourceRef, BTreeSet<&'static str>> = BTreeMap::new();
-    for c in &pod.containers {
-        container_uses(c, ["env", "envFrom"], &mut out);
-    }
-    for c in pod.init_containers.iter().flatten() {
-        container_uses(c, ["init env", "init envFrom"], &mut out);
-    }
-    for v in pod.volumes.iter().flatten() {
-        volume_uses(v, &mut out);
-    }
-    out
-}
-
-fn container_uses(
-    c: &Container,
-    [env, env_from]: [&'static str; 2],
-    out: &mut BTreeMap<SourceRef, BTreeSet<&'static str>>,
-) {
-    let mut add = |kind, name: &str, how| {
-        out.entry(SourceRef::new(kind, name)).or_default().insert(how);
-    };
-    for from in c.env.iter().flatten().filter_map(|e| e.value_from.as_ref()) {
-        if let Some(r) = &from.config_map_key_ref {
-            add(SourceKind::ConfigMap, &r.name, env);
-        }
-        if let Some(r) = &from.secret_key_ref {
-            add(SourceKind::Secret, &r.name, env);
-        }
-    }
-    for e in c.env_from.iter().flatten() {
-        if let Some(r) = &e.config_map_ref {
-            add(SourceKind::ConfigMap, &r.name, env_from);
-        }
-        if let Some(r) = &e.secret_ref {
-            add(SourceKind::Secret, &r.name, env_from);
-        }
-    }
-}
-
-fn volume_uses(v: &Volume, out: &mut BTreeMap<SourceRef, BTreeSet<&'static str>>) {
-    let mut add = |kind, name: &str, how| {
-        out.entry(SourceRef::new(kind, name)).or_default().insert(how);
-    };
-    if let Some(cm) = &v.config_map {
-        add(SourceKind::ConfigMap, &cm.name, "volume");
-    }
-    if let Some(name) = v.secret.as_ref().and_then(|s| s.secret_name.as_deref()) {
-        add(SourceKind::Secret, name, "volume");
-    }
-    for p in v.projected.iter().flat_map(|p| p.sources.iter().flatten()) {
-        if let Some(cm) = &p.config_map {
-            add(SourceKind::ConfigMap, &cm.name, "projected");
-        }
-        if let Some(s) = &p.secret {
-            add(SourceKind::Secret, &s.name, "projected");
-        }
-    }
-    let csi = v.csi.as_ref().and_then(|c| c.volume_attributes.as_ref());
-    if let Some(spc) = csi.and_then(|a| a.get("secretProviderClass")) {
-        add(SourceKind::SecretProviderClass, spc, "csi");
     }
 }
 
@@ -807,6 +846,7 @@ mod tests {
             changed_ago,
             now: jiff::Timestamp::from_second(NOW).unwrap(),
             eviction,
+            reloads: &[],
         })
     }
 
@@ -984,6 +1024,7 @@ mod tests {
                 changed_ago: &BTreeMap::new(),
                 now: jiff::Timestamp::from_second(NOW).unwrap(),
                 eviction: None,
+                reloads: &[],
             })
         };
         // Not staged (no status read): the policy's change rolls.
@@ -1027,25 +1068,104 @@ mod tests {
         assert_eq!(e.exit_code, EXIT_HELD);
     }
 
+    /// Explains `web`, targeted by policy `pol` (`spec`: its limits) whose source `cfg` changed
+    /// since web rolled for it, with the reloads the policies' status records.
+    fn under_policy(limits: serde_json::Value, reloads: &[PastReload]) -> Explanation {
+        use crate::decide::policy_plan::{ActivePolicy, record_key};
+        use crate::model::workload::POLICY_RECORD_ANNOTATION;
+        let mut spec = serde_json::json!({
+            "sources": [{"kind": "ConfigMap", "name": "cfg"}],
+            "targets": [{"kind": "Deployment", "name": "web"}, {"kind": "Deployment", "name": "db"}],
+        });
+        spec.as_object_mut().unwrap().extend(limits.as_object().unwrap().clone());
+        let spec = serde_json::from_value(spec).unwrap();
+        let policy =
+            std::sync::Arc::new(ActivePolicy::new("ns".into(), "pol".into(), Some(1), spec));
+        let candidates: Vec<Candidate> = vec![(policy, Some(Hasher::Sha1))];
+        let mut info = web(&[], None);
+        let record = BTreeMap::from([(record_key("pol", &cm("cfg")), "old".to_string())]);
+        info.metadata_annotations
+            .insert(POLICY_RECORD_ANNOTATION.into(), serde_json::to_string(&record).unwrap());
+        let keys = AnnotationKeys::default();
+        let selection =
+            SelectionInputs::of(&info.metadata_annotations, &Default::default()).parse(&keys);
+        let candidates_map = BTreeMap::from([(cm("cfg"), Some(SourceFacts::with_hash("new")))]);
+        let sources = vec![(cm("cfg"), SourceFacts::with_hash("new"))];
+        let (opts, op, fallbacks) = (opts(), operator(), Fallbacks::default());
+        explain(&Inputs {
+            info: &info,
+            selection: &selection,
+            candidates: &candidates_map,
+            uses: &BTreeMap::new(),
+            opts: &opts,
+            keys: &keys,
+            policies: &candidates,
+            sources: &sources,
+            fallbacks: &fallbacks,
+            operator: &op,
+            staged: &[],
+            changed_ago: &BTreeMap::new(),
+            now: jiff::Timestamp::from_second(NOW).unwrap(),
+            eviction: None,
+            reloads,
+        })
+    }
+
     #[test]
-    fn uses_name_every_way_a_pod_spec_takes_a_source() {
-        let pod: PodSpec = serde_json::from_value(serde_json::json!({
-            "containers": [{"name": "app",
-                "env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],
-                "envFrom": [{"configMapRef": {"name": "c"}}]}],
-            "initContainers": [{"name": "init", "envFrom": [{"configMapRef": {"name": "c"}}]}],
-            "volumes": [
-                {"name": "v", "configMap": {"name": "c"}},
-                {"name": "p", "projected": {"sources": [{"secret": {"name": "s"}}]}},
-                {"name": "x", "csi": {"driver": "d", "volumeAttributes": {"secretProviderClass": "spc"}}}
-            ]
-        }))
-        .unwrap();
-        let got = uses(&pod);
-        let set = |v: &[&'static str]| v.iter().copied().collect::<BTreeSet<_>>();
-        assert_eq!(got[&cm("c")], set(&["envFrom", "init envFrom", "volume"]));
-        assert_eq!(got[&SourceRef::new(SourceKind::Secret, "s")], set(&["env", "projected"]));
-        assert_eq!(got[&SourceRef::new(SourceKind::SecretProviderClass, "spc")], set(&["csi"]));
+    fn a_reload_the_policy_status_records_holds_the_next_for_the_minimum_interval() {
+        let reload = |target: &str, ago: i64| PastReload {
+            policy: "pol".into(),
+            target: (WorkloadKind::Deployment, target.into()),
+            at: NOW - ago,
+        };
+        let interval = serde_json::json!({"minRolloutInterval": "20s"});
+        // web rolled 5 s ago: held until 20 s after that, then it rolls.
+        let e = under_policy(interval.clone(), &[reload("web", 5)]);
+        assert_eq!((e.gate.name.as_str(), e.next.action.as_str()), ("churn-limited", "roll"));
+        let until = jiff::Timestamp::from_second(NOW + 15).unwrap().to_string();
+        assert_eq!((e.gate.until.as_deref(), e.next.at.as_deref()), (Some(&*until), Some(&*until)));
+        assert!(e.gate.reason.contains("minimum interval"), "{}", e.gate.reason);
+        assert_eq!(e.exit_code, EXIT_HELD);
+        // Another target's reload, or web's long ago, holds nothing.
+        assert_eq!(under_policy(interval.clone(), &[reload("db", 5)]).gate.name, "none");
+        assert_eq!(under_policy(interval, &[reload("web", 25)]).gate.name, "none");
+        // The policy's budget (one a minute), spent by db 10 s ago: 50 s more.
+        let budget = serde_json::json!({"maxRolloutsPerMinute": 1});
+        let e = under_policy(budget.clone(), &[reload("db", 10)]);
+        assert_eq!(e.gate.name, "churn-limited");
+        assert!(
+            e.gate.reason.contains("maxRolloutsPerMinute budget of ReloadPolicy ns/pol"),
+            "{}",
+            e.gate.reason
+        );
+        let until = jiff::Timestamp::from_second(NOW + 50).unwrap().to_string();
+        assert_eq!(e.gate.until.as_deref(), Some(&*until));
+        assert_eq!(under_policy(budget, &[reload("db", 61)]).gate.name, "none");
+    }
+
+    #[test]
+    fn a_kind_listed_on_change_without_a_record_waits_for_a_change_seen_while_running() {
+        let mut info = web(&[AUTO], None);
+        info.key.kind = WorkloadKind::CronJob;
+        let op = OperatorView { listed: Some(false), ..operator() };
+        // Nothing recorded (no right to patch it): the baseline the plan would record is not.
+        let e = run(&info, Some("h1"), &op);
+        assert_eq!((e.gate.name.as_str(), e.next.action.as_str()), ("listed-on-change", "roll"));
+        assert!(
+            e.next.reason.contains("a Job is created from its job template"),
+            "{}",
+            e.next.reason
+        );
+        assert_eq!(e.exit_code, EXIT_UP_TO_DATE);
+        // A change it did not see (a stored hash that differs) waits for one it sees.
+        let stale = web(&[AUTO], Some("h0"));
+        let e = run(&stale, Some("h1"), &op);
+        assert_eq!((e.gate.name.as_str(), e.exit_code), ("listed-on-change", EXIT_HELD));
+        // Listed but recorded: the same answer as watched, and a note.
+        let op = OperatorView { listed: Some(true), ..operator() };
+        let e = run(&web(&[AUTO], Some("h1")), Some("h2"), &op);
+        assert_eq!((e.gate.name.as_str(), e.next.action.as_str()), ("none", "roll"));
+        assert!(e.notes.iter().any(|n| n.contains("listed on change")), "{:?}", e.notes);
     }
 
     #[test]

@@ -18,16 +18,21 @@
 //! - [`refusal`]: a refused Event or status write, what refused it and the backoff that follows.
 //! - [`rights`]: the operator's own rights as answered (granted, denied, unknown), how each kind
 //!   is followed under them, and when to ask again.
+//! - [`explain`]: `reloader explain`, the decisions above run on a workload read from outside
+//!   ([`pod_uses`]: how its pod spec takes each source); [`explain_policy`]: the same for a
+//!   ReloadPolicy's targets, and who else its sources roll.
 
 pub mod churn;
 pub mod csi;
 pub mod evict;
 pub mod explain;
+pub mod explain_policy;
 pub mod hash;
 pub mod jobs;
 pub mod outcome;
 pub mod pause;
 pub mod plan;
+pub mod pod_uses;
 pub mod policy_part;
 pub mod policy_plan;
 pub mod policy_status;

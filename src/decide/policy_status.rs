@@ -144,7 +144,8 @@ pub fn reported_outcome(
     }
 }
 
-fn describe_source(s: &PolicySource) -> String {
+/// A source entry in words (`ConfigMap app`, `Secret selector`).
+pub fn describe_source(s: &PolicySource) -> String {
     match (&s.name, &s.selector) {
         (Some(n), _) => format!("{:?} {n}", s.kind),
         _ => format!("{:?} selector", s.kind),

@@ -269,15 +269,7 @@ pub async fn review(client: &Client, rights: &[Right]) -> Access {
             async move {
                 let review = SelfSubjectAccessReview {
                     spec: SelfSubjectAccessReviewSpec {
-                        resource_attributes: Some(ResourceAttributes {
-                            group: Some(right.resource.group.to_string()),
-                            resource: Some(right.resource.plural.to_string()),
-                            subresource: right.resource.subresource.map(str::to_string),
-                            verb: Some(right.verb.as_str().to_string()),
-                            namespace: right.namespace.clone(),
-                            name: right.name.clone(),
-                            ..Default::default()
-                        }),
+                        resource_attributes: Some(attributes(&right)),
                         ..Default::default()
                     },
                     ..Default::default()
@@ -289,6 +281,59 @@ pub async fn review(client: &Client, rights: &[Right]) -> Access {
                         (right, Answer::Unknown)
                     }
                 }
+            }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<_>>()
+        .await;
+    Access { answers: answers.into_iter().collect() }
+}
+
+/// What a review asks about `right`.
+fn attributes(right: &Right) -> ResourceAttributes {
+    ResourceAttributes {
+        group: Some(right.resource.group.to_string()),
+        resource: Some(right.resource.plural.to_string()),
+        subresource: right.resource.subresource.map(str::to_string),
+        verb: Some(right.verb.as_str().to_string()),
+        namespace: right.namespace.clone(),
+        name: right.name.clone(),
+        ..Default::default()
+    }
+}
+
+/// Asks the API server about each right of ServiceAccount `namespace/name` (SubjectAccessReviews:
+/// `reloader explain` asking what the operator may do, with the asker's right to ask). A review
+/// that fails is [`Answer::Unknown`], as in [`review`].
+pub async fn review_of_account(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    rights: &[Right],
+) -> Access {
+    use k8s_openapi::api::authorization::v1::{SubjectAccessReview, SubjectAccessReviewSpec};
+    let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let user = format!("system:serviceaccount:{namespace}:{name}");
+    let groups = vec![
+        "system:serviceaccounts".to_string(),
+        format!("system:serviceaccounts:{namespace}"),
+        "system:authenticated".to_string(),
+    ];
+    let answers = futures::stream::iter(rights.iter().cloned())
+        .map(|right| {
+            let (api, user, groups) = (api.clone(), user.clone(), groups.clone());
+            async move {
+                let review = SubjectAccessReview {
+                    spec: SubjectAccessReviewSpec {
+                        resource_attributes: Some(attributes(&right)),
+                        user: Some(user),
+                        groups: Some(groups),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                let answer = api.create(&PostParams::default(), &review).await.ok();
+                (right, Answer::of(answer.map(|a| a.status.is_some_and(|s| s.allowed))))
             }
         })
         .buffer_unordered(8)

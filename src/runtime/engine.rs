@@ -37,7 +37,7 @@ mod mocked_api;
 mod outcome;
 mod policies;
 mod reconcile;
-mod rights;
+pub(crate) mod rights;
 mod scans;
 mod watches;
 pub(crate) mod write;
@@ -49,7 +49,7 @@ use write::*;
 
 pub use admission::{Admission, AdmissionError, admission_patch, admitted_kind};
 
-use crate::decide::churn::{RolloutLimiter, ThrottleReason};
+use crate::decide::churn::RolloutLimiter;
 use crate::decide::jobs::is_controlled;
 use crate::decide::pause;
 use crate::decide::plan::{Cause, Plan, PlanOptions, SourceFacts, plan};

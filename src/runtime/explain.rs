@@ -14,21 +14,23 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PodSpec, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::ListParams;
 use kube::core::DynamicObject;
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 
 use crate::decide::evict::{EvictStep, EvictionRecord, EvictionState};
-use crate::decide::explain::{Explanation, Inputs, OperatorView, Staged, explain, uses};
+use crate::decide::explain::{
+    Explanation, Inputs, OperatorView, PastReload, Staged, explain, uses,
+};
 use crate::decide::hash::{Hasher, SourceHashes};
 use crate::decide::plan::{PlanOptions, SourceFacts};
 use crate::decide::policy_part::{Candidate, Fallbacks};
-use crate::decide::policy_plan::ActivePolicy;
+use crate::decide::policy_plan::{ActivePolicy, target_kind};
 use crate::decide::policy_status::remembered_from_status;
 use crate::decide::selection::SelectionInputs;
 use crate::index::store::{Store, WorkloadEntry};
 use crate::kube::hash_key::KeySlot;
 use crate::kube::hashed::{Hashed, HashedKind};
 use crate::model::limits::MAX_SOURCE_LABELS;
-use crate::model::policy::ReloadPolicy;
+use crate::model::policy::{ReloadPolicy, ReloadPolicyStatus};
 use crate::model::source::{SourceKind, SourceRef, SourceState};
 use crate::model::workload::{HashMode, WorkloadInfo, WorkloadKind};
 use crate::runtime::engine::EngineConfig;
@@ -36,6 +38,29 @@ use crate::runtime::engine::write::info_of;
 
 /// What went wrong gathering the inputs (the explanation itself cannot fail).
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// What `reloader explain` is asked about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Workload(WorkloadKind, String),
+    /// `rp/<name>`, `reloadpolicy/<name>`, `reloadpolicies/<name>`.
+    Policy(String),
+}
+
+/// A workload ([`parse_target`]) or a ReloadPolicy (`rp/<name>`, `reloadpolicy/<name>`,
+/// `reloadpolicies/<name>`, any case).
+pub fn parse_any(text: &str) -> Result<Target, String> {
+    if let Some((kind, name)) = text.split_once('/') {
+        let policy = ["rp", "reloadpolicy", "reloadpolicies"];
+        if policy.contains(&kind.to_ascii_lowercase().as_str()) {
+            if name.is_empty() || name.contains('/') {
+                return Err(format!("{text:?}: expected rp/<name>"));
+            }
+            return Ok(Target::Policy(name.to_string()));
+        }
+    }
+    parse_target(text).map(|(kind, name)| Target::Workload(kind, name))
+}
 
 /// `deploy/web`, `deployment/web`, `sts/db`, `cronjobs/nightly`: a workload kind (kubectl's
 /// short names, the kind or its plural, any case) and a name.
@@ -61,12 +86,14 @@ pub fn parse_target(text: &str) -> Result<(WorkloadKind, String), String> {
 }
 
 /// The arguments of the operator's container in Deployment `namespace/name` (the container
-/// named `reloader`, else the first), for the command line to parse them as the operator does.
+/// named `reloader`, else the first), for the command line to parse them as the operator does,
+/// and the ServiceAccount its pod template names (none named: the namespace's `default`,
+/// which no install of the operator runs as, is not taken for it).
 pub async fn operator_args(
     client: &Client,
     namespace: &str,
     name: &str,
-) -> Result<Vec<String>, Error> {
+) -> Result<(Vec<String>, Option<String>), Error> {
     let deployment = Api::<Deployment>::namespaced(client.clone(), namespace).get(name).await?;
     let pod = deployment.spec.template.spec.unwrap_or_default();
     let container = pod
@@ -75,46 +102,105 @@ pub async fn operator_args(
         .find(|c| c.name == "reloader")
         .or(pod.containers.first())
         .ok_or_else(|| format!("Deployment {namespace}/{name} has no container"))?;
-    Ok(container.args.clone().unwrap_or_default())
+    let account = pod.service_account_name.clone().filter(|a| !a.is_empty());
+    Ok((container.args.clone().unwrap_or_default(), account))
 }
 
-/// Explains workload `kind`/`name` in `namespace` under the operator settings `config`.
+/// Explains workload `kind`/`name` in `namespace` under the operator settings `config` (and
+/// the rights of its ServiceAccount `account`, when given).
 pub async fn run(
     client: &Client,
     config: &EngineConfig,
     kind: WorkloadKind,
     namespace: &str,
     name: &str,
+    account: Option<(String, String)>,
 ) -> Result<Explanation, Error> {
     let api =
         Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &kind.api_resource());
     let obj = api.get(name).await?;
-    let mut info = info_of(kind, &obj, &config.keys).ok_or_else(|| {
-        format!("{kind} {namespace}/{name} is not reloaded here (a CronJob's Job)")
+    let context = Context::read(client, config, namespace, account).await?;
+    explain_object(client, config, &context, kind, &obj).await
+}
+
+/// What explain reads once per namespace: its sources as the operator sees them, its
+/// ReloadPolicies and what their status says.
+pub(crate) struct Context {
+    pub(crate) namespace: String,
+    /// The operator's ServiceAccount (`namespace`, `name`), whose rights say how it follows
+    /// each kind; `None`: not known, taken as watched.
+    account: Option<(String, String)>,
+    pub(crate) sources: Vec<(SourceRef, SourceFacts)>,
+    changed_ago: BTreeMap<SourceRef, Duration>,
+    unwatched: BTreeMap<SourceRef, String>,
+    pub(crate) policies: Vec<Candidate>,
+    staged: Vec<Staged>,
+    reloads: Vec<PastReload>,
+    pub(crate) statuses: BTreeMap<String, ReloadPolicyStatus>,
+    annotation_hasher: Hasher,
+}
+
+impl Context {
+    pub(crate) async fn read(
+        client: &Client,
+        config: &EngineConfig,
+        namespace: &str,
+        account: Option<(String, String)>,
+    ) -> Result<Context, Error> {
+        let (sources, changed_ago, unwatched) =
+            namespace_sources(client, config, namespace).await?;
+        let hash_key = KeySlot::new(&config.hash_key_namespace, &config.hash_key_secret);
+        let read = policies(client, config, namespace, &hash_key).await?;
+        Ok(Context {
+            namespace: namespace.to_string(),
+            account,
+            sources,
+            changed_ago,
+            unwatched,
+            policies: read.candidates,
+            staged: read.staged,
+            reloads: read.reloads,
+            statuses: read.statuses,
+            annotation_hasher: hasher(client, &hash_key, config.hash_mode).await?,
+        })
+    }
+}
+
+/// Explains workload `obj` of `kind` in the context's namespace.
+pub(crate) async fn explain_object(
+    client: &Client,
+    config: &EngineConfig,
+    context: &Context,
+    kind: WorkloadKind,
+    obj: &DynamicObject,
+) -> Result<Explanation, Error> {
+    let namespace = context.namespace.as_str();
+    let mut info = info_of(kind, obj, &config.keys).ok_or_else(|| {
+        format!("{kind} {namespace}/{} is not reloaded here (a CronJob's Job)", obj.name_any())
     })?;
-    let mut pod = pod_spec(kind, &obj);
+    let mut pod = pod_spec(kind, obj);
     if let Some(deployment) = info.workload_ref.clone() {
         pod = run_template_of(client, config, &mut info, &deployment).await?;
     }
     let uses = pod.as_ref().map(uses).unwrap_or_default();
-    let (sources, changed_ago, unwatched) = namespace_sources(client, config, namespace).await?;
     let mut operator = operator_view(client, config, kind, namespace).await?;
-    operator.unwatched = unwatched
-        .into_iter()
-        .filter(|(s, _)| uses.contains_key(s) || info.references.contains_key(s))
+    let rights_note =
+        follow_view(client, context.account.as_ref(), kind, namespace, &mut operator).await;
+    operator.unwatched = context
+        .unwatched
+        .iter()
+        .filter(|(s, _)| uses.contains_key(*s) || info.references.contains_key(*s))
+        .map(|(s, flag)| (s.clone(), flag.clone()))
         .collect();
-    let hash_key = KeySlot::new(&config.hash_key_namespace, &config.hash_key_secret);
-    let (policies, staged) = policies(client, config, namespace, &hash_key).await?;
-    let annotation_hasher = hasher(client, &hash_key, config.hash_mode).await?;
     let now = k8s_openapi::jiff::Timestamp::now();
-    let opts = plan_options(config, annotation_hasher, now);
+    let opts = plan_options(config, context.annotation_hasher.clone(), now);
     let (eviction, eviction_note) = eviction_step(client, config, &info, now.as_second()).await;
     let selection = Arc::new(
         SelectionInputs::of(&info.metadata_annotations, &info.template_annotations)
             .parse(&config.keys),
     );
     let mut store = Store::default();
-    for (source, facts) in &sources {
+    for (source, facts) in &context.sources {
         store.upsert_source(namespace, source.clone(), facts.clone());
     }
     let entry = WorkloadEntry { info, selection };
@@ -131,16 +217,18 @@ pub async fn run(
         uses: &uses,
         opts: &opts,
         keys: &config.keys,
-        policies: &policies,
-        sources: &sources,
+        policies: &context.policies,
+        sources: &context.sources,
         fallbacks: &fallbacks,
         operator: &operator,
-        staged: &staged,
-        changed_ago: &changed_ago,
+        staged: &context.staged,
+        changed_ago: &context.changed_ago,
         now,
         eviction: eviction.as_ref().map(|(record, step)| (record, step)),
+        reloads: &context.reloads,
     });
     explanation.notes.extend(eviction_note);
+    explanation.notes.extend(rights_note);
     Ok(explanation)
 }
 
@@ -272,7 +360,49 @@ async fn operator_view(
         max_rollouts_per_second: config.max_rollouts_per_second,
         rollout_burst: config.rollout_burst,
         webhook: config.webhook_url.is_some(),
+        listed: None,
     })
+}
+
+/// How the operator follows `kind` in `namespace` under the rights of its ServiceAccount
+/// `account`, asked with SubjectAccessReviews and decided by the operator's own rule
+/// (`runtime/engine/rights.rs`): listed on change, or not followed at all. A note when the
+/// rights cannot be asked.
+async fn follow_view(
+    client: &Client,
+    account: Option<&(String, String)>,
+    kind: WorkloadKind,
+    namespace: &str,
+    operator: &mut OperatorView,
+) -> Option<String> {
+    use crate::kube::access::{Follow, Verb, review_of_account};
+    use crate::runtime::engine::rights::{kind_rights, mode_of, workload_resource};
+    let (account_ns, account) = account?;
+    let scope = Some(namespace);
+    let rights: Vec<_> = kind_rights(kind, scope).into_iter().map(|(r, _)| r).collect();
+    let access = review_of_account(client, account_ns, account, &rights).await;
+    if access.unknown_among(&rights) == rights.len() {
+        return Some(format!(
+            "the rights of ServiceAccount {account_ns}/{account} cannot be reviewed \
+             (SubjectAccessReviews): taken as watched"
+        ));
+    }
+    match mode_of(&access, kind, scope) {
+        Follow::Watch => {}
+        Follow::ListOnChange => {
+            operator.listed = Some(access.allows(workload_resource(kind), Verb::Patch, scope));
+        }
+        Follow::Skip => {
+            operator.not_served.get_or_insert_with(|| {
+                format!(
+                    "its ServiceAccount {account_ns}/{account} may not list {} or write what a \
+                     reload of one writes",
+                    kind.plural()
+                )
+            });
+        }
+    }
+    None
 }
 
 type NamespaceSources =
@@ -405,22 +535,37 @@ fn changed_age(meta: &ObjectMeta) -> Option<Duration> {
     Duration::try_from(age).ok()
 }
 
-/// The namespace's ReloadPolicies, each with the hasher of its hash mode (`None` when its key
-/// cannot be read), and the staged ones with their targets and status. No ReloadPolicy CRD:
-/// none.
+/// The namespace's ReloadPolicies as explain reads them.
+struct PoliciesRead {
+    /// Each with the hasher of its hash mode (`None` when its key cannot be read).
+    candidates: Vec<Candidate>,
+    /// The staged ones, with their targets and status.
+    staged: Vec<Staged>,
+    /// Each target's last reload, as their status records it.
+    reloads: Vec<PastReload>,
+    /// Their status, by name.
+    statuses: BTreeMap<String, ReloadPolicyStatus>,
+}
+
+/// The namespace's ReloadPolicies ([`PoliciesRead`]). No ReloadPolicy CRD: none.
 async fn policies(
     client: &Client,
     config: &EngineConfig,
     namespace: &str,
     key: &KeySlot,
-) -> Result<(Vec<Candidate>, Vec<Staged>), Error> {
+) -> Result<PoliciesRead, Error> {
     let api = Api::<ReloadPolicy>::namespaced(client.clone(), namespace);
+    let mut read = PoliciesRead {
+        candidates: Vec::new(),
+        staged: Vec::new(),
+        reloads: Vec::new(),
+        statuses: BTreeMap::new(),
+    };
     let list = match api.list(&ListParams::default()).await {
         Ok(list) => list.items,
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(Default::default()),
+        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(read),
         Err(e) => return Err(e.into()),
     };
-    let (mut out, mut staged) = (Vec::new(), Vec::new());
     for p in list {
         let meta = p.metadata;
         let mode = p.spec.hash_mode.mode();
@@ -430,15 +575,23 @@ async fn policies(
             meta.generation,
             p.spec,
         ));
+        let status = p.status.unwrap_or_default();
+        read.reloads.extend(status.targets.iter().filter_map(|t| {
+            Some(PastReload {
+                policy: policy.name.clone(),
+                target: (target_kind(t.kind), t.name.clone()),
+                at: t.last_reload_time.as_ref()?.0.as_second(),
+            })
+        }));
         if policy.spec.rollout.is_some() {
-            let (outcomes, rollouts) =
-                p.status.as_ref().map(remembered_from_status).unwrap_or_default();
+            let (outcomes, rollouts) = remembered_from_status(&status);
             let targets = targets_of(client, config, &policy).await?;
-            staged.push(Staged { name: policy.name.clone(), targets, outcomes, rollouts });
+            read.staged.push(Staged { name: policy.name.clone(), targets, outcomes, rollouts });
         }
-        out.push((policy, hasher(client, key, mode).await.ok()));
+        read.statuses.insert(policy.name.clone(), status);
+        read.candidates.push((policy, hasher(client, key, mode).await.ok()));
     }
-    Ok((out, staged))
+    Ok(read)
 }
 
 /// A staged policy's targets now, summarised as the operator summarises them.
@@ -455,21 +608,26 @@ async fn targets_of(
         .collect();
     let mut out = Vec::new();
     for kind in kinds {
-        let api = Api::<DynamicObject>::namespaced_with(
-            client.clone(),
-            &policy.namespace,
-            &kind.api_resource(),
-        );
-        let items = match api.list(&ListParams::default()).await {
-            Ok(list) => list.items,
-            // A kind whose API is not served (no Argo Rollouts) has no targets.
-            Err(kube::Error::Api(e)) if e.code == 404 => continue,
-            Err(e) => return Err(e.into()),
-        };
+        let items = workload_objects(client, &policy.namespace, kind).await?;
         let infos = items.iter().filter_map(|o| info_of(kind, o, &config.keys));
         out.extend(infos.filter(|i| policy.target_for(i).is_some()));
     }
     Ok(out)
+}
+
+/// The workloads of `kind` in `namespace`; none when its API is not served (no Argo Rollouts).
+pub(crate) async fn workload_objects(
+    client: &Client,
+    namespace: &str,
+    kind: WorkloadKind,
+) -> Result<Vec<DynamicObject>, Error> {
+    let api =
+        Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &kind.api_resource());
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(list.items),
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(Vec::new()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The hasher of `mode`: a keyed one reads the operator's key Secret (never creates it).
@@ -478,4 +636,23 @@ async fn hasher(client: &Client, key: &KeySlot, mode: HashMode) -> Result<Hasher
         key.load_once(client, false).await.map_err(|e| format!("the hash key: {e}"))?;
     }
     key.hasher(mode).map_err(Into::into)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_target_is_a_workload_or_a_reload_policy() {
+        let policy = |name: &str| Ok(Target::Policy(name.into()));
+        assert_eq!(parse_any("rp/backend"), policy("backend"));
+        assert_eq!(parse_any("ReloadPolicy/backend"), policy("backend"));
+        assert_eq!(parse_any("reloadpolicies/backend"), policy("backend"));
+        assert!(parse_any("rp/").is_err() && parse_any("rp/a/b").is_err());
+        assert_eq!(
+            parse_any("deploy/web"),
+            Ok(Target::Workload(WorkloadKind::Deployment, "web".into()))
+        );
+        assert!(parse_any("pods/x").unwrap_err().contains("not a workload kind"));
+    }
 }

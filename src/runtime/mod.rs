@@ -4,6 +4,7 @@
 pub mod containment;
 pub mod engine;
 pub mod explain;
+pub mod explain_policy;
 pub mod memory;
 pub mod operator;
 pub mod queue;

@@ -279,3 +279,297 @@ async fn a_change_outside_its_window_is_pending_until_it_opens_and_ignore_window
         .unwrap();
     f.wait_replicasets("web", 2).await;
 }
+
+/// `args` followed by the fixture operator's flags.
+fn with_flags(f: &Fixture, args: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    out.extend(operator_flags(f));
+    out
+}
+
+async fn explain_with_flags(f: &Fixture, args: &[&str]) -> (i32, Value) {
+    let argv = with_flags(f, args);
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    explain(f, &argv).await
+}
+
+#[tokio::test]
+async fn a_rollout_held_by_a_policys_minimum_interval_is_churn_limited_until_then_and_rolls_then() {
+    use support::policies::{condition, create_policy, policy_recorded, status_where};
+    let f = Fixture::new("explain-churn").await;
+    support::install_policy_crd(&f.client).await;
+    let _op = f.operator(&[]);
+    f.configmap("settings", json!({"n": "0"})).await;
+    f.deployment("web", json!({}), env_from_cm("settings")).await;
+    create_policy(
+        &f,
+        "calm",
+        json!({
+            "sources": [{"kind": "ConfigMap", "name": "settings"}],
+            "targets": [{"kind": "Deployment", "name": "web"}],
+            "hashMode": "SHA1", "minRolloutInterval": "20s"
+        }),
+    )
+    .await;
+    status_where(&f, "calm", "Ready", |s| condition(s, "Ready") == Some(("True", "Ready"))).await;
+    policy_recorded(&f, "web").await;
+    f.patch_configmap("settings", json!({"data": {"n": "1"}})).await;
+    f.wait_replicasets("web", 2).await;
+    let reloaded = status_where(&f, "calm", "web's reload in the status", |s| {
+        s.targets.iter().any(|t| t.name == "web" && t.result.as_deref() == Some("Reloaded"))
+    })
+    .await;
+    let at = reloaded.targets[0].last_reload_time.as_ref().expect("a reload time").0;
+    f.patch_configmap("settings", json!({"data": {"n": "2"}})).await;
+    status_where(&f, "calm", "the interval to hold web back", |s| {
+        condition(s, "Throttled") == Some(("True", "RolloutsHeldBack"))
+    })
+    .await;
+
+    let (code, e) = explain_with_flags(&f, &["deploy/web"]).await;
+    assert_eq!(code, 3, "held: {e:#}");
+    assert_eq!(e["gate"]["name"], "churn-limited", "{e:#}");
+    assert!(e["gate"]["reason"].as_str().unwrap().contains("minimum interval"), "{e:#}");
+    let until: jiff::Timestamp = e["gate"]["until"].as_str().unwrap().parse().unwrap();
+    // 20 s after the reload the status records (whole seconds, the wait rounded up).
+    let after = until.as_second() - at.as_second();
+    assert!((20..=21).contains(&after), "until {until}, reloaded at {at}: {e:#}");
+    assert_eq!((&e["next"]["action"], &e["next"]["at"]), (&json!("roll"), &e["gate"]["until"]));
+    // `explain rp/calm` says the same of its target.
+    let (code, p) = explain_with_flags(&f, &["rp/calm"]).await;
+    let gate = &p["targets"][0]["gate"];
+    assert_eq!((code, &gate["name"], &gate["until"]), (3, &e["gate"]["name"], &e["gate"]["until"]));
+
+    // As predicted: web rolls again then, not before (the status keeps whole seconds).
+    f.wait_replicasets("web", 3).await;
+    let newest = f
+        .replicasets("web")
+        .await
+        .into_iter()
+        .filter_map(|r| r.metadata.creation_timestamp)
+        .map(|t| t.0)
+        .max()
+        .unwrap();
+    assert!(newest.as_second() >= until.as_second() - 2, "rolled at {newest}, predicted {until}");
+    assert!(newest.as_second() <= until.as_second() + 5, "rolled at {newest}, predicted {until}");
+    let (code, e) = explain_with_flags(&f, &["deploy/web"]).await;
+    assert_eq!((code, &e["gate"]["name"]), (0, &json!("up-to-date")), "{e:#}");
+}
+
+#[tokio::test]
+async fn a_second_target_waits_for_its_turn_while_the_first_rolls_and_rolls_after_it() {
+    use support::policies::{condition, create_policy, status_where};
+    if !support::env().local {
+        return; // Needs testenv's kwok nodes (pods whose readiness takes a while).
+    }
+    let f = Fixture::new("explain-turn").await;
+    support::install_policy_crd(&f.client).await;
+    let _op = f.operator(&[]);
+    f.configmap("settings", json!({"mode": "one"})).await;
+    for name in ["first", "second"] {
+        let mut d =
+            support::fixture::workload_json("Deployment", name, json!({}), env_from_cm("settings"));
+        d["metadata"]["labels"] = json!({"stack": "turns"});
+        // The first's rollout lasts a while: its pods are available only 15 s after Ready.
+        if name == "first" {
+            d["spec"]["minReadySeconds"] = json!(15);
+        }
+        f.create::<Deployment>(d).await;
+    }
+    create_policy(
+        &f,
+        "inturn",
+        json!({
+            "sources": [{"kind": "ConfigMap", "name": "settings"}],
+            "targets": [{"kind": "Deployment", "selector": {"matchLabels": {"stack": "turns"}}}],
+            "hashMode": "SHA1",
+            "minRolloutInterval": "0s",
+            "rollout": {"order": [{"names": ["first"]}, {"names": ["second"]}]}
+        }),
+    )
+    .await;
+    status_where(&f, "inturn", "Ready", |s| condition(s, "Ready") == Some(("True", "Ready"))).await;
+    // Both available before the change (the first after its minReadySeconds).
+    eventually("first available", TIMEOUT, || async {
+        let d = f.deployment_now("first").await;
+        (d.status?.available_replicas? >= 1).then_some(())
+    })
+    .await;
+    f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
+    status_where(&f, "inturn", "first rolling", |s| {
+        s.targets.iter().any(|t| t.name == "first" && t.rollout.as_deref() == Some("Progressing"))
+    })
+    .await;
+
+    let (code, e) = explain_with_flags(&f, &["deploy/second"]).await;
+    assert_eq!(code, 3, "held: {e:#}");
+    assert_eq!(e["gate"]["name"], "waiting-for-turn", "{e:#}");
+    let reason = e["gate"]["reason"].as_str().unwrap();
+    assert!(reason.contains("inturn") && reason.contains("Deployment first"), "{reason}");
+    // Its turn has no time: it comes when the first has rolled out.
+    assert_eq!((&e["gate"]["until"], &e["next"]["action"]), (&Value::Null, &json!("roll")));
+    assert_eq!(f.replicasets("second").await.len(), 1, "not rolled yet");
+    // As predicted: second rolls once first has rolled out.
+    f.wait_replicasets("second", 2).await;
+    let first = f.deployment_now("first").await.status.unwrap();
+    assert!(first.available_replicas.unwrap_or(0) >= 1, "first rolled out: {first:?}");
+    let (code, e) = eventually("second up to date", TIMEOUT, || async {
+        let (code, e) = explain_with_flags(&f, &["deploy/second"]).await;
+        (code == 0).then_some((code, e))
+    })
+    .await;
+    assert_eq!((code, &e["gate"]["name"]), (0, &json!("up-to-date")));
+}
+
+#[tokio::test]
+async fn under_reloaders_rbac_a_cronjob_is_listed_on_change_and_a_change_seen_creates_its_job() {
+    use k8s_openapi::api::batch::v1::{CronJob, Job};
+    let f = Fixture::new("explain-rbac").await;
+    f.configmap("app-config", json!({"a": "1"})).await;
+    let auto = json!({"reloader.stakater.com/auto": "true"});
+    f.create::<CronJob>(json!({
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": "nightly", "annotations": auto},
+        "spec": {"schedule": "0 0 1 1 *", "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "app", "image": "busybox",
+                            "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}}}}}
+    }))
+    .await;
+    f.deployment("web", auto.clone(), env_from_cm("app-config")).await;
+    // stakater/Reloader's ClusterRole: workloads listed, not watched; CronJobs not patched.
+    let account = crate::migration::bind_reloader_rbac(
+        &f,
+        include_str!("../fixtures/stakater-rbac/clusterrole.yaml"),
+    )
+    .await;
+    let kubeconfig = crate::migration::token_kubeconfig(&f, &account).await;
+    let flags = operator_flags(&f);
+    let op_args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let _op = support::Operator::start_with_env(
+        &op_args,
+        &[("KUBECONFIG", kubeconfig.as_str()), ("POD_NAMESPACE", f.name())],
+    );
+    f.wait_baseline("web").await;
+    let operator = format!("{}/{account}", f.name());
+    let (code, e) =
+        explain_with_flags(&f, &["cronjob/nightly", "--operator-account", &operator]).await;
+    assert_eq!(code, 0, "{e:#}");
+    assert_eq!(e["gate"]["name"], "listed-on-change", "{e:#}");
+    assert_eq!(e["next"]["action"], "roll", "{e:#}");
+    let next = e["next"]["reason"].as_str().unwrap();
+    assert!(next.contains("while the operator runs") && next.contains("a Job is created"), "{e:#}");
+    // The Deployment is listed too, but recorded: the usual answer, and a note.
+    let (code, d) = explain_with_flags(&f, &["deploy/web", "--operator-account", &operator]).await;
+    assert_eq!((code, &d["gate"]["name"]), (0, &json!("up-to-date")), "{d:#}");
+    assert!(d["notes"].to_string().contains("listed on change"), "{d:#}");
+
+    // As predicted: a change the operator sees creates a Job from the CronJob (and rolls web).
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    let want = support::fixture::sha1_hex(b"a=2");
+    let jobs = Api::<Job>::namespaced(f.client.clone(), f.name());
+    eventually("a Job of nightly with the new hash", TIMEOUT, || async {
+        let list = jobs.list(&Default::default()).await.ok()?;
+        let found = list.items.iter().any(|j| {
+            let owned =
+                j.owner_references().iter().any(|o| o.kind == "CronJob" && o.name == "nightly");
+            let env = j
+                .spec
+                .as_ref()
+                .and_then(|s| serde_json::to_value(&s.template).ok())
+                .map(|t| support::invariants::template_env(&t))
+                .unwrap_or_default();
+            owned && env.get("STAKATER_APP_CONFIG_CONFIGMAP") == Some(&want)
+        });
+        found.then_some(())
+    })
+    .await;
+    f.wait_replicasets("web", 2).await;
+    // Still nothing recorded on the CronJob: the same answer.
+    let (code, e) =
+        explain_with_flags(&f, &["cronjob/nightly", "--operator-account", &operator]).await;
+    assert_eq!((code, &e["gate"]["name"]), (0, &json!("listed-on-change")), "{e:#}");
+}
+
+#[tokio::test]
+async fn explain_rp_explains_each_target_and_who_else_its_source_rolls() {
+    use support::policies::{condition, create_policy, policy_recorded, status_where};
+    let f = Fixture::new("explain-rp").await;
+    support::install_policy_crd(&f.client).await;
+    let op = f.operator(&[]);
+    f.configmap("shared", json!({"v": "1"})).await;
+    f.deployment("api", json!({}), env_from_cm("shared")).await;
+    f.deployment("worker", json!({}), env_from_cm("shared")).await;
+    // Who else: a Deployment annotation mode rolls for it, and another policy.
+    f.deployment("sidecar", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("shared"))
+        .await;
+    let policy = |targets: Value| {
+        json!({"sources": [{"kind": "ConfigMap", "name": "shared"}], "targets": targets,
+               "hashMode": "SHA1", "minRolloutInterval": "0s"})
+    };
+    create_policy(
+        &f,
+        "backend",
+        policy(json!([
+            {"kind": "Deployment", "name": "api"}, {"kind": "Deployment", "name": "worker"}
+        ])),
+    )
+    .await;
+    create_policy(&f, "audit", policy(json!([{"kind": "Deployment", "name": "sidecar"}]))).await;
+    status_where(&f, "backend", "Ready", |s| {
+        condition(s, "Ready") == Some(("True", "Ready")) && s.resolved_targets == Some(2)
+    })
+    .await;
+    policy_recorded(&f, "api").await;
+    policy_recorded(&f, "worker").await;
+    f.wait_baseline("sidecar").await;
+
+    let (code, e) = explain_with_flags(&f, &["rp/backend"]).await;
+    assert_eq!(code, 0, "{e:#}");
+    assert_eq!((&e["policy"]["name"], &e["mode"]), (&json!("backend"), &json!("live")), "{e:#}");
+    let ready = e["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap();
+    assert_eq!(ready["status"], "True", "{e:#}");
+    let names: Vec<&str> = e["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["workload"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["api", "worker"], "{e:#}");
+    assert!(e["targets"].as_array().unwrap().iter().all(|t| t["gate"]["name"] == "up-to-date"));
+    let source = &e["sources"][0];
+    assert_eq!((&source["kind"], &source["name"]), (&json!("ConfigMap"), &json!("shared")));
+    assert_eq!(source["workloads"], json!(["Deployment sidecar (auto)"]), "{e:#}");
+    assert_eq!(source["policies"], json!(["audit"]), "{e:#}");
+    // The text names the same.
+    let text = Command::new(BIN)
+        .args(["explain", "reloadpolicy/backend", "-n", f.name()])
+        .env("KUBECONFIG", &support::env().kubeconfig)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("also rolls: Deployment sidecar (auto), ReloadPolicy audit"), "{text}");
+
+    // The operator stops; the source changes: both targets roll next (exit 2), and do.
+    let _ = op.stop();
+    f.patch_configmap("shared", json!({"data": {"v": "2"}})).await;
+    let (code, e) = explain_with_flags(&f, &["rp/backend"]).await;
+    assert_eq!(code, 2, "{e:#}");
+    for t in e["targets"].as_array().unwrap() {
+        assert_eq!(
+            (&t["gate"]["name"], &t["next"]["action"]),
+            (&json!("none"), &json!("roll")),
+            "{e:#}"
+        );
+    }
+    assert_eq!(e["next"]["action"], "roll", "{e:#}");
+    let _op = f.operator(&[]);
+    f.wait_replicasets("api", 2).await;
+    f.wait_replicasets("worker", 2).await;
+    let (code, e) = eventually("the policy's targets up to date", TIMEOUT, || async {
+        let (code, e) = explain_with_flags(&f, &["rp/backend"]).await;
+        (code == 0).then_some((code, e))
+    })
+    .await;
+    assert_eq!(code, 0, "{e:#}");
+}

@@ -470,18 +470,7 @@ impl Reconciler {
     ) {
         let key = &info.key;
         self.metrics.rollouts_throttled.with_label_values(&[held.reason.as_str()]).inc();
-        let why = match held.reason {
-            ThrottleReason::MinInterval => format!(
-                "it rolled less than {min_interval:?} ago (minimum interval between rollouts)"
-            ),
-            ThrottleReason::Budget => {
-                "the cluster-wide rollout budget is spent (--max-rollouts-per-second)".into()
-            }
-            ThrottleReason::PolicyBudget => format!(
-                "the maxRolloutsPerMinute budget of ReloadPolicy {} is spent",
-                held.group.as_deref().unwrap_or_default()
-            ),
-        };
+        let why = held.describe(min_interval);
         let first = self.memory.throttled_begins(key);
         self.policies.report_throttled(parts, &why, first).await;
         if first {

@@ -563,7 +563,7 @@ impl Rights {
 }
 
 /// The resource RBAC names for a workload kind.
-pub(super) fn workload_resource(kind: WorkloadKind) -> Resource {
+pub(crate) fn workload_resource(kind: WorkloadKind) -> Resource {
     match kind {
         WorkloadKind::Deployment => Resource::new("apps", "deployments"),
         WorkloadKind::DaemonSet => Resource::new("apps", "daemonsets"),
@@ -597,7 +597,7 @@ fn write_rights(kind: WorkloadKind) -> Vec<(Resource, Verb)> {
 
 /// The rights a workload kind is followed and reloaded with in `ns`, with what happens
 /// without each.
-fn kind_rights(kind: WorkloadKind, ns: Option<&str>) -> Vec<(Right, &'static str)> {
+pub(crate) fn kind_rights(kind: WorkloadKind, ns: Option<&str>) -> Vec<(Right, &'static str)> {
     let r = workload_resource(kind);
     let mut out = vec![
         (Right::new(r, Verb::List, ns), "the kind is not reloaded"),
@@ -622,7 +622,7 @@ fn kind_rights(kind: WorkloadKind, ns: Option<&str>) -> Vec<(Right, &'static str
 }
 
 /// How `kind` is followed in `ns` under `access` (see [`Follow::choose`]).
-fn mode_of(access: &Access, kind: WorkloadKind, ns: Option<&str>) -> Follow {
+pub(crate) fn mode_of(access: &Access, kind: WorkloadKind, ns: Option<&str>) -> Follow {
     let r = workload_resource(kind);
     let writes: Vec<Answer> =
         write_rights(kind).into_iter().map(|(res, v)| access.answer_of(res, v, ns)).collect();
