@@ -632,3 +632,59 @@ async fn on_a_kind_listed_on_change_every_eviction_step_runs() {
     let d = api.get("web").await.unwrap();
     assert_eq!(d.spec.template, created.spec.template, "template untouched");
 }
+
+/// A policy's eviction rollout that fails is reported in the policy's status like any failed
+/// rollout: the target's `rollout` is `Failed`, `rolloutMessage` gives the reason, and
+/// `reloader_rollouts_total{result="failed"}` counts it.
+#[tokio::test]
+async fn a_policys_failed_eviction_is_failed_with_its_reason_in_the_status() {
+    if !pods_run_here() {
+        return;
+    }
+    let f = Fixture::new("evict-policy-fail").await;
+    support::install_policy_crd(&f.client).await;
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let op = f.operator(&["--rollout-timeout", "6s"]);
+    // Pods created from a moment on never become Ready: the first pods are up before it.
+    let bad_from =
+        k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(10);
+    let marker = json!({"testenv.reloader.rs/unready-if-created-after": bad_from.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()});
+    let mut web = workload_json("Deployment", "web", json!({}), env_from_cm("settings"));
+    web["spec"]["replicas"] = json!(2);
+    web["spec"]["template"]["metadata"]["annotations"] = marker;
+    f.create::<Deployment>(web).await;
+    support::policies::create_policy(
+        &f,
+        "web",
+        json!({
+            "sources": [{"kind": "ConfigMap", "name": "settings"}],
+            "targets": [{"kind": "Deployment", "name": "web"}],
+            "strategy": "Evict"
+        }),
+    )
+    .await;
+    let api: Api<Deployment> = Api::namespaced(f.client.clone(), f.name());
+    eventually("web available with its policy record", TIMEOUT, || async {
+        let d = api.get("web").await.ok()?;
+        (d.status.as_ref()?.available_replicas == Some(2)
+            && d.annotations().contains_key("reloader.rs/policy-hashes"))
+        .then_some(())
+    })
+    .await;
+    let wait = bad_from.duration_since(k8s_openapi::jiff::Timestamp::now());
+    if wait.is_positive() {
+        tokio::time::sleep(Duration::try_from(wait).unwrap() + Duration::from_secs(1)).await;
+    }
+
+    f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
+    let s = support::policies::status_where(&f, "web", "the target's rollout failed", |s| {
+        s.targets.iter().any(|t| t.rollout.as_deref() == Some("Failed"))
+    })
+    .await;
+    let target = &s.targets[0];
+    let message = target.rollout_message.clone().unwrap_or_default();
+    assert!(message.contains("EvictionTimeout"), "{s:?}");
+    let metrics = op.metrics().await;
+    assert!(metrics.contains("reloader_rollouts_total{result=\"failed\"} 1"), "{metrics}");
+    assert_eq!(op.lines_with(EVICTED).len(), 1, "no eviction after the failure");
+}
