@@ -17,12 +17,28 @@ use crate::model::workload::{ROLLOUT_STRATEGY_ANNOTATION, WorkloadInfo, Workload
 pub use crate::model::workload::EVICTION_ANNOTATION;
 
 /// The value of [`EVICTION_ANNOTATION`]: the content the workload is rolled to (a hash of the
-/// record that started the rollout) and when the rollout started, seconds since the epoch.
+/// record that started the rollout), when the rollout started, seconds since the epoch, and
+/// how many pods it may make unavailable at once (written with the start, so a look after a
+/// restart of the operator, or `explain`, goes on with the same bound; absent when 1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EvictionRecord {
     pub content: String,
     #[serde(rename = "startedAt")]
     pub started_at: i64,
+    #[serde(
+        rename = "maxUnavailable",
+        default = "default_max_unavailable",
+        skip_serializing_if = "is_default_max_unavailable"
+    )]
+    pub max_unavailable: u32,
+}
+
+fn default_max_unavailable() -> u32 {
+    DEFAULT_MAX_UNAVAILABLE
+}
+
+fn is_default_max_unavailable(n: &u32) -> bool {
+    *n == DEFAULT_MAX_UNAVAILABLE
 }
 
 impl EvictionRecord {
@@ -32,7 +48,10 @@ impl EvictionRecord {
         if value.len() > 1024 {
             return None;
         }
-        serde_json::from_str(value).ok()
+        let mut record: Self = serde_json::from_str(value).ok()?;
+        // Anyone who may write the workload may write this: held to the bounds a setting has.
+        record.max_unavailable = record.max_unavailable.clamp(1, MAX_MAX_UNAVAILABLE);
+        Some(record)
     }
 
     pub fn to_value(&self) -> String {
@@ -45,8 +64,34 @@ pub fn evictable(kind: WorkloadKind) -> bool {
     matches!(kind, WorkloadKind::Deployment | WorkloadKind::StatefulSet | WorkloadKind::DaemonSet)
 }
 
-/// Pods at most unavailable at once in an eviction rollout (no setting yet).
-pub const MAX_UNAVAILABLE: u32 = 1;
+/// Pods at most unavailable at once in an eviction rollout unless set otherwise (a policy's
+/// `evict.maxUnavailable`, the annotation [`MAX_UNAVAILABLE_ANNOTATION`]).
+pub const DEFAULT_MAX_UNAVAILABLE: u32 = 1;
+
+/// The largest `maxUnavailable` taken (the CRD's bound too).
+pub const MAX_MAX_UNAVAILABLE: u32 = 1000;
+
+pub use crate::model::workload::EVICT_MAX_UNAVAILABLE_ANNOTATION as MAX_UNAVAILABLE_ANNOTATION;
+
+/// The value of [`MAX_UNAVAILABLE_ANNOTATION`]: a whole number from 1 to
+/// [`MAX_MAX_UNAVAILABLE`]; anything else is refused with why (the workload's tenant wrote it).
+pub fn parse_max_unavailable(value: &str) -> Result<u32, String> {
+    let value = value.trim();
+    let refused = || {
+        format!(
+            "{MAX_UNAVAILABLE_ANNOTATION}: {:?} is not a whole number from 1 to \
+             {MAX_MAX_UNAVAILABLE}; evictions go one pod at a time",
+            crate::model::limits::truncate(value, 64)
+        )
+    };
+    if value.len() > 8 {
+        return Err(refused());
+    }
+    match value.parse::<u32>() {
+        Ok(n) if (1..=MAX_MAX_UNAVAILABLE).contains(&n) => Ok(n),
+        _ => Err(refused()),
+    }
+}
 
 /// Whether annotation mode rolls `info` by eviction: annotated
 /// `reloader.rs/rollout-strategy: evict`, of a kind whose controller replaces an evicted pod.
@@ -98,7 +143,6 @@ pub struct EvictionState<'a> {
     pub record: &'a EvictionRecord,
     /// How many pods the workload wants (`spec.replicas`, a DaemonSet's scheduled count).
     pub desired: i32,
-    pub max_unavailable: u32,
     /// The workload's `minReadySeconds`: a pod counts as available once Ready that long.
     pub min_ready_seconds: i64,
     /// The last time the rollout moved (its start, or its last eviction), seconds.
@@ -172,7 +216,7 @@ pub fn step(state: &EvictionState<'_>) -> EvictStep {
         };
     }
     order(state.kind, &mut old);
-    let budget = usize::try_from(state.max_unavailable.max(1)).unwrap_or(1);
+    let budget = usize::try_from(state.record.max_unavailable.max(1)).unwrap_or(1);
     // Not-Ready old pods first and free of the budget; a StatefulSet strictly in its order.
     let mut chosen = Vec::new();
     let mut spent = unavailable;
@@ -261,7 +305,7 @@ mod tests {
     }
 
     fn record() -> EvictionRecord {
-        EvictionRecord { content: "c".into(), started_at: START }
+        EvictionRecord { content: "c".into(), started_at: START, max_unavailable: 1 }
     }
 
     fn state<'a>(
@@ -274,7 +318,6 @@ mod tests {
             pods,
             record,
             desired: i32::try_from(pods.len()).unwrap(),
-            max_unavailable: 1,
             min_ready_seconds: 0,
             last_progress: START,
             refused_until: None,
@@ -340,20 +383,57 @@ mod tests {
 
     #[test]
     fn max_unavailable_bounds_the_pods_evicted_at_once() {
-        let r = record();
+        let r = EvictionRecord { max_unavailable: 2, ..record() };
         let pods: Vec<PodView> = (0..5).map(|i| pod(&format!("web-{i}"), 10 + i, true)).collect();
-        let mut s = state(WorkloadKind::Deployment, &pods, &r);
-        s.max_unavailable = 2;
+        let s = state(WorkloadKind::Deployment, &pods, &r);
         assert_eq!(step(&s), EvictStep::Evict(vec!["web-0".into(), "web-1".into()]));
         // One replacement not Ready yet: one more.
         let mut pods = pods;
         pods[0] = pod("web-new", START + 1, false);
-        let mut s = state(WorkloadKind::Deployment, &pods, &r);
-        s.max_unavailable = 2;
-        assert_eq!(step(&s), EvictStep::Evict(vec!["web-1".into()]));
+        assert_eq!(
+            step(&state(WorkloadKind::Deployment, &pods, &r)),
+            EvictStep::Evict(vec!["web-1".into()])
+        );
+        // Two going away: none until one is back.
+        pods[1].deleting = true;
+        assert!(matches!(
+            step(&state(WorkloadKind::Deployment, &pods, &r)),
+            EvictStep::Wait { .. }
+        ));
         // Zero is taken as one.
-        s.max_unavailable = 0;
+        let zero = EvictionRecord { max_unavailable: 0, ..record() };
+        pods[1].deleting = false;
+        assert!(matches!(
+            step(&state(WorkloadKind::Deployment, &pods, &zero)),
+            EvictStep::Wait { .. }
+        ));
+        // A StatefulSet takes as many, highest ordinals first.
+        let three = EvictionRecord { max_unavailable: 3, ..record() };
+        let pods: Vec<PodView> = (0..4).map(|i| pod(&format!("db-{i}"), 1, true)).collect();
+        assert_eq!(
+            step(&state(WorkloadKind::StatefulSet, &pods, &three)),
+            EvictStep::Evict(vec!["db-3".into(), "db-2".into(), "db-1".into()])
+        );
+    }
+
+    #[test]
+    fn a_daemonset_is_evicted_like_a_deployment_up_to_its_scheduled_count() {
+        let r = record();
+        let pods = [pod("agent-x", 1, true), pod("agent-y", 2, true), pod("agent-z", 3, true)];
+        assert_eq!(
+            step(&state(WorkloadKind::DaemonSet, &pods, &r)),
+            EvictStep::Evict(vec!["agent-x".into()])
+        );
+        // One evicted and not yet back on its node: wait; back and Ready: the next.
+        let mut s = state(WorkloadKind::DaemonSet, &pods[1..], &r);
+        s.desired = 3;
         assert!(matches!(step(&s), EvictStep::Wait { .. }));
+        let pods =
+            [pod("agent-w", START + 2, true), pod("agent-y", 2, true), pod("agent-z", 3, true)];
+        assert_eq!(
+            step(&state(WorkloadKind::DaemonSet, &pods, &r)),
+            EvictStep::Evict(vec!["agent-y".into()])
+        );
     }
 
     #[test]
@@ -428,6 +508,28 @@ mod tests {
         assert_eq!(EvictionRecord::parse("nope"), None);
         let huge = format!(r#"{{"content":"{}","startedAt":1}}"#, "x".repeat(2000));
         assert_eq!(EvictionRecord::parse(&huge), None);
+        // One pod at a time is the default and is not written; more is, and read back; a
+        // value out of bounds written by hand is held to them.
+        assert_eq!(record().to_value(), format!(r#"{{"content":"c","startedAt":{START}}}"#));
+        let two = EvictionRecord { max_unavailable: 2, ..record() };
+        assert!(two.to_value().contains(r#""maxUnavailable":2"#), "{}", two.to_value());
+        assert_eq!(EvictionRecord::parse(&two.to_value()), Some(two));
+        let zero = EvictionRecord::parse(r#"{"content":"c","startedAt":1,"maxUnavailable":0}"#);
+        assert_eq!(zero.map(|r| r.max_unavailable), Some(1));
+        let huge = r#"{"content":"c","startedAt":1,"maxUnavailable":4000000000}"#;
+        assert_eq!(EvictionRecord::parse(huge).map(|r| r.max_unavailable), Some(1000));
+    }
+
+    #[test]
+    fn the_max_unavailable_annotation_is_a_bounded_whole_number() {
+        assert_eq!(parse_max_unavailable("2"), Ok(2));
+        assert_eq!(parse_max_unavailable(" 1000 "), Ok(1000));
+        for bad in ["0", "-1", "1001", "25%", "two", "", "99999999999999999999"] {
+            let why = parse_max_unavailable(bad).expect_err(bad);
+            assert!(why.contains(MAX_UNAVAILABLE_ANNOTATION), "{why}");
+        }
+        let long = parse_max_unavailable(&"9".repeat(10_000)).unwrap_err();
+        assert!(long.len() < 300, "{long}");
     }
 
     #[test]
@@ -447,7 +549,7 @@ mod tests {
         assert!(!chosen(&info) && recorded(&info).is_none());
         info.metadata_annotations.insert(ROLLOUT_STRATEGY_ANNOTATION.into(), " Evict ".into());
         assert!(chosen(&info));
-        let record = EvictionRecord { content: "c".into(), started_at: 7 };
+        let record = EvictionRecord { content: "c".into(), started_at: 7, max_unavailable: 1 };
         info.metadata_annotations.insert(EVICTION_ANNOTATION.into(), record.to_value());
         assert_eq!(recorded(&info), Some(record.clone()));
         info.metadata_annotations.insert(EVICTION_ANNOTATION.into(), "{garbled".into());

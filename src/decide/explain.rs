@@ -870,7 +870,8 @@ mod tests {
 
     #[test]
     fn an_eviction_under_way_is_the_gate_until_it_has_rolled_out() {
-        let record = EvictionRecord { content: "c0ffee".into(), started_at: NOW - 30 };
+        let record =
+            EvictionRecord { content: "c0ffee".into(), started_at: NOW - 30, max_unavailable: 1 };
         let current = web(&[AUTO], Some("h1"));
         let explain_step = |step: EvictStep| {
             run_with(&current, Some("h1"), &operator(), &BTreeMap::new(), Some((&record, &step)))

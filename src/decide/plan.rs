@@ -205,6 +205,9 @@ pub fn plan(
     };
     let rolled = out.changes.iter().map(|c| (&c.source, c.hash.as_str()));
     out.template = template_write(trigger, first, env, rolled, &write);
+    if let Some(n) = selection.evict_max_unavailable {
+        out.template = out.template.map(|w| w.evicting_at_most(n));
+    }
     if new_record != planner.record {
         out.record = Some(new_record);
     }
@@ -981,8 +984,15 @@ mod tests {
         let o = opts(Strategy::Evict);
         let p = run(&w, &[(cm("app-config"), facts("h2"))], &o);
         let Some(TemplateWrite::Evict(record)) = &p.template else { panic!("{p:?}") };
-        assert_eq!(record.started_at, o.now);
+        assert_eq!((record.started_at, record.max_unavailable), (o.now, 1));
         assert_eq!(p.record, record_of(&[(cm("app-config"), "h2")]));
+        // The workload's bound on pods unavailable at once goes into the record.
+        let mut two = w.clone();
+        let key = crate::decide::evict::MAX_UNAVAILABLE_ANNOTATION;
+        two.metadata_annotations.insert(key.into(), "2".into());
+        let p = run(&two, &[(cm("app-config"), facts("h2"))], &o);
+        let Some(TemplateWrite::Evict(record)) = &p.template else { panic!("{p:?}") };
+        assert_eq!(record.max_unavailable, 2);
         // Up to date: nothing.
         let w = with_record(workload(), &[(cm("app-config"), "h2")]);
         assert!(run(&w, &[(cm("app-config"), facts("h2"))], &o).is_noop());
@@ -990,14 +1000,19 @@ mod tests {
 
     #[test]
     fn an_eviction_beside_a_template_write_is_dropped_and_two_are_one() {
-        let evict = |c: &str| {
+        let evict = |c: &str, max_unavailable: u32| {
             TemplateWrite::Evict(crate::decide::evict::EvictionRecord {
                 content: c.into(),
                 started_at: 1,
+                max_unavailable,
             })
         };
         let restart = TemplateWrite::restart("t");
-        assert_eq!(TemplateWrite::combine(Some(evict("a")), Some(restart.clone())), Some(restart));
-        assert_eq!(TemplateWrite::combine(Some(evict("a")), Some(evict("b"))), Some(evict("a")));
+        let combine = TemplateWrite::combine;
+        assert_eq!(combine(Some(evict("a", 1)), Some(restart.clone())), Some(restart));
+        assert_eq!(combine(Some(evict("a", 1)), Some(evict("b", 1))), Some(evict("a", 1)));
+        // Two writers' bounds: the smaller holds.
+        assert_eq!(combine(Some(evict("a", 3)), Some(evict("b", 2))), Some(evict("a", 2)));
+        assert_eq!(combine(Some(evict("a", 2)), Some(evict("b", 3))), Some(evict("a", 2)));
     }
 }

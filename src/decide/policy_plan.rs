@@ -359,6 +359,8 @@ pub fn plan_policy(
     };
     let rolled = out.changes.iter().map(|c| (&c.source, c.hash.as_str()));
     out.template = template_write(trigger, first, env, rolled, write);
+    let max_unavailable = crate::model::policy::PolicyEvict::max_unavailable(spec.evict.as_ref());
+    out.template = out.template.map(|w| w.evicting_at_most(max_unavailable));
     out
 }
 
@@ -783,9 +785,34 @@ mod tests {
             plan_policy(w, &p, &p.spec.targets[0], &r, &[], &at(7, "t"), false).template
         };
         let Some(TemplateWrite::Evict(record)) = run(&w) else { panic!("{:?}", run(&w)) };
-        assert_eq!(record.started_at, 7);
+        assert_eq!((record.started_at, record.max_unavailable), (7, 1));
         w.key.kind = WorkloadKind::CronJob;
         assert_eq!(run(&w), Some(TemplateWrite::restart("t")));
+    }
+
+    #[test]
+    fn policy_evict_max_unavailable_goes_into_the_record() {
+        let p = active(spec(json!({"sources": [{"kind": "ConfigMap", "name": "c"}],
+            "targets": [{"kind": "Deployment", "name": "api"}], "strategy": "Evict",
+            "evict": {"maxUnavailable": 2}})));
+        let r = resolved("h2", Some(20));
+        let w = workload(&[]);
+        let write = plan_policy(&w, &p, &p.spec.targets[0], &r, &[], &at(7, "t"), false).template;
+        let Some(TemplateWrite::Evict(record)) = write else { panic!("{write:?}") };
+        assert_eq!(record.max_unavailable, 2);
+        // Out of bounds (the API server refuses it; held to the bounds all the same).
+        use crate::model::policy::PolicyEvict;
+        let evict = |n| PolicyEvict { max_unavailable: Some(n) };
+        assert_eq!(PolicyEvict::max_unavailable(None), 1);
+        assert_eq!(PolicyEvict::max_unavailable(Some(&evict(-3))), 1);
+        assert_eq!(PolicyEvict::max_unavailable(Some(&evict(5))), 5);
+        // Ignored by the other strategies.
+        let restart = active(spec(json!({"sources": [{"kind": "ConfigMap", "name": "c"}],
+            "targets": [{"kind": "Deployment", "name": "api"}], "strategy": "Restart",
+            "evict": {"maxUnavailable": 2}})));
+        let write =
+            plan_policy(&w, &restart, &restart.spec.targets[0], &r, &[], &at(7, "t"), false);
+        assert_eq!(write.template, Some(TemplateWrite::restart("t")));
     }
 
     #[test]

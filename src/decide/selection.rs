@@ -135,6 +135,9 @@ pub struct Selection {
     /// `reloader.rs/argo-restart`: how an Argo Rollout is reloaded (an unknown value is
     /// reported and taken as the default, the template).
     pub argo_restart: ArgoRestart,
+    /// `reloader.rs/evict-max-unavailable`: pods an eviction rollout may make unavailable at
+    /// once (`None`: unset, or refused and reported; one at a time then).
+    pub evict_max_unavailable: Option<u32>,
 }
 
 impl Selection {
@@ -208,6 +211,12 @@ impl Selection {
                         limits::truncate(value, 64)
                     ),
                 )),
+            }
+        }
+        if let Some(value) = metadata.get(crate::decide::evict::MAX_UNAVAILABLE_ANNOTATION) {
+            match crate::decide::evict::parse_max_unavailable(value) {
+                Ok(n) => selection.evict_max_unavailable = Some(n),
+                Err(why) => selection.violations.push(LimitViolation::new("evict", why)),
             }
         }
         selection
@@ -389,6 +398,23 @@ mod tests {
             Selection::parse(&keys, &map(&[]), &map(&[(ARGO_RESTART_ANNOTATION, "restart-at")]));
         assert_eq!(from_template.argo_restart, ArgoRestart::Template);
         assert_eq!(Selection::default().argo_restart, ArgoRestart::Template);
+    }
+
+    #[test]
+    fn evict_max_unavailable_is_read_from_the_metadata_and_a_bad_value_reported() {
+        use crate::decide::evict::MAX_UNAVAILABLE_ANNOTATION as KEY;
+        let keys = AnnotationKeys::default();
+        let parse = |value: &str| Selection::parse(&keys, &map(&[(KEY, value)]), &map(&[]));
+        let two = parse("2");
+        assert_eq!((two.evict_max_unavailable, two.violations.len()), (Some(2), 0));
+        let bad = parse("lots");
+        assert_eq!(bad.evict_max_unavailable, None);
+        let limits: Vec<&str> = bad.violations.iter().map(|v| v.limit).collect();
+        assert_eq!(limits, ["evict"]);
+        assert!(bad.violations[0].detail.contains(KEY), "{:?}", bad.violations);
+        assert_eq!(parse("0").evict_max_unavailable, None);
+        let from_template = Selection::parse(&keys, &map(&[]), &map(&[(KEY, "3")]));
+        assert_eq!(from_template.evict_max_unavailable, None);
     }
 
     #[test]

@@ -311,7 +311,11 @@ mod tests {
 
     #[test]
     fn an_eviction_writes_its_record_on_the_metadata_and_nothing_in_the_template() {
-        let record = crate::decide::evict::EvictionRecord { content: "c".into(), started_at: 7 };
+        let record = crate::decide::evict::EvictionRecord {
+            content: "c".into(),
+            started_at: 7,
+            max_unavailable: 1,
+        };
         let plan = Plan {
             template: Some(TemplateWrite::Evict(record.clone())),
             record: Some(BTreeMap::new()),

@@ -9,7 +9,9 @@
 
 use serde::Serialize;
 
-use crate::decide::evict::{EvictionRecord, content_of, evictable};
+use crate::decide::evict::{
+    DEFAULT_MAX_UNAVAILABLE, EvictionRecord, MAX_MAX_UNAVAILABLE, content_of, evictable,
+};
 use crate::model::naming::env_var_name;
 use crate::model::source::SourceRef;
 use crate::model::strategy::{ArgoRestart, Strategy};
@@ -74,6 +76,15 @@ impl TemplateWrite {
             key: RESTARTED_AT_ANNOTATION.to_string(),
             value: now_rfc3339.to_string(),
         }
+    }
+
+    /// An eviction's write that lets its rollout make `max_unavailable` pods unavailable at
+    /// once; any other write as it is.
+    pub fn evicting_at_most(mut self, max_unavailable: u32) -> TemplateWrite {
+        if let TemplateWrite::Evict(record) = &mut self {
+            record.max_unavailable = max_unavailable.clamp(1, MAX_MAX_UNAVAILABLE);
+        }
+        self
     }
 
     /// The eviction record a write starts, if it is an eviction (alone: one combined with a
@@ -145,10 +156,12 @@ impl TemplateWrite {
                 TemplateWrite::RolloutRestartAt(at) => {
                     restart_at.get_or_insert(at);
                 }
-                // Two evictions are one; beside a template write, an eviction is dropped (the
-                // write restarts every pod).
+                // Two evictions are one, under the smaller of their bounds; beside a template
+                // write, an eviction is dropped (the write restarts every pod).
                 TemplateWrite::Evict(record) => {
-                    eviction.get_or_insert(record);
+                    let bound = record.max_unavailable;
+                    let kept = eviction.get_or_insert(record);
+                    kept.max_unavailable = kept.max_unavailable.min(bound);
                 }
                 other => rest.push(other),
             }
@@ -354,7 +367,8 @@ pub fn template_write<'a>(
         }
         Trigger::Template(Strategy::Evict) => first.map(|_| {
             let content = content_of(rolled.into_iter().map(|(s, h)| (s.to_string(), h)));
-            TemplateWrite::Evict(EvictionRecord { content, started_at: write.now })
+            let max_unavailable = DEFAULT_MAX_UNAVAILABLE;
+            TemplateWrite::Evict(EvictionRecord { content, started_at: write.now, max_unavailable })
         }),
     }
 }

@@ -61,6 +61,10 @@ pub struct ReloadPolicySpec {
     #[serde(default)]
     pub argo_restart: ArgoRestart,
 
+    /// With `strategy: Evict`: how the targets' pods are evicted. Other strategies ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evict: Option<PolicyEvict>,
+
     /// Changes arriving within this window become one rollout (e.g. `5s`; at most `1h`).
     /// Defaults to the operator's `--debounce`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -171,6 +175,26 @@ pub struct PolicyTarget {
     /// container).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub containers: Option<Vec<String>>,
+}
+
+/// How the `Evict` strategy restarts a target's pods.
+#[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyEvict {
+    /// Pods of one target evicted and not yet Ready again at most at once (the target's own
+    /// pods that are not Ready count); the next pod waits until a replacement is Ready.
+    /// Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 1 && self <= 1000").message("evict.maxUnavailable must be between 1 and 1000"))]
+    pub max_unavailable: Option<i32>,
+}
+
+impl PolicyEvict {
+    /// `maxUnavailable` as the rollout takes it: 1 unless set (a value the API server would
+    /// refuse, as in a policy written before the validation, is held to its bounds).
+    pub fn max_unavailable(evict: Option<&PolicyEvict>) -> u32 {
+        evict.and_then(|e| e.max_unavailable).map_or(1, |n| u32::try_from(n).unwrap_or(1))
+    }
 }
 
 /// Staged rollouts of a policy's targets.

@@ -45,6 +45,10 @@ pub const ROLLOUT_STRATEGY_ANNOTATION: &str = "reloader.rs/rollout-strategy";
 /// content it rolls to and since when (see `decide::evict`).
 pub const EVICTION_ANNOTATION: &str = "reloader.rs/eviction";
 
+/// With the `Evict` strategy in annotation mode: how many of the workload's pods an eviction
+/// rollout may make unavailable at once (a whole number, default 1; see `decide::evict`).
+pub const EVICT_MAX_UNAVAILABLE_ANNOTATION: &str = "reloader.rs/evict-max-unavailable";
+
 /// The pod-template annotation `kubectl rollout restart` sets; the restart strategy writes it.
 pub const RESTARTED_AT_ANNOTATION: &str = "kubectl.kubernetes.io/restartedAt";
 
@@ -220,6 +224,7 @@ impl WorkloadInfo {
         wanted.push(RESTARTED_AT_ANNOTATION);
         wanted.push(ROLLOUT_STRATEGY_ANNOTATION);
         wanted.push(EVICTION_ANNOTATION);
+        wanted.push(EVICT_MAX_UNAVAILABLE_ANNOTATION);
         let filter = |annotations: Option<&BTreeMap<String, String>>| {
             annotations
                 .into_iter()

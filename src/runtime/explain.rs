@@ -257,7 +257,6 @@ async fn eviction_step(
         pods: &pods.pods,
         record: &record,
         desired: pods.desired,
-        max_unavailable: crate::decide::evict::MAX_UNAVAILABLE,
         min_ready_seconds: pods.min_ready_seconds,
         // The operator remembers its last eviction; from outside, the newest pod's creation
         // (a replacement's) says when the rollout last moved.

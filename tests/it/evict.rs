@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -180,6 +180,43 @@ async fn statefulset_ready(f: &Fixture, name: &str, replicas: i32) -> StatefulSe
     .await
 }
 
+/// The pods the operator logged it evicted, in order, with how many it evicted in that step.
+fn evicted_pods(op: &support::Operator) -> Vec<(String, u64)> {
+    op.lines_with(EVICTED)
+        .iter()
+        .map(|l| {
+            let pod = l["pod"].as_str().unwrap_or_default().to_string();
+            (pod, l["at_once"].as_u64().unwrap_or(0))
+        })
+        .collect()
+}
+
+/// Pods of a controller that names them anew (a Deployment's, a DaemonSet's): `originals`
+/// (named `<app>-…`) each evicted exactly once, and none of them left among the pods that
+/// run. Returns the evictions of `app`'s pods.
+async fn each_evicted_once_and_replaced(
+    op: &support::Operator,
+    watch: &PodWatch,
+    app: &str,
+    originals: &BTreeSet<String>,
+) -> Vec<(String, u64)> {
+    eventually("every original pod gone and as many Ready in their place", TIMEOUT, || async {
+        let s = watch.seen.lock().unwrap();
+        let ready = s.live.iter().filter(|(name, ready)| **ready && !originals.contains(*name));
+        (ready.count() == originals.len() && s.live.keys().all(|n| !originals.contains(n)))
+            .then_some(())
+    })
+    .await;
+    let prefix = format!("{app}-");
+    let mut evicted = evicted_pods(op);
+    evicted.retain(|(pod, _)| pod.starts_with(&prefix));
+    let names: Vec<&String> = evicted.iter().map(|(pod, _)| pod).collect();
+    let distinct: BTreeSet<String> = names.iter().map(|n| n.to_string()).collect();
+    assert_eq!(names.len(), distinct.len(), "a pod evicted twice: {evicted:?}");
+    assert_eq!(&distinct, originals, "{evicted:?}");
+    evicted
+}
+
 /// Every pod of `watch` replaced once, Ready: each name with exactly two uids.
 async fn all_replaced_once(watch: &PodWatch, names: &[&str]) {
     eventually("every pod restarted once", TIMEOUT, || async {
@@ -222,11 +259,13 @@ async fn evict_restarts_a_statefulset_pod_by_pod_under_its_pdb_and_leaves_the_te
 
     all_replaced_once(&watch, &["db-0", "db-1", "db-2"]).await;
     statefulset_ready(&f, "db", 3).await;
-    eventually("the rollout reported rolled out", TIMEOUT, || async {
+    let metrics = eventually("the rollout reported rolled out", TIMEOUT, || async {
         let metrics = op.metrics().await;
-        metrics.contains("reloader_rollouts_total{result=\"rolled_out\"} 1").then_some(())
+        metrics.contains("reloader_rollouts_total{result=\"rolled_out\"} 1").then_some(metrics)
     })
     .await;
+    // Counted as a reload like any other strategy's.
+    assert!(metrics.contains("reloader_reload_executed_total{success=\"true\"} 1"), "{metrics}");
     owner.abort();
     let evicted: Vec<String> = op
         .lines_with(EVICTED)
@@ -364,7 +403,8 @@ async fn a_policy_with_strategy_evict_restarts_its_target_and_reports_it_rolled_
         json!({
             "sources": [{"kind": "ConfigMap", "name": "settings"}],
             "targets": [{"kind": "StatefulSet", "name": "queue"}],
-            "strategy": "Evict"
+            "strategy": "Evict",
+            "evict": {"maxUnavailable": 2}
         }),
     )
     .await;
@@ -389,12 +429,11 @@ async fn a_policy_with_strategy_evict_restarts_its_target_and_reports_it_rolled_
     })
     .await;
     assert!(s.reload_count >= 1, "{s:?}");
-    let evicted: Vec<String> = op
-        .lines_with(EVICTED)
-        .iter()
-        .map(|l| l["pod"].as_str().unwrap_or_default().to_string())
-        .collect();
-    assert_eq!(evicted, ["queue-1", "queue-0"]);
+    // `evict.maxUnavailable: 2`: both in one step, the highest ordinal first.
+    let evicted = evicted_pods(&op);
+    assert_eq!(evicted, [("queue-1".to_string(), 2), ("queue-0".to_string(), 2)]);
+    let metrics = op.metrics().await;
+    assert!(metrics.contains("reloader_rollouts_total{result=\"rolled_out\"} 1"), "{metrics}");
     let after = api.get("queue").await.unwrap();
     assert_eq!(after.spec.template, before.spec.template, "template untouched");
 }
@@ -428,4 +467,224 @@ async fn without_the_rights_the_strategy_says_once_that_it_cannot_work() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(f.wait_events("Deployment", "web", "RolloutFailed").await.len(), 1);
     assert!(op.lines_with(EVICTED).is_empty());
+}
+
+/// `reloader.rs/evict-max-unavailable: "2"`: a Deployment of 4 is restarted two pods at a
+/// time, never more than two unavailable, each pod once; a value that is no whole number is
+/// refused with a Warning Event and the workload evicts one pod at a time.
+#[tokio::test]
+async fn evict_max_unavailable_restarts_a_deployment_of_four_two_at_a_time() {
+    if !pods_run_here() {
+        return;
+    }
+    let f = Fixture::new("evict-max2").await;
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let op = f.operator(&[]);
+    let mut web = evicting("Deployment", "web", 4, json!({}));
+    web["metadata"]["annotations"]["reloader.rs/evict-max-unavailable"] = json!("2");
+    // A replacement counts as available 2 s after it is Ready: the rollout goes in steps.
+    web["spec"]["minReadySeconds"] = json!(2);
+    let created: Deployment = f.create(web).await;
+    let mut api_workload = evicting("Deployment", "api", 1, json!({}));
+    api_workload["metadata"]["annotations"]["reloader.rs/evict-max-unavailable"] = json!("lots");
+    f.create::<Deployment>(api_workload).await;
+    let notes = f.wait_events("Deployment", "api", "InputLimit").await;
+    assert!(notes.iter().any(|n| n.contains("reloader.rs/evict-max-unavailable")), "{notes:?}");
+    let api: Api<Deployment> = Api::namespaced(f.client.clone(), f.name());
+    eventually("web available with 4 pods", TIMEOUT, || async {
+        let d = api.get("web").await.ok()?;
+        (d.status?.available_replicas == Some(4)).then_some(())
+    })
+    .await;
+    f.wait_baseline("web").await;
+    f.wait_baseline("api").await;
+    let watch = PodWatch::start(&f, "web", 4);
+    eventually("the watch to see the four pods Ready", TIMEOUT, || async {
+        (watch.ready() == 4).then_some(())
+    })
+    .await;
+    let originals: BTreeSet<String> = watch.uids().keys().cloned().collect();
+    watch.reset_most_unavailable();
+
+    f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
+    eventually("both rollouts reported rolled out", TIMEOUT, || async {
+        let metrics = op.metrics().await;
+        metrics.contains("reloader_rollouts_total{result=\"rolled_out\"} 2").then_some(())
+    })
+    .await;
+    let api_pods: Vec<_> =
+        evicted_pods(&op).into_iter().filter(|(pod, _)| pod.starts_with("api-")).collect();
+    assert_eq!(api_pods.len(), 1, "{api_pods:?}");
+    assert_eq!(api_pods[0].1, 1, "the bad bound is taken as one: {api_pods:?}");
+    let web_evicted = each_evicted_once_and_replaced(&op, &watch, "web", &originals).await;
+    assert_eq!(web_evicted.len(), 4, "{web_evicted:?}");
+    assert!(web_evicted.iter().all(|(_, n)| *n <= 2), "{web_evicted:?}");
+    assert!(web_evicted.iter().any(|(_, n)| *n == 2), "two at once at some step: {web_evicted:?}");
+    assert!(
+        watch.most_unavailable() <= 2,
+        "at most two pods unavailable, saw {}",
+        watch.most_unavailable()
+    );
+    let d = api.get("web").await.unwrap();
+    assert_eq!(d.spec.template, created.spec.template, "template untouched");
+    assert_eq!(f.replicasets("web").await.len(), 1, "no new ReplicaSet");
+    let record = d.annotations().get("reloader.rs/eviction").cloned().unwrap_or_default();
+    assert!(record.contains("\"maxUnavailable\":2"), "{record}");
+}
+
+/// A DaemonSet's pods (one per kwok node) are restarted one at a time; the DaemonSet
+/// controller puts each back on its node.
+#[tokio::test]
+async fn evict_restarts_a_daemonsets_pods_one_node_at_a_time() {
+    if !pods_run_here() {
+        return;
+    }
+    let f = Fixture::new("evict-ds").await;
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let op = f.operator(&[]);
+    let mut agent = evicting("DaemonSet", "agent", 0, json!({}));
+    agent["spec"].as_object_mut().unwrap().remove("replicas");
+    let created: DaemonSet = f.create(agent).await;
+    let api: Api<DaemonSet> = Api::namespaced(f.client.clone(), f.name());
+    let nodes = eventually("agent ready on every node, with its baseline", TIMEOUT, || async {
+        let d = api.get("agent").await.ok()?;
+        let s = d.status.clone()?;
+        (s.desired_number_scheduled > 0
+            && s.number_ready == s.desired_number_scheduled
+            && d.annotations().contains_key("reloader.rs/source-hashes"))
+        .then_some(usize::try_from(s.desired_number_scheduled).unwrap())
+    })
+    .await;
+    let watch = PodWatch::start(&f, "agent", nodes);
+    eventually("the watch to see every pod Ready", TIMEOUT, || async {
+        (watch.ready() == nodes).then_some(())
+    })
+    .await;
+    let originals: BTreeSet<String> = watch.uids().keys().cloned().collect();
+    watch.reset_most_unavailable();
+
+    f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
+    eventually("the rollout reported rolled out", TIMEOUT, || async {
+        let metrics = op.metrics().await;
+        metrics.contains("reloader_rollouts_total{result=\"rolled_out\"} 1").then_some(())
+    })
+    .await;
+    let evicted = each_evicted_once_and_replaced(&op, &watch, "agent", &originals).await;
+    assert!(evicted.iter().all(|(_, n)| *n == 1), "one at a time: {evicted:?}");
+    assert!(
+        watch.most_unavailable() <= 1,
+        "at most one pod unavailable, saw {}",
+        watch.most_unavailable()
+    );
+    let after = api.get("agent").await.unwrap();
+    assert_eq!(after.spec.template, created.spec.template, "template untouched");
+    assert_eq!(after.metadata.generation, created.metadata.generation);
+}
+
+/// Under stakater/Reloader's ClusterRole plus the Evict strategy's rights on pods, Deployments
+/// are listed on change, not watched: the eviction rollout still goes to its end (each step
+/// reads the workload and its pods again on a timer), not only its first eviction.
+#[tokio::test]
+async fn on_a_kind_listed_on_change_every_eviction_step_runs() {
+    use crate::migration::{bind_reloader_rbac, token_kubeconfig};
+    const RELOADER_CLUSTER_ROLE: &str = include_str!("../fixtures/stakater-rbac/clusterrole.yaml");
+    const EVENTS_RULE: &str = "  - apiGroups: [\"\"]\n    resources: [events]\n";
+    const POD_RULES: &str = "  - apiGroups: [\"\"]\n    resources: [pods]\n    verbs: [get, list]\n  - apiGroups: [\"\"]\n    resources: [pods/eviction]\n    verbs: [create]\n";
+    if !pods_run_here() {
+        return;
+    }
+    assert!(RELOADER_CLUSTER_ROLE.contains(EVENTS_RULE));
+    let role = RELOADER_CLUSTER_ROLE.replacen(EVENTS_RULE, &format!("{POD_RULES}{EVENTS_RULE}"), 1);
+    let f = Fixture::new("evict-listed").await;
+    let account = bind_reloader_rbac(&f, &role).await;
+    let kubeconfig = token_kubeconfig(&f, &account).await;
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let op = support::Operator::start_with_env(
+        &["--namespaces", f.name(), "--debounce=200ms", "--min-rollout-interval=0s"],
+        &[("KUBECONFIG", kubeconfig.as_str())],
+    );
+    let created: Deployment = f.create(evicting("Deployment", "web", 3, json!({}))).await;
+    let api: Api<Deployment> = Api::namespaced(f.client.clone(), f.name());
+    eventually("web available with 3 pods", TIMEOUT, || async {
+        let d = api.get("web").await.ok()?;
+        (d.status?.available_replicas == Some(3)).then_some(())
+    })
+    .await;
+    let watch = PodWatch::start(&f, "web", 3);
+    eventually("the watch to see the three pods Ready", TIMEOUT, || async {
+        (watch.ready() == 3).then_some(())
+    })
+    .await;
+    let originals: BTreeSet<String> = watch.uids().keys().cloned().collect();
+    watch.reset_most_unavailable();
+    // Listed on change under that role: the change comes after the workload, so it rolls.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
+    eventually("the rollout reported rolled out", TIMEOUT, || async {
+        let metrics = op.metrics().await;
+        metrics.contains("reloader_rollouts_total{result=\"rolled_out\"} 1").then_some(())
+    })
+    .await;
+    let evicted = each_evicted_once_and_replaced(&op, &watch, "web", &originals).await;
+    assert_eq!(evicted.len(), 3, "{evicted:?}");
+    assert!(watch.most_unavailable() <= 1, "saw {}", watch.most_unavailable());
+    let d = api.get("web").await.unwrap();
+    assert_eq!(d.spec.template, created.spec.template, "template untouched");
+}
+
+/// A policy's eviction rollout that fails is reported in the policy's status like any failed
+/// rollout: the target's `rollout` is `Failed`, `rolloutMessage` gives the reason, and
+/// `reloader_rollouts_total{result="failed"}` counts it.
+#[tokio::test]
+async fn a_policys_failed_eviction_is_failed_with_its_reason_in_the_status() {
+    if !pods_run_here() {
+        return;
+    }
+    let f = Fixture::new("evict-policy-fail").await;
+    support::install_policy_crd(&f.client).await;
+    f.configmap("settings", json!({"mode": "one"})).await;
+    let op = f.operator(&["--rollout-timeout", "6s"]);
+    // Pods created from a moment on never become Ready: the first pods are up before it.
+    let bad_from =
+        k8s_openapi::jiff::Timestamp::now() + k8s_openapi::jiff::SignedDuration::from_secs(10);
+    let marker = json!({"testenv.reloader.rs/unready-if-created-after": bad_from.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()});
+    let mut web = workload_json("Deployment", "web", json!({}), env_from_cm("settings"));
+    web["spec"]["replicas"] = json!(2);
+    web["spec"]["template"]["metadata"]["annotations"] = marker;
+    f.create::<Deployment>(web).await;
+    support::policies::create_policy(
+        &f,
+        "web",
+        json!({
+            "sources": [{"kind": "ConfigMap", "name": "settings"}],
+            "targets": [{"kind": "Deployment", "name": "web"}],
+            "strategy": "Evict"
+        }),
+    )
+    .await;
+    let api: Api<Deployment> = Api::namespaced(f.client.clone(), f.name());
+    eventually("web available with its policy record", TIMEOUT, || async {
+        let d = api.get("web").await.ok()?;
+        (d.status.as_ref()?.available_replicas == Some(2)
+            && d.annotations().contains_key("reloader.rs/policy-hashes"))
+        .then_some(())
+    })
+    .await;
+    let wait = bad_from.duration_since(k8s_openapi::jiff::Timestamp::now());
+    if wait.is_positive() {
+        tokio::time::sleep(Duration::try_from(wait).unwrap() + Duration::from_secs(1)).await;
+    }
+
+    f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
+    let s = support::policies::status_where(&f, "web", "the target's rollout failed", |s| {
+        s.targets.iter().any(|t| t.rollout.as_deref() == Some("Failed"))
+    })
+    .await;
+    let target = &s.targets[0];
+    let message = target.rollout_message.clone().unwrap_or_default();
+    assert!(message.contains("EvictionTimeout"), "{s:?}");
+    let metrics = op.metrics().await;
+    assert!(metrics.contains("reloader_rollouts_total{result=\"failed\"} 1"), "{metrics}");
+    assert_eq!(op.lines_with(EVICTED).len(), 1, "no eviction after the failure");
 }

@@ -175,6 +175,12 @@ async fn valid_policies_are_accepted_and_invalid_ones_rejected_with_the_reason()
             json!({"sources": [source], "targets": [target], "maxRolloutsPerMinute": 0}),
             "maxRolloutsPerMinute must be between 1 and 100000",
         ),
+        (
+            "zero-evict-max-unavailable",
+            json!({"sources": [source], "targets": [target], "strategy": "Evict",
+                   "evict": {"maxUnavailable": 0}}),
+            "evict.maxUnavailable must be between 1 and 1000",
+        ),
         ("missing-targets", json!({"sources": [source]}), "spec.targets: Required value"),
     ];
     for (name, spec, expected) in cases {

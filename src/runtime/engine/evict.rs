@@ -18,6 +18,40 @@ impl Reconciler {
     pub(super) fn options_for_strategy(&self, info: &WorkloadInfo) -> Strategy {
         evict::strategy_for(info, self.config.strategy)
     }
+
+    /// A workload of a kind listed on change (not watched) is in the index as last listed, and
+    /// only while it is worked on: while its eviction rollout is followed the scanner keeps it
+    /// (`follow.rs`, `Scanner::forget_scanned`) and each look reads it again here, so that a
+    /// new record, a template write that ended the rollout, or its deletion is seen. `None`:
+    /// it is gone.
+    pub(super) async fn reread_while_evicting(
+        &self,
+        entry: Arc<WorkloadEntry>,
+    ) -> Option<Arc<WorkloadEntry>> {
+        let key = &entry.info.key;
+        if !self.memory.is_following(key) || evict::recorded(&entry.info).is_none() {
+            return Some(entry);
+        }
+        let scope = self.rights.scope_of(&key.namespace).flatten();
+        if self.rights.follow_of(key.kind, scope.as_deref()) != Follow::ListOnChange {
+            return Some(entry);
+        }
+        match self.writer.read(key).await {
+            Ok(obj) => {
+                self.feed.refresh(key.kind, &obj);
+                self.index.workload(key)
+            }
+            Err(e) if e.result() == crate::decide::rollout::WriteResult::Gone => {
+                self.feed.remove_workload(key);
+                None
+            }
+            // Looked at as last read; the follower's own list of its pods says the rest.
+            Err(e) => {
+                debug!(workload = %key, error = %e, "cannot read a workload listed on change while evicting");
+                Some(entry)
+            }
+        }
+    }
 }
 
 impl super::outcome::Follower {
@@ -67,7 +101,6 @@ impl super::outcome::Follower {
             pods: &pods.pods,
             record,
             desired: pods.desired,
-            max_unavailable: evict::MAX_UNAVAILABLE,
             min_ready_seconds: pods.min_ready_seconds,
             last_progress: moved.max(record.started_at).max(recent.last_eviction.unwrap_or(0)),
             refused_until: recent.refused_until,
@@ -106,11 +139,12 @@ impl super::outcome::Follower {
                 return Step::Failed { reason, message };
             }
         };
+        let at_once = names.len();
         for pod in names.iter().filter_map(|n| pods.pods.iter().find(|p| &p.name == n)) {
             let name = &pod.name;
             match evictor.evict(key, pod, now).await {
                 Ok(Evicted::Done) => {
-                    info!(workload = %key, pod = %name, content = %record.content, "evicted a pod running the previous content");
+                    info!(workload = %key, pod = %name, content = %record.content, at_once, "evicted a pod running the previous content");
                 }
                 Ok(Evicted::Refused) => {
                     info!(workload = %key, pod = %name, "a PodDisruptionBudget refused the eviction; waiting");

@@ -21,6 +21,7 @@ use super::feed::Feed;
 use super::rights::Rights;
 use super::rights::is_forbidden;
 use super::scans::{ScanKey, ScanState};
+use crate::decide::evict::recorded;
 use crate::index::remembered::WorkloadMemories;
 use crate::index::store::StoreReader;
 use crate::kube::access::Follow;
@@ -167,8 +168,15 @@ impl Scanner {
 
     /// After a reconcile that needs no retry: a workload a list put in the store is forgotten,
     /// unless a newer list queued it again meanwhile, or its kind is watched now (a right
-    /// granted since: the watch keeps it).
+    /// granted since: the watch keeps it), or its eviction rollout is under way: that one is
+    /// carried out step by step on a timer, each look reading it again (`Reconciler::
+    /// reread_while_evicting`), and it is forgotten after the look that ends the rollout.
     pub(super) fn forget_scanned(&self, key: &WorkloadKey, generation: u64) {
+        let evicting = self.memory.following(key).is_some_and(|f| !f.failed)
+            && self.index.workload(key).is_some_and(|e| recorded(&e.info).is_some());
+        if evicting {
+            return;
+        }
         let scope = self.rights.scope_of(&key.namespace).unwrap_or(None);
         let watched = self.rights.follow_of(key.kind, scope.as_deref()) == Follow::Watch;
         let done = self.scans.forget_if_current(key, generation);

@@ -124,7 +124,8 @@ impl Reconciler {
             return self.pending_job_first(key).await;
         }
         let Some(opts) = self.plan_options(key) else { return Next::Idle };
-        let Some(mut entry) = self.index.workload(key) else { return Next::Idle };
+        let Some(entry) = self.index.workload(key) else { return Next::Idle };
+        let Some(mut entry) = self.reread_while_evicting(entry).await else { return Next::Idle };
         // A rollout a reload started is followed first (runtime/engine/outcome.rs).
         if let Some(recheck) = self.follower.follow(&entry.info).await {
             self.queue.schedule(key.clone(), recheck);
