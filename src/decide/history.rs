@@ -285,7 +285,7 @@ mod tests {
         let (entries, problem) = parse(&text);
         assert_eq!(problem, None);
         let named = entries[0].sources.len();
-        assert!(named >= 1 && named <= MAX_SOURCES);
+        assert!((1..=MAX_SOURCES).contains(&named));
         assert_eq!(named + entries[0].more as usize, 20);
     }
 
