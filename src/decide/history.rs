@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::decide::plan::Plan;
 use crate::decide::policy_part::PolicyPart;
-use crate::decide::trigger::TemplateWrite;
+use crate::decide::trigger::{TemplateWrite, rollout_restarts_at};
 use crate::model::workload::{HISTORY_ANNOTATION, RESTARTED_AT_ANNOTATION, WorkloadInfo};
 
 /// Entries kept (the newest ones).
@@ -191,15 +191,21 @@ pub fn entry_for(
 }
 
 /// Sets `plan.history` to the workload's history with this reload in front, when the plan
-/// rolls it (see [`entry_for`]). A stored value that does not read is replaced.
+/// rolls it (see [`entry_for`]). A stored value that does not read is replaced. A Rollout the
+/// writer restarts with `spec.restartAt` whatever the strategy ([`rollout_restarts_at`], its
+/// annotation under `rollout_strategy_key`) is recorded as `restart-at`.
 pub fn note(
     plan: &mut Plan,
     info: &WorkloadInfo,
     parts: &[PolicyPart],
     by_annotations: bool,
     now_rfc3339: &str,
+    rollout_strategy_key: &str,
 ) {
-    if let Some(entry) = entry_for(plan, parts, by_annotations, now_rfc3339) {
+    if let Some(mut entry) = entry_for(plan, parts, by_annotations, now_rfc3339) {
+        if rollout_restarts_at(info, rollout_strategy_key) {
+            entry.strategy = "restart-at".to_string();
+        }
         let (existing, _) = of(info);
         plan.history = Some(push(&existing, entry));
     }
@@ -365,13 +371,29 @@ mod tests {
         info.metadata_annotations
             .insert(HISTORY_ANNOTATION.into(), push(&[], entry(&at(1), "configmap/old")));
         let mut plan = rolling(&["new"], TemplateWrite::restart(&at(2)));
-        note(&mut plan, &info, &[], true, &at(2));
+        note(&mut plan, &info, &[], true, &at(2), "rs");
         let (entries, _) = parse(plan.history.as_deref().unwrap());
         let sources: Vec<&str> = entries.iter().map(|e| e.sources[0].as_str()).collect();
         assert_eq!(sources, ["configmap/new", "configmap/old"]);
         assert_eq!(entries[0].strategy, "restart");
         let mut baseline = Plan { record: Some(Default::default()), ..Plan::default() };
-        note(&mut baseline, &info, &[], true, &at(3));
+        note(&mut baseline, &info, &[], true, &at(3), "rs");
         assert_eq!(baseline.history, None, "a baseline is no reload");
+        // A Rollout the writer restarts with spec.restartAt whatever the strategy says.
+        let mut rollout = WorkloadInfo::bare(WorkloadKind::Rollout, "ns", "r");
+        let env = TemplateWrite::EnvVars { set: vec![], remove: vec![] };
+        for (annotation, strategy) in [(None, "env-vars"), (Some("restart"), "restart-at")] {
+            if let Some(value) = annotation {
+                rollout.metadata_annotations.insert("rs".into(), value.into());
+            }
+            let mut plan = rolling(&["a"], env.clone());
+            note(&mut plan, &rollout, &[], true, &at(4), "rs");
+            assert_eq!(parse(plan.history.as_deref().unwrap()).0[0].strategy, strategy);
+        }
+        rollout.metadata_annotations.clear();
+        rollout.workload_ref = Some("web".into());
+        let mut plan = rolling(&["a"], env);
+        note(&mut plan, &rollout, &[], true, &at(4), "rs");
+        assert_eq!(parse(plan.history.as_deref().unwrap()).0[0].strategy, "restart-at");
     }
 }

@@ -183,7 +183,15 @@ impl Reconciler {
         let parts =
             self.policies.add_to_plan(&entry.info, &mut plan, opts.now, &opts.now_rfc3339, false);
         // Written with the reload, in the same patch (decide/history.rs).
-        history::note(&mut plan, &entry.info, &parts, by_annotations, &opts.now_rfc3339);
+        let rollout_strategy = &self.config.keys.rollout_strategy;
+        history::note(
+            &mut plan,
+            &entry.info,
+            &parts,
+            by_annotations,
+            &opts.now_rfc3339,
+            rollout_strategy,
+        );
         if !plan.unwritable.is_empty() {
             warn!(workload = %key, sources = ?plan.unwritable.iter().map(ToString::to_string).collect::<Vec<_>>(),
                   "workload has no container to write the reload variable to");
