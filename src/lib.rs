@@ -81,7 +81,9 @@
 //!   `index/remembered.rs::PolicyMemory` (observed status, outcomes per target,
 //!   counts, dry-run notices, invalid selectors reported).
 //! - On the workload itself, so nothing is lost on restart: the hashes it was last rolled with
-//!   (`reloader.rs/source-hashes`, `reloader.rs/policy-hashes`, or the STAKATER_* env vars).
+//!   (`reloader.rs/source-hashes`, `reloader.rs/policy-hashes`, or the STAKATER_* env vars), and
+//!   its last reloads (`reloader.rs/reload-history`, `decide/history.rs`), written with the
+//!   reload in the same patch.
 
 pub mod cli;
 pub mod decide;

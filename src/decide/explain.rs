@@ -129,6 +129,8 @@ pub struct Explanation {
     /// The first gate that holds, in the operator's order.
     pub gate: Gate,
     pub next: NextAction,
+    /// The workload's last reloads, newest first, as kept on it (`reloader.rs/reload-history`).
+    pub history: Vec<crate::decide::history::Entry>,
     /// What explain cannot see from outside the operator (its memory).
     pub notes: Vec<String>,
     pub exit_code: i32,
@@ -233,6 +235,12 @@ pub fn explain(inputs: &Inputs<'_>) -> Explanation {
         "listed-on-change" => EXIT_UP_TO_DATE,
         _ => exit_code(&gate, &next),
     };
+    let (history, unreadable) = crate::decide::history::of(info);
+    notes.extend(unreadable.map(|why| {
+        format!(
+            "the reload history on the workload does not read ({why}); the next reload replaces it"
+        )
+    }));
     Explanation {
         workload: Workload {
             kind: info.key.kind.as_str().into(),
@@ -244,6 +252,7 @@ pub fn explain(inputs: &Inputs<'_>) -> Explanation {
         policies: parts.iter().map(policy_line).collect(),
         gate,
         next,
+        history,
         notes,
         exit_code,
     }
@@ -746,10 +755,29 @@ pub fn render(e: &Explanation) -> String {
     let at = e.next.at.as_deref().map(|a| format!(" at {a}")).unwrap_or_else(|| " now".into());
     let at = if e.next.action == "nothing" { String::new() } else { at };
     out.push_str(&format!("Next: {}{at}: {}\n", e.next.action, e.next.reason));
+    render_history(&e.history, &mut out);
     for n in &e.notes {
         out.push_str(&format!("Note: {n}\n"));
     }
     out
+}
+
+/// The last reloads, newest first, one line each.
+fn render_history(history: &[crate::decide::history::Entry], out: &mut String) {
+    out.push_str("\nLast reloads (newest first):\n");
+    if history.is_empty() {
+        out.push_str("  (none recorded)\n");
+    }
+    for h in history {
+        let more = if h.more > 0 { format!(" and {} more", h.more) } else { String::new() };
+        out.push_str(&format!(
+            "  {}  {}{more}  strategy {}  by {}\n",
+            h.at,
+            h.sources.join(", "),
+            h.strategy,
+            h.by.join(", ")
+        ));
+    }
 }
 
 #[cfg(test)]
@@ -1050,8 +1078,13 @@ mod tests {
             add_policies(&mut plan, &input)[0].combined.clone()
         };
         let key = (WorkloadKind::Deployment, "db".to_string());
-        let outcome =
-            Outcome { result: "Reloaded", message: None, time: None, hash: Some(content) };
+        let outcome = Outcome {
+            result: "Reloaded",
+            message: None,
+            time: None,
+            hash: Some(content),
+            sources: vec![],
+        };
         let failed = TargetRollout { state: RolloutState::Failed, message: None, resume: None };
         let staged = Staged {
             name: "pol".into(),
@@ -1177,7 +1210,17 @@ mod tests {
         let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
         assert_eq!(
             keys,
-            ["exit_code", "gate", "next", "notes", "policies", "sources", "strategy", "workload"]
+            [
+                "exit_code",
+                "gate",
+                "history",
+                "next",
+                "notes",
+                "policies",
+                "sources",
+                "strategy",
+                "workload"
+            ]
         );
         let source: Vec<&str> =
             json["sources"][0].as_object().unwrap().keys().map(String::as_str).collect();
@@ -1197,5 +1240,41 @@ mod tests {
             ]
         );
         assert!(render(&e).contains("Next: roll now: configmap/cfg changed"), "{}", render(&e));
+    }
+
+    #[test]
+    fn the_history_on_the_workload_is_shown_and_garbage_only_noted() {
+        use crate::decide::history::{BY_ANNOTATIONS, Entry, push};
+        use crate::model::workload::HISTORY_ANNOTATION;
+        let entry = |at: &str, source: &str| Entry {
+            at: at.into(),
+            sources: vec![source.into()],
+            more: 0,
+            strategy: "env-vars".into(),
+            by: vec![BY_ANNOTATIONS.into()],
+        };
+        let older = push(&[], entry("2026-09-21T14:00:00Z", "configmap/cfg"));
+        let (stored, _) = crate::decide::history::parse(&older);
+        let text = push(&stored, entry("2026-09-21T14:10:00Z", "secret/s"));
+        let e = run(
+            &web(&[AUTO, (HISTORY_ANNOTATION, text.as_str())], Some("h1")),
+            Some("h1"),
+            &operator(),
+        );
+        let ats: Vec<&str> = e.history.iter().map(|h| h.at.as_str()).collect();
+        assert_eq!(ats, ["2026-09-21T14:10:00Z", "2026-09-21T14:00:00Z"]);
+        let text = render(&e);
+        assert!(
+            text.contains("2026-09-21T14:10:00Z  secret/s  strategy env-vars  by annotations"),
+            "{text}"
+        );
+        let e = run(
+            &web(&[AUTO, (HISTORY_ANNOTATION, "{{garbage")], Some("h1")),
+            Some("h1"),
+            &operator(),
+        );
+        assert!(e.history.is_empty());
+        assert!(e.notes.iter().any(|n| n.contains("reload history")), "{:?}", e.notes);
+        assert!(render(&e).contains("(none recorded)"));
     }
 }

@@ -312,6 +312,7 @@ mod tests {
                 at: at.map(Into::into),
             },
             notes: Vec::new(),
+            history: Vec::new(),
             exit_code,
         }
     }

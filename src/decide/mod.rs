@@ -14,6 +14,7 @@
 //!   [`rollout`]: what a reconcile comes to, and what follows a write; [`outcome`]: whether a
 //!   rollout that was written has finished;
 //! - [`evict`]: the `Evict` strategy, pod by pod through the Eviction API;
+//! - [`history`]: a workload's last reloads, kept on it and written with each reload;
 //! - [`hash`], [`csi`], [`jobs`]: source hashes, SecretProviderClass hashes, Job re-creation;
 //! - [`refusal`]: a refused Event or status write, what refused it and the backoff that follows.
 //! - [`rights`]: the operator's own rights as answered (granted, denied, unknown), how each kind
@@ -28,6 +29,7 @@ pub mod evict;
 pub mod explain;
 pub mod explain_policy;
 pub mod hash;
+pub mod history;
 pub mod jobs;
 pub mod outcome;
 pub mod pause;

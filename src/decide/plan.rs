@@ -135,6 +135,9 @@ pub struct Plan {
     pub pause: Option<PauseWrite>,
     /// The new per-policy record, when it differs (see [`crate::decide::policy_plan`]).
     pub policy_record: Option<BTreeMap<String, String>>,
+    /// The reload history with this plan's reload in front, when it rolls the workload (see
+    /// [`crate::decide::history`]; set by the reconcile, written with the records).
+    pub history: Option<String>,
 }
 
 impl Plan {

@@ -53,7 +53,13 @@ pub struct Outcome {
     pub message: Option<String>,
     pub time: Option<i64>,
     pub hash: Option<String>,
+    /// The policy's sources whose change brought the last reload (`kind/name`, at most
+    /// [`MAX_RELOAD_SOURCES`]): its cause, never a hash.
+    pub sources: Vec<String>,
 }
+
+/// The sources named per target as the cause of its last reload.
+pub const MAX_RELOAD_SOURCES: usize = 8;
 
 pub fn condition_status<'a>(status: &'a ReloadPolicyStatus, type_: &str) -> Option<&'a str> {
     status.conditions.iter().find(|c| c.type_ == type_).map(|c| c.status.as_str())
@@ -79,6 +85,7 @@ pub fn remembered_from_status(status: &ReloadPolicyStatus) -> (Outcomes, Rollout
                 message: t.message.clone(),
                 time: t.last_reload_time.as_ref().map(|x| x.0.as_second()),
                 hash: t.last_reload_hash.clone(),
+                sources: t.last_reload_sources.clone(),
             };
             outcomes.insert(target.clone(), outcome);
         }
@@ -119,8 +126,13 @@ pub fn reported_outcome(
 ) -> (Outcome, Reporting) {
     let changed = !part.changed.is_empty();
     let hash = Some(part.combined.clone());
-    let outcome =
-        |result, message: Option<String>, time, hash| Outcome { result, message, time, hash };
+    let outcome = |result, message: Option<String>, time, hash| Outcome {
+        result,
+        message,
+        time,
+        hash,
+        sources: vec![],
+    };
     match (part.mode, error) {
         (PartMode::Suspended, _) => (outcome("Suspended", None, None, None), Reporting::Quiet),
         (PartMode::DryRun, _) if changed => (
@@ -132,14 +144,18 @@ pub fn reported_outcome(
             (outcome("Failed", Some(e.to_string()), None, None), Reporting::Failed)
         }
         (PartMode::Live, None) if changed => {
-            (outcome("Reloaded", None, Some(now), hash), Reporting::Reloaded)
+            let sources =
+                part.changed.iter().take(MAX_RELOAD_SOURCES).map(ToString::to_string).collect();
+            (Outcome { sources, ..outcome("Reloaded", None, Some(now), hash) }, Reporting::Reloaded)
         }
         _ => {
             let result = match previous.map(|o| o.result) {
                 Some("Reloaded") => "Reloaded",
                 _ => "UpToDate",
             };
-            (outcome(result, None, previous.and_then(|o| o.time), hash), Reporting::Quiet)
+            let sources = previous.map(|o| o.sources.clone()).unwrap_or_default();
+            let kept = outcome(result, None, previous.and_then(|o| o.time), hash);
+            (Outcome { sources, ..kept }, Reporting::Quiet)
         }
     }
 }
@@ -250,11 +266,13 @@ pub fn desired_status(input: &StatusInputs<'_>, now: Timestamp) -> ReloadPolicyS
         .collect();
     shown_targets(&mut target_status);
     let (pending, next_window) = pending_targets(targets, outcomes, next_windows);
-    let last_reload_time = target_status
+    let last = target_status
         .iter()
-        .filter_map(|t| t.last_reload_time.clone())
-        .max_by_key(|t| t.0)
-        .or_else(|| observed.last_reload_time.clone());
+        .filter(|t| t.last_reload_time.is_some())
+        .max_by_key(|t| t.last_reload_time.as_ref().map(|time| time.0));
+    let last_reload_time =
+        last.and_then(|t| t.last_reload_time.clone()).or_else(|| observed.last_reload_time.clone());
+    let last_reload = last.map(last_reload_of).or_else(|| observed.last_reload.clone());
     ReloadPolicyStatus {
         observed_generation: generation,
         conditions,
@@ -263,10 +281,19 @@ pub fn desired_status(input: &StatusInputs<'_>, now: Timestamp) -> ReloadPolicyS
         sources: source_statuses(resolved, key_problem, observed, now),
         targets: target_status,
         last_reload_time,
+        last_reload,
         reload_count: input.reload_count,
         throttled_count: input.throttled_count,
         pending: (pending > 0).then_some(pending as i32),
         next_window,
+    }
+}
+
+/// The last reload as `kubectl get rp -o wide` shows it: `Kind/name: sources`.
+fn last_reload_of(t: &TargetStatus) -> String {
+    match t.last_reload_sources.as_slice() {
+        [] => format!("{:?}/{}", t.kind, t.name),
+        sources => format!("{:?}/{}: {}", t.kind, t.name, sources.join(", ")),
     }
 }
 
@@ -514,6 +541,11 @@ fn target_statuses(
                 last_reload_hash: outcome
                     .and_then(|o| o.hash.clone())
                     .or_else(|| previous.and_then(|p| p.last_reload_hash.clone())),
+                last_reload_sources: outcome
+                    .map(|o| o.sources.clone())
+                    .filter(|s| !s.is_empty())
+                    .or_else(|| previous.map(|p| p.last_reload_sources.clone()))
+                    .unwrap_or_default(),
                 result: outcome
                     .map(|o| o.result.to_string())
                     .or_else(|| previous.and_then(|p| p.result.clone())),
@@ -616,6 +648,7 @@ mod tests {
             message: Some(format!("{result} here")),
             time,
             hash: hash.map(Into::into),
+            sources: vec![],
         }
     }
 
@@ -695,6 +728,7 @@ mod tests {
                 message: Some("waits for its turn".into()),
                 time: Some(T0 - 60),
                 hash: Some("old".into()),
+                sources: vec![],
             },
         );
         given.outcomes.insert(key("db"), outcome("Reloaded", Some(T0), Some("bad")));
@@ -920,6 +954,7 @@ mod tests {
                         name: "api".into(),
                         last_reload_time: None,
                         last_reload_hash: None,
+                        last_reload_sources: vec![],
                         result: Some("Reloaded".into()),
                         message: None,
                         rollout: Some("Failed".into()),
@@ -1148,6 +1183,7 @@ mod tests {
             name: name.into(),
             last_reload_time: None,
             last_reload_hash: None,
+            last_reload_sources: vec![],
             result: result.map(Into::into),
             message: None,
             rollout: rollout.map(Into::into),
@@ -1412,5 +1448,41 @@ mod tests {
             let (o, r) = reported_outcome(&part(Live, false), None, T0, previous);
             assert_eq!((o.result, o.hash.as_deref(), r), ("UpToDate", Some("c1"), Quiet));
         }
+    }
+
+    #[test]
+    fn a_reload_names_its_sources_per_target_and_as_the_last_reload() {
+        let part = PolicyPart {
+            combined: "c1".into(),
+            ..PolicyPart::for_test(
+                ("ns".into(), "p".into()),
+                target("api").key,
+                PartMode::Live,
+                true,
+            )
+        };
+        let (reloaded, _) = reported_outcome(&part, None, T0, None);
+        assert_eq!(reloaded.sources, ["configmap/cfg"]);
+        // Up to date afterwards: the cause of the last reload is kept with its time.
+        let quiet = PolicyPart { changed: vec![], ..part.clone() };
+        let (kept, _) = reported_outcome(&quiet, None, T0 + 60, Some(&reloaded));
+        assert_eq!((kept.time, kept.sources.clone()), (Some(T0), reloaded.sources.clone()));
+
+        let mut given = Given::healthy();
+        given.targets.push(target("web"));
+        given.outcomes.insert((WorkloadKind::Deployment, "api".into()), reloaded);
+        let status = given.status(T0);
+        assert_eq!(status.targets[0].last_reload_sources, ["configmap/cfg"]);
+        assert_eq!(status.last_reload.as_deref(), Some("Deployment/api: configmap/cfg"));
+        let json = serde_json::to_string(&status).unwrap();
+        assert!(!json.contains("lastReloadSources\":[\"c1"), "never a hash");
+        // After a restart the status keeps what it said.
+        given.observed = status.clone();
+        given.outcomes.clear();
+        let after_restart = given.status(T0 + 600);
+        assert_eq!(after_restart.targets[0].last_reload_sources, ["configmap/cfg"]);
+        assert_eq!(after_restart.last_reload, status.last_reload);
+        let (outcomes, _) = remembered_from_status(&after_restart);
+        assert_eq!(outcomes[&(WorkloadKind::Deployment, "api".into())].sources, ["configmap/cfg"]);
     }
 }

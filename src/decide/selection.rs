@@ -78,8 +78,8 @@ fn is_plain_name(item: &str) -> bool {
 
 use crate::model::strategy::ArgoRestart;
 use crate::model::workload::{
-    ARGO_RESTART_ANNOTATION, IGNORE_WINDOWS_ANNOTATION, POLICY_RECORD_ANNOTATION,
-    RECORD_ANNOTATION, RESTARTED_AT_ANNOTATION, WINDOWS_ANNOTATION,
+    ARGO_RESTART_ANNOTATION, HISTORY_ANNOTATION, IGNORE_WINDOWS_ANNOTATION,
+    POLICY_RECORD_ANNOTATION, RECORD_ANNOTATION, RESTARTED_AT_ANNOTATION, WINDOWS_ANNOTATION,
 };
 
 /// What a [`Selection`] is parsed from: a workload's metadata and template annotations without
@@ -93,8 +93,8 @@ pub struct SelectionInputs {
 }
 
 /// Annotations a summary keeps that are no input of a selection.
-const NOT_SELECTION_INPUTS: [&str; 3] =
-    [RECORD_ANNOTATION, POLICY_RECORD_ANNOTATION, RESTARTED_AT_ANNOTATION];
+const NOT_SELECTION_INPUTS: [&str; 4] =
+    [RECORD_ANNOTATION, POLICY_RECORD_ANNOTATION, HISTORY_ANNOTATION, RESTARTED_AT_ANNOTATION];
 
 impl SelectionInputs {
     pub fn of(metadata: &BTreeMap<String, String>, template: &BTreeMap<String, String>) -> Self {

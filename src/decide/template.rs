@@ -138,6 +138,10 @@ pub fn record_annotations(plan: &Plan) -> Map<String, Value> {
         let text = serde_json::to_string(record).expect("a string map serialises");
         annotations.insert(crate::model::workload::POLICY_RECORD_ANNOTATION.into(), json!(text));
     }
+    // In the reload's own write: the history costs no request of its own.
+    if let Some(history) = &plan.history {
+        annotations.insert(crate::model::workload::HISTORY_ANNOTATION.into(), json!(history));
+    }
     annotations
 }
 

@@ -337,6 +337,17 @@ pub struct WriteContext<'a> {
 /// it is empty while something rolls (its variables are another writer's in the same patch);
 /// the annotation strategy names `first` in `last-reloaded-from`; the restart strategy sets
 /// `restartedAt`, an Argo Rollout's restart `spec.restartAt`, to now.
+/// An Argo Rollout whose template write is carried out as a `spec.restartAt` instead:
+/// stakater/Reloader's `rollout-strategy: restart` (annotation `rollout_strategy_key`), or a
+/// Rollout that runs a Deployment's template through `workloadRef` (it has no template of its
+/// own to write).
+pub fn rollout_restarts_at(info: &WorkloadInfo, rollout_strategy_key: &str) -> bool {
+    info.key.kind == WorkloadKind::Rollout
+        && (info.workload_ref.is_some()
+            || info.metadata_annotations.get(rollout_strategy_key).map(String::as_str)
+                == Some("restart"))
+}
+
 pub fn template_write<'a>(
     trigger: Trigger,
     first: Option<FirstRolled<'_>>,

@@ -124,6 +124,7 @@ pub fn held(result: &'static str, message: String, previous: Option<Outcome>) ->
         result,
         message: Some(message),
         time: previous.as_ref().and_then(|o| o.time),
+        sources: previous.as_ref().map(|o| o.sources.clone()).unwrap_or_default(),
         hash: previous.and_then(|o| o.hash),
     }
 }
@@ -187,7 +188,13 @@ mod tests {
     }
 
     fn reloaded(hash: &str) -> Outcome {
-        Outcome { result: "Reloaded", message: None, time: Some(1), hash: Some(hash.into()) }
+        Outcome {
+            result: "Reloaded",
+            message: None,
+            time: Some(1),
+            hash: Some(hash.into()),
+            sources: vec![],
+        }
     }
 
     /// Outcomes and rollouts of `(name, reloaded to, rollout)`.
@@ -306,6 +313,7 @@ mod tests {
             name: "api".into(),
             last_reload_time: None,
             last_reload_hash: None,
+            last_reload_sources: vec![],
             result: Some("Reloaded".into()),
             message: None,
             rollout: Some("Failed".into()),

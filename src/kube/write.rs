@@ -31,7 +31,7 @@ use crate::decide::rollout::WriteResult;
 use crate::decide::template::{
     WORKLOAD_FIELD_MANAGER, apply_to_template, record_annotations, record_patch, workload_patch,
 };
-use crate::decide::trigger::TemplateWrite;
+use crate::decide::trigger::{TemplateWrite, rollout_restarts_at};
 use crate::kube::pending_jobs::{PendingJobs, RecordError};
 use crate::model::annotations::AnnotationKeys;
 use crate::model::workload::{
@@ -358,13 +358,7 @@ impl WorkloadWriter {
             patch["metadata"]["annotations"] = serde_json::Value::Object(records);
         }
         if let Some(write) = &plan.template {
-            let restart = key.kind == WorkloadKind::Rollout
-                && (info.workload_ref.is_some()
-                    || info
-                        .metadata_annotations
-                        .get(&self.keys.rollout_strategy)
-                        .map(String::as_str)
-                        == Some("restart"));
+            let restart = rollout_restarts_at(info, &self.keys.rollout_strategy);
             let restart_at = match write {
                 TemplateWrite::RolloutRestartAt(at) => Some(at.clone()),
                 _ if restart => Some(

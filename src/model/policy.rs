@@ -32,6 +32,7 @@ macro_rules! go_duration_regex {
     printcolumn = r#"{"name":"Sources","type":"integer","jsonPath":".status.resolvedSources","description":"Sources found"}"#,
     printcolumn = r#"{"name":"Targets","type":"integer","jsonPath":".status.resolvedTargets","description":"Targets found"}"#,
     printcolumn = r#"{"name":"Last Reload","type":"date","jsonPath":".status.lastReloadTime"}"#,
+    printcolumn = r#"{"name":"Last Reloaded","type":"string","priority":1,"jsonPath":".status.lastReload","description":"The target last reloaded and the sources that caused it"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Rolled Out","type":"string","jsonPath":".status.conditions[?(@.type==\"RolledOut\")].status","description":"Every target's last reload rolled out"}"#,
     printcolumn = r#"{"name":"Pending","type":"integer","jsonPath":".status.pending","description":"Targets whose rollout waits for a reload window"}"#,
@@ -344,6 +345,11 @@ pub struct ReloadPolicyStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_reload_time: Option<Time>,
 
+    /// The target last reloaded and the sources whose change caused it
+    /// (`Deployment/api: configmap/app-config`); never hashes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_reload: Option<String>,
+
     /// Reloads carried out by this policy (a rollout of N targets counts N).
     #[serde(default)]
     pub reload_count: i64,
@@ -389,6 +395,10 @@ pub struct TargetStatus {
     /// The combined source hash the target was last reloaded to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_reload_hash: Option<String>,
+    /// The policy's sources whose change caused its last reload (`configmap/name`, at most 8);
+    /// its full history is on the target (`reloader.rs/reload-history`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub last_reload_sources: Vec<String>,
     /// `Reloaded`, `UpToDate`, `DryRun`, `Suspended`, `Throttled` (a churn limit holds the
     /// rollout back; `message` says which and for how long), `Pending` (it waits for a reload
     /// window; `message` says when one opens), `Waiting` (it waits for its turn under
@@ -444,12 +454,19 @@ mod tests {
                 "Sources",
                 "Targets",
                 "Last Reload",
+                "Last Reloaded",
                 "Ready",
                 "Rolled Out",
                 "Pending",
                 "Next Window",
                 "Age"
             ]
+        );
+        // The cause of the last reload is a wide column (`kubectl get rp -o wide`).
+        let cause = &version["additionalPrinterColumns"][4];
+        assert_eq!(
+            (&cause["jsonPath"], &cause["priority"]),
+            (&serde_json::json!(".status.lastReload"), &serde_json::json!(1))
         );
         let text = crd.to_string();
         for rule in ["has(self.name) != has(self.selector)", "duration(self) <= duration('1h')"] {

@@ -21,6 +21,10 @@ pub const RECORD_ANNOTATION: &str = "reloader.rs/source-hashes";
 /// hash (of the selected keys) the workload was last brought up to date with.
 pub const POLICY_RECORD_ANNOTATION: &str = "reloader.rs/policy-hashes";
 
+/// The workload-metadata annotation with the workload's last reloads, newest first (a bounded
+/// JSON list, see `decide::history`), written in the same patch as each reload.
+pub const HISTORY_ANNOTATION: &str = "reloader.rs/reload-history";
+
 /// The workload-metadata annotation a reload writes with its pod template: the generation that
 /// write gives the workload. While `metadata.generation` still equals it, the rollout under way
 /// is the reload's, so an operator that restarts in the middle follows it on.
@@ -217,6 +221,7 @@ impl WorkloadInfo {
         let mut wanted = keys.workload_keys();
         wanted.push(RECORD_ANNOTATION);
         wanted.push(POLICY_RECORD_ANNOTATION);
+        wanted.push(HISTORY_ANNOTATION);
         wanted.push(ROLLED_GENERATION_ANNOTATION);
         wanted.push(WINDOWS_ANNOTATION);
         wanted.push(IGNORE_WINDOWS_ANNOTATION);

@@ -269,6 +269,13 @@ async fn argo_restart_sets_restart_at_and_leaves_the_template() {
         let parsed: k8s_openapi::jiff::Timestamp = at.parse().expect("RFC 3339");
         let age = k8s_openapi::jiff::Timestamp::now().duration_since(parsed);
         assert!(age.as_secs() < 120, "{name}: restartAt is now, not {at}");
+        // The reload's entry in the history, written in the same patch as restartAt.
+        let history: Value = serde_json::from_str(
+            r.annotations().get("reloader.rs/reload-history").expect("the reload history"),
+        )
+        .unwrap();
+        assert_eq!(history[0]["strategy"], "restart-at", "{name}: {history}");
+        assert_eq!(history[0]["sources"], json!(["configmap/app-config"]), "{name}: {history}");
         restarted_at.push(at);
     }
     // Everything queued before is handled once the sentinel has rolled: no second restart.

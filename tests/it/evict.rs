@@ -289,6 +289,10 @@ async fn evict_restarts_a_statefulset_pod_by_pod_under_its_pdb_and_leaves_the_te
     assert_eq!(after.metadata.generation, before.metadata.generation);
     assert_eq!(after.spec.template, before.spec.template);
     assert!(after.annotations().contains_key("reloader.rs/eviction"));
+    // The reload's entry in the history, written with the eviction record.
+    let history: serde_json::Value =
+        serde_json::from_str(&after.annotations()["reloader.rs/reload-history"]).unwrap();
+    assert_eq!(history[0]["strategy"], "evict", "{history}");
 }
 
 #[tokio::test]

@@ -25,6 +25,7 @@ mod gitops;
 mod gitops_health;
 mod ha;
 mod helm_chart;
+mod history;
 mod hostile_tenant;
 mod hostile_webhook;
 mod image;

@@ -209,6 +209,7 @@ async fn printer_columns_and_status_subresource() {
     // Status goes through the subresource only.
     let status = json!({"apiVersion": "reloader.rs/v1alpha1", "kind": "ReloadPolicy", "status": {
         "observedGeneration": 1, "resolvedSources": 1, "resolvedTargets": 0, "reloadCount": 0,
+        "lastReload": "Deployment/d: configmap/c",
         "conditions": [{"type": "Ready", "status": "False", "reason": "TargetsNotFound",
                         "message": "Deployment d not found", "lastTransitionTime": "2026-01-01T00:00:00Z",
                         "observedGeneration": 1}]
@@ -247,6 +248,7 @@ async fn printer_columns_and_status_subresource() {
             "Sources",
             "Targets",
             "Last Reload",
+            "Last Reloaded",
             "Ready",
             "Rolled Out",
             "Pending",
@@ -254,8 +256,11 @@ async fn printer_columns_and_status_subresource() {
             "Age"
         ]
     );
+    // The cause of the last reload only with `-o wide`.
+    assert_eq!(table["columnDefinitions"][5]["priority"], 1);
     let cells = &table["rows"][0]["cells"];
     assert_eq!(cells[0], "columns");
     assert_eq!(cells[2], 1);
-    assert_eq!(cells[5], "False");
+    assert_eq!(cells[5], "Deployment/d: configmap/c");
+    assert_eq!(cells[6], "False");
 }

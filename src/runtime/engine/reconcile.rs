@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::decide::churn::Throttled;
+use crate::decide::history;
 use crate::kube::hash_key::KeySlot;
 use crate::report::alerts::Alerter;
 
@@ -179,8 +180,19 @@ impl Reconciler {
                 ),
             };
         self.report_limits(entry, named_left_out, pause_problem).await;
+        let by_annotations = !plan.changes.is_empty();
         let parts =
             self.policies.add_to_plan(&entry.info, &mut plan, opts.now, &opts.now_rfc3339, false);
+        // Written with the reload, in the same patch (decide/history.rs).
+        let rollout_strategy = &self.config.keys.rollout_strategy;
+        history::note(
+            &mut plan,
+            &entry.info,
+            &parts,
+            by_annotations,
+            &opts.now_rfc3339,
+            rollout_strategy,
+        );
         if !plan.unwritable.is_empty() {
             warn!(workload = %key, sources = ?plan.unwritable.iter().map(ToString::to_string).collect::<Vec<_>>(),
                   "workload has no container to write the reload variable to");
