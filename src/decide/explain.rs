@@ -13,6 +13,7 @@ use serde::Serialize;
 
 use crate::decide::churn::{GroupBudget, RolloutLimiter};
 use crate::decide::evict::{EvictStep, EvictionRecord};
+use crate::decide::history::BY_ANNOTATIONS;
 use crate::decide::pause;
 use crate::decide::plan::{Cause, Plan, PlanOptions, SourceFacts, effective_hash, plan};
 use crate::decide::policy_part::{
@@ -205,7 +206,7 @@ pub fn explain(inputs: &Inputs<'_>) -> Explanation {
     let parts = add_policies(&mut plan, &policy_inputs(inputs));
     let mut notes = vec![
         "churn limits: the rollouts the policies' status records (each target's last reload) \
-         are counted; a rollout by annotation mode and the cluster-wide budget are the \
+         and the workload's reload history are counted; the cluster-wide budget is the \
          operator's memory (assumed fresh); staged turns are read from the policies' status"
             .to_string(),
     ];
@@ -379,6 +380,16 @@ fn remember_reloads(
             budgets.iter().filter(|b| b.group == group).cloned().collect();
         let mine = r.target.0 == key.kind && r.target.1 == key.name;
         limiter.remember(mine.then_some(key), &groups, at);
+    }
+    // Annotation mode's last reload is in the workload's own history: it starts the
+    // workload's minimum interval (no policy budget is charged for it).
+    let (history, _) = crate::decide::history::of(inputs.info);
+    let by_annotations = history.iter().find(|e| e.by.iter().any(|b| b == BY_ANNOTATIONS));
+    if let Some(at) = by_annotations.and_then(|e| e.at.parse::<jiff::Timestamp>().ok()) {
+        let age_ms = u64::try_from(now_ms - at.as_millisecond()).unwrap_or(0);
+        if let Some(at) = start.checked_sub(Duration::from_millis(age_ms)) {
+            limiter.remember(Some(key), &[], at);
+        }
     }
 }
 
@@ -1240,6 +1251,34 @@ mod tests {
             ]
         );
         assert!(render(&e).contains("Next: roll now: configmap/cfg changed"), "{}", render(&e));
+    }
+
+    #[test]
+    fn annotation_modes_last_reload_in_the_history_starts_the_minimum_interval() {
+        use crate::decide::history::{BY_ANNOTATIONS, Entry, push};
+        use crate::model::workload::HISTORY_ANNOTATION;
+        let history = |by: &str| {
+            push(
+                &[],
+                Entry {
+                    at: "2026-09-21T14:13:18Z".into(),
+                    sources: vec!["configmap/cfg".into()],
+                    more: 0,
+                    strategy: "env-vars".into(),
+                    by: vec![by.into()],
+                },
+            )
+        };
+        let op = OperatorView { min_rollout_interval: Duration::from_secs(5), ..operator() };
+        // Rolled by annotation mode 2 s ago: held 3 s more, then it rolls.
+        let text = history(BY_ANNOTATIONS);
+        let e = run(&web(&[AUTO, (HISTORY_ANNOTATION, &text)], Some("h1")), Some("h2"), &op);
+        assert_eq!((e.gate.name.as_str(), e.next.action.as_str()), ("churn-limited", "roll"));
+        assert_eq!(e.gate.until.as_deref(), Some("2026-09-21T14:13:23Z"));
+        // A policy's reload is counted from the policy's status, not twice from the history.
+        let text = history("policy ns/p");
+        let e = run(&web(&[AUTO, (HISTORY_ANNOTATION, &text)], Some("h1")), Some("h2"), &op);
+        assert_eq!(e.gate.name, "none");
     }
 
     #[test]
