@@ -69,7 +69,7 @@ fn hex_bytes(text: &str) -> Option<Vec<u8>> {
         b'a'..=b'f' => Some(c - b'a' + 10),
         _ => None,
     };
-    if text.is_empty() || text.len() % 2 != 0 || text.len() > 2 * 255 {
+    if text.is_empty() || !text.len().is_multiple_of(2) || text.len() > 2 * 255 {
         return None;
     }
     text.as_bytes()
