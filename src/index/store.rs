@@ -171,7 +171,8 @@ fn instant_at(offset: u64) -> Instant {
 /// sources (88 bytes, nothing allocated for the usual source). A `BTreeMap` with one entry
 /// allocates a whole node (~550 bytes for `String` pairs), which made `key_hashes` the largest
 /// item per source; for the usual single-key source its one key hash *is* the content hash, so
-/// only the key name is kept. `SourceFacts` is rebuilt on the way out, identical to what went in.
+/// only the key name is kept, shared with every source with a key of that name. `SourceFacts`
+/// is rebuilt on the way out, identical to what went in.
 #[derive(Debug)]
 struct StoredSource {
     hash: StoredHash,
