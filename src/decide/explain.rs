@@ -797,9 +797,7 @@ mod tests {
     use crate::decide::hash::Hasher;
     use crate::decide::selection::SelectionInputs;
     use crate::model::strategy::Strategy;
-    use crate::model::workload::{
-        ContainerInfo, RECORD_ANNOTATION, WINDOWS_ANNOTATION, WorkloadKind, format_record,
-    };
+    use crate::model::workload::{ContainerInfo, WINDOWS_ANNOTATION, WorkloadKind, format_record};
 
     const NOW: i64 = 1_790_000_000;
 
@@ -819,7 +817,7 @@ mod tests {
         }
         if let Some(hash) = stored {
             let record = BTreeMap::from([(cm("cfg"), hash.to_string())]);
-            info.metadata_annotations.insert(RECORD_ANNOTATION.into(), format_record(&record));
+            info.set_record_text(&format_record(&record));
         }
         info
     }
@@ -1046,7 +1044,7 @@ mod tests {
         let explain_with = |staged: &[Staged]| {
             let keys = AnnotationKeys::default();
             let selection =
-                SelectionInputs::of(&info.metadata_annotations, &Default::default()).parse(&keys);
+                SelectionInputs::of(&info.metadata_annotations, &BTreeMap::new()).parse(&keys);
             let candidates_map = BTreeMap::from([(cm("cfg"), Some(SourceFacts::with_hash("new")))]);
             let (opts, op, fallbacks) = (opts(), operator(), Fallbacks::default());
             explain(&Inputs {

@@ -464,9 +464,7 @@ mod tests {
     use crate::model::annotations::AnnotationKeys;
     use crate::model::source::SourceKind;
     use crate::model::workload::{ARGO_RESTART_ANNOTATION, RESTARTED_AT_ANNOTATION};
-    use crate::model::workload::{
-        ContainerInfo, RECORD_ANNOTATION, WorkloadKey, WorkloadKind, format_record,
-    };
+    use crate::model::workload::{ContainerInfo, WorkloadKey, WorkloadKind, format_record};
 
     const LRF: &str = "reloader.stakater.com/last-reloaded-from";
 
@@ -479,7 +477,7 @@ mod tests {
             created_after_first_list: false,
             created: 100,
             changed_at: None,
-            labels: BTreeMap::new(),
+            labels: Default::default(),
             key_hashes: BTreeMap::new(),
             keys_untracked: false,
         })
@@ -514,17 +512,18 @@ mod tests {
             created: 50,
             metadata_annotations: [("reloader.stakater.com/auto".to_string(), "true".to_string())]
                 .into(),
-            template_annotations: BTreeMap::new(),
+            kept_record: Default::default(),
+            template_annotations: Default::default(),
             containers: vec![
-                ContainerInfo { name: "app".into(), reloader_env: BTreeMap::new() },
-                ContainerInfo { name: "sidecar".into(), reloader_env: BTreeMap::new() },
+                ContainerInfo { name: "app".into(), reloader_env: Default::default() },
+                ContainerInfo { name: "sidecar".into(), reloader_env: Default::default() },
             ],
             references: [(cm("app-config"), 1)].into(),
             suspended: false,
             paused: false,
             workload_ref: None,
-            labels: BTreeMap::new(),
-            used_keys: BTreeMap::new(),
+            labels: Default::default(),
+            used_keys: Default::default(),
             references_left_out: 0,
             progress: Default::default(),
         }
@@ -535,7 +534,7 @@ mod tests {
     }
     fn with_record(mut w: WorkloadInfo, entries: &[(SourceRef, &str)]) -> WorkloadInfo {
         let record = entries.iter().map(|(s, h)| (s.clone(), h.to_string())).collect();
-        w.metadata_annotations.insert(RECORD_ANNOTATION.into(), format_record(&record));
+        w.set_record_text(&format_record(&record));
         w
     }
     fn run(
@@ -545,8 +544,8 @@ mod tests {
     ) -> Plan {
         let sel = Selection::parse(
             &AnnotationKeys::default(),
-            &w.metadata_annotations,
-            &w.template_annotations,
+            &w.metadata_annotations.to_btree_map(),
+            &w.template_annotations.to_btree_map(),
         );
         plan(w, &sel, &candidates.iter().cloned().collect(), o)
     }

@@ -125,7 +125,7 @@ impl ActivePolicy {
             self.order_selectors
                 .get(i)
                 .and_then(Option::as_ref)
-                .is_some_and(|sel| sel.matches(&info.labels))
+                .is_some_and(|sel| sel.matches(&info.labels.to_btree_map()))
         };
         order
             .iter()
@@ -152,7 +152,8 @@ impl ActivePolicy {
                 &entry.name,
                 self.target_selectors.get(index),
                 &info.key.name,
-                &info.labels,
+                // Selectors read a `BTreeMap`; the summary keeps its labels flat.
+                &info.labels.to_btree_map(),
             )
     }
 
@@ -435,18 +436,19 @@ mod tests {
             resource_version: None,
             uid: None,
             created: 10,
-            metadata_annotations: BTreeMap::new(),
-            template_annotations: BTreeMap::new(),
+            metadata_annotations: Default::default(),
+            kept_record: Default::default(),
+            template_annotations: Default::default(),
             containers: vec![
-                ContainerInfo { name: "app".into(), reloader_env: BTreeMap::new() },
-                ContainerInfo { name: "side".into(), reloader_env: BTreeMap::new() },
+                ContainerInfo { name: "app".into(), reloader_env: Default::default() },
+                ContainerInfo { name: "side".into(), reloader_env: Default::default() },
             ],
-            references: BTreeMap::new(),
+            references: Default::default(),
             suspended: false,
             paused: false,
             workload_ref: None,
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-            used_keys: BTreeMap::new(),
+            used_keys: Default::default(),
             references_left_out: 0,
             progress: Default::default(),
         }
@@ -505,7 +507,7 @@ mod tests {
                 active(spec(json!({"sources": [{"kind": "ConfigMap", "name": "c"}], "targets": [
                 {"kind": "Deployment", "selector": {"matchExpressions": [expression.clone()]}}]})));
             let mut w = workload(&[]);
-            w.labels = labels.clone();
+            w.labels = labels.clone().into();
             assert!(p.target_for(&w).is_none(), "{expression}");
             assert!(!p.target_entry_selects(0, &w), "{expression}");
             // Said where it is and why, for the Warning Event.

@@ -97,14 +97,21 @@ const NOT_SELECTION_INPUTS: [&str; 4] =
     [RECORD_ANNOTATION, POLICY_RECORD_ANNOTATION, HISTORY_ANNOTATION, RESTARTED_AT_ANNOTATION];
 
 impl SelectionInputs {
-    pub fn of(metadata: &BTreeMap<String, String>, template: &BTreeMap<String, String>) -> Self {
-        let inputs = |annotations: &BTreeMap<String, String>| {
+    /// From a workload's metadata and template annotations (a summary's flat maps, or any map
+    /// of them).
+    pub fn of<'a>(
+        metadata: impl IntoIterator<Item = (&'a String, &'a String)>,
+        template: impl IntoIterator<Item = (&'a String, &'a String)>,
+    ) -> Self {
+        fn inputs<'a>(
+            annotations: impl IntoIterator<Item = (&'a String, &'a String)>,
+        ) -> BTreeMap<String, String> {
             annotations
-                .iter()
+                .into_iter()
                 .filter(|(k, _)| !NOT_SELECTION_INPUTS.contains(&k.as_str()))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect()
-        };
+        }
         SelectionInputs { metadata: inputs(metadata), template: inputs(template) }
     }
 

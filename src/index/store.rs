@@ -45,6 +45,33 @@ pub struct Store {
     /// When each source that went away did so (monotonic), for debouncing rollouts; a stored
     /// source keeps its own time of change.
     removed_at: HashMap<(String, SourceRef), Instant>,
+    key_names: KeyNames,
+}
+
+/// The key names of one-key sources, one allocation per distinct name: most sources share a
+/// few (`data`, `tls.crt`, `config.yaml`), and a copy per source cost an allocation each. Names
+/// no source holds any more are dropped whenever the set has doubled since the last pruning,
+/// so it stays within twice the names in use.
+#[derive(Default)]
+struct KeyNames {
+    names: HashSet<Arc<str>>,
+    after_pruning: usize,
+}
+
+impl KeyNames {
+    fn intern(&mut self, name: &str) -> Arc<str> {
+        if let Some(kept) = self.names.get(name) {
+            return kept.clone();
+        }
+        if self.names.len() >= 2 * self.after_pruning.max(32) {
+            self.names.retain(|name| Arc::strong_count(name) > 1);
+            shrink_when_sparse(&mut self.names);
+            self.after_pruning = self.names.len();
+        }
+        let name: Arc<str> = name.into();
+        self.names.insert(name.clone());
+        name
+    }
 }
 
 /// What the store knows in one namespace.
@@ -144,7 +171,8 @@ fn instant_at(offset: u64) -> Instant {
 /// sources (88 bytes, nothing allocated for the usual source). A `BTreeMap` with one entry
 /// allocates a whole node (~550 bytes for `String` pairs), which made `key_hashes` the largest
 /// item per source; for the usual single-key source its one key hash *is* the content hash, so
-/// only the key name is kept. `SourceFacts` is rebuilt on the way out, identical to what went in.
+/// only the key name is kept, shared with every source with a key of that name. `SourceFacts`
+/// is rebuilt on the way out, identical to what went in.
 #[derive(Debug)]
 struct StoredSource {
     hash: StoredHash,
@@ -215,21 +243,29 @@ impl StoredHash {
 
 #[derive(Debug)]
 enum StoredKeyHashes {
-    /// One key, whose hash equals the source's hash (true of every single-entry source).
-    Single(Box<str>),
+    /// One key, whose hash equals the source's hash (true of every single-entry source); its
+    /// name shared with every source with a key of that name ([`KeyNames`]).
+    Single(Arc<str>),
     Map(Pairs),
     /// More keys than [`crate::model::limits::MAX_KEY_HASHES`]: none kept.
     Untracked,
 }
 
 impl StoredKeyHashes {
-    fn new(key_hashes: BTreeMap<String, String>, hash: &str, untracked: bool) -> Self {
+    fn new(
+        key_hashes: BTreeMap<String, String>,
+        hash: &str,
+        untracked: bool,
+        names: &mut KeyNames,
+    ) -> Self {
         if untracked {
             return StoredKeyHashes::Untracked;
         }
-        if key_hashes.len() == 1 && key_hashes.values().all(|h| h == hash) {
-            let key = key_hashes.into_keys().next().unwrap_or_default();
-            return StoredKeyHashes::Single(key.into_boxed_str());
+        if key_hashes.len() == 1
+            && let Some((key, key_hash)) = key_hashes.iter().next()
+            && key_hash == hash
+        {
+            return StoredKeyHashes::Single(names.intern(key));
         }
         StoredKeyHashes::Map(pairs(key_hashes))
     }
@@ -244,9 +280,9 @@ impl StoredKeyHashes {
 }
 
 impl StoredSource {
-    fn new(facts: SourceFacts, now: u64) -> Self {
+    fn new(facts: SourceFacts, now: u64, names: &mut KeyNames) -> Self {
         let key_hashes =
-            StoredKeyHashes::new(facts.key_hashes, &facts.state.hash, facts.keys_untracked);
+            StoredKeyHashes::new(facts.key_hashes, &facts.state.hash, facts.keys_untracked, names);
         StoredSource {
             hash: StoredHash::new(&facts.state.hash),
             matches_search: facts.state.matches_search,
@@ -284,6 +320,17 @@ impl StoredSource {
     }
 }
 
+/// `namespace`'s index, made when missing.
+fn namespace_in<'a>(
+    namespaces: &'a mut HashMap<Box<str>, NamespaceIndex>,
+    namespace: &str,
+) -> &'a mut NamespaceIndex {
+    if !namespaces.contains_key(namespace) {
+        namespaces.insert(namespace.into(), NamespaceIndex::default());
+    }
+    namespaces.get_mut(namespace).expect("inserted above")
+}
+
 /// What a source update changed, so the caller knows whether to enqueue anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SourceUpdate {
@@ -300,10 +347,7 @@ impl Store {
     }
 
     fn namespace_mut(&mut self, namespace: &str) -> &mut NamespaceIndex {
-        if !self.namespaces.contains_key(namespace) {
-            self.namespaces.insert(namespace.into(), NamespaceIndex::default());
-        }
-        self.namespaces.get_mut(namespace).expect("inserted above")
+        namespace_in(&mut self.namespaces, namespace)
     }
 
     /// Drops `namespace`'s index when nothing is left in it.
@@ -320,7 +364,9 @@ impl Store {
         facts: SourceFacts,
     ) -> SourceUpdate {
         let now = now_offset();
-        let slot = self.namespace_mut(namespace).slot_mut(&source);
+        // The table by field, not through `self`: the key names are borrowed alongside.
+        let slot = namespace_in(&mut self.namespaces, namespace).slot_mut(&source);
+        let names = &mut self.key_names;
         match &mut slot.stored {
             Some(existing) => {
                 if existing.same_state(&facts.state) {
@@ -333,7 +379,7 @@ impl Store {
                     SourceUpdate::Unchanged
                 } else {
                     // Keep when it was first seen; the state and the time of change move.
-                    let changed = StoredSource::new(facts, now);
+                    let changed = StoredSource::new(facts, now, names);
                     *existing = StoredSource {
                         created_after_first_list: existing.created_after_first_list,
                         created: existing.created,
@@ -344,7 +390,7 @@ impl Store {
             }
             None => {
                 slot.stored =
-                    Some(StoredSource::new(SourceFacts { changed_at: None, ..facts }, now));
+                    Some(StoredSource::new(SourceFacts { changed_at: None, ..facts }, now, names));
                 self.source_count += 1;
                 // Checked first: the key's text is not built for every source of a list.
                 if !self.removed_at.is_empty() {
@@ -685,8 +731,9 @@ mod tests {
                 resource_version: Some("1".into()),
                 uid: None,
                 created: 0,
-                metadata_annotations: metadata,
-                template_annotations: BTreeMap::new(),
+                metadata_annotations: metadata.into(),
+                kept_record: Default::default(),
+                template_annotations: Default::default(),
                 containers: vec![],
                 references: refs
                     .iter()
@@ -695,8 +742,8 @@ mod tests {
                 suspended: false,
                 paused: false,
                 workload_ref: None,
-                labels: BTreeMap::new(),
-                used_keys: BTreeMap::new(),
+                labels: Default::default(),
+                used_keys: Default::default(),
                 references_left_out: 0,
                 progress: Default::default(),
             },
@@ -803,6 +850,35 @@ mod tests {
         assert!(s.last_change("ns", &cm("two")).is_some());
         assert!(s.remove_source("ns", &cm("two")));
         assert!(s.last_change("ns", &cm("two")).is_some(), "a removal is a change");
+    }
+
+    #[test]
+    fn one_key_sources_share_their_key_name() {
+        let mut s = Store::default();
+        let one_key = |hash: &str, key: &str| SourceFacts {
+            key_hashes: BTreeMap::from([(key.to_string(), hash.to_string())]),
+            ..facts(hash)
+        };
+        for i in 0..100 {
+            s.upsert_source("ns", cm(&format!("c-{i}")), one_key(&i.to_string(), "data"));
+        }
+        s.upsert_source("other", cm("c-0"), one_key("x", "config.yaml"));
+        fn name_of(s: &Store, ns: &str, name: &str) -> Arc<str> {
+            match &s.namespaces[ns].stored(&cm(name)).unwrap().key_hashes {
+                StoredKeyHashes::Single(key) => key.clone(),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(Arc::ptr_eq(&name_of(&s, "ns", "c-0"), &name_of(&s, "ns", "c-99")));
+        assert_eq!(&*name_of(&s, "other", "c-0"), "config.yaml");
+        assert_eq!(s.key_names.names.len(), 2);
+        assert_eq!(s.sources_in("other"), [(cm("c-0"), one_key("x", "config.yaml"))]);
+        // Names no source holds are dropped as new ones keep coming.
+        for i in 0..100 {
+            s.upsert_source("ns", cm("c-0"), one_key(&format!("h{i}"), &format!("key-{i}")));
+            assert!(s.key_names.names.len() <= 64, "{}", s.key_names.names.len());
+        }
+        assert_eq!(&*name_of(&s, "ns", "c-0"), "key-99");
     }
 
     #[test]
@@ -930,5 +1006,72 @@ mod tests {
         assert!(c.sources.contains_key(&cm("cm-9999")) && c.sources.contains_key(&cm("cm-0000")));
         assert!(!c.sources.contains_key(&cm("unrelated")));
         assert!(!c.sources.contains_key(&cm(&format!("cm-{:04}", MAX_NAMED_MATCHES))));
+    }
+
+    /// The bench's scale-1 objects in a store, left allocated for a heap profiler to count
+    /// (docs/performance.md, "Heap profile"): `heaptrack <lib test binary> --ignored --exact
+    /// index::store::tests::a_bench_scale_store_for_a_heap_profile`, then `heaptrack_print`'s
+    /// "total memory leaked" is what the store keeps of 15,000 sources and 2,000 workloads.
+    #[test]
+    #[ignore]
+    fn a_bench_scale_store_for_a_heap_profile() {
+        use crate::model::workload::{RECORD_ANNOTATION, format_record};
+        use k8s_openapi::api::core::v1::PodTemplateSpec;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+        let (secrets, configmaps, deployments) = (10_000, 5_000, 2_000);
+        let sha1 = |i: usize| format!("{i:040x}");
+        let mut s = Store::default();
+        let one_key = |hash: String| SourceFacts {
+            key_hashes: BTreeMap::from([("data".to_string(), hash.clone())]),
+            ..SourceFacts::with_hash(&hash)
+        };
+        for i in 0..secrets {
+            s.upsert_source(
+                "bench",
+                SourceRef::new(SourceKind::Secret, format!("s-{i}")),
+                one_key(sha1(i)),
+            );
+        }
+        for i in 0..configmaps {
+            s.upsert_source("bench", cm(&format!("c-{i}")), one_key(sha1(secrets + i)));
+        }
+        let keys = AnnotationKeys::default();
+        for i in 0..deployments {
+            // As the bench's: 5 Secrets and 3 ConfigMaps through envFrom, `auto`, and the
+            // record the first pass writes.
+            let sources: Vec<SourceRef> = (0..5)
+                .map(|m| SourceRef::new(SourceKind::Secret, format!("s-{}", (5 * i + m) % secrets)))
+                .chain((0..3).map(|m| cm(&format!("c-{}", (5 * i / 2 + m) % configmaps))))
+                .collect();
+            let record: BTreeMap<SourceRef, String> =
+                sources.iter().enumerate().map(|(m, r)| (r.clone(), sha1(i * 8 + m))).collect();
+            let env_from: Vec<serde_json::Value> = sources
+                .iter()
+                .map(|r| match r.kind {
+                    SourceKind::Secret => serde_json::json!({"secretRef": {"name": r.name}}),
+                    _ => serde_json::json!({"configMapRef": {"name": r.name}}),
+                })
+                .collect();
+            let mut meta: ObjectMeta = serde_json::from_value(serde_json::json!({
+                "name": format!("d-{i}"), "namespace": "bench", "resourceVersion": "123456",
+                "uid": "0f3a7c2e-5b1d-4e8a-9c6f-2d7b8e1a4c93", "generation": 2,
+            }))
+            .unwrap();
+            meta.annotations = Some(BTreeMap::from([
+                ("reloader.stakater.com/auto".to_string(), "true".to_string()),
+                (RECORD_ANNOTATION.to_string(), format_record(&record)),
+            ]));
+            let template: PodTemplateSpec = serde_json::from_value(serde_json::json!({
+                "metadata": {"labels": {"app": format!("d-{i}")}},
+                "spec": {"containers": [{"name": "app", "image": "pause", "envFrom": env_from}]},
+            }))
+            .unwrap();
+            let info =
+                WorkloadInfo::extract(WorkloadKind::Deployment, &meta, Some(&template), &keys);
+            let selection = s.shared_selection(&keys, &info);
+            s.upsert_workload(WorkloadEntry { info, selection });
+        }
+        assert_eq!((s.source_count(), s.workload_count()), (15_000, 2_000));
+        std::mem::forget(s);
     }
 }

@@ -34,9 +34,7 @@ use crate::decide::template::{
 use crate::decide::trigger::{TemplateWrite, rollout_restarts_at};
 use crate::kube::pending_jobs::{PendingJobs, RecordError};
 use crate::model::annotations::AnnotationKeys;
-use crate::model::workload::{
-    POLICY_RECORD_ANNOTATION, RECORD_ANNOTATION, WorkloadInfo, WorkloadKey, WorkloadKind,
-};
+use crate::model::workload::{POLICY_RECORD_ANNOTATION, WorkloadInfo, WorkloadKey, WorkloadKind};
 
 /// What the API server answered to a write, for the caller's memory of the workload.
 #[derive(Debug)]
@@ -315,8 +313,12 @@ impl WorkloadWriter {
         let cronjob: CronJob =
             Api::namespaced(self.client.clone(), &key.namespace).get(&key.name).await?;
         let uid = cronjob.metadata.uid.clone().unwrap_or_default();
-        let records = [RECORD_ANNOTATION, POLICY_RECORD_ANNOTATION]
-            .map(|k| info.metadata_annotations.get(k).map(String::as_str));
+        // The record annotations' text as the workload carries them.
+        let record = info.kept_record.text();
+        let records = [
+            record.as_deref(),
+            info.metadata_annotations.get(POLICY_RECORD_ANNOTATION).map(String::as_str),
+        ];
         let hashes: Vec<(String, String)> =
             plan.changes.iter().map(|c| (c.source.to_string(), c.hash.clone())).collect();
         let name = reload_job_name(&key.name, &uid, &records, &hashes);

@@ -5,10 +5,12 @@
 
 pub mod annotations;
 pub mod duration;
+pub mod flat_map;
 pub mod limits;
 pub mod naming;
 pub mod policy;
 pub mod progress;
+pub mod record;
 pub mod schedule;
 pub mod source;
 pub mod strategy;

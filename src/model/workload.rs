@@ -8,8 +8,10 @@ use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::model::annotations::AnnotationKeys;
+use crate::model::flat_map::FlatMap;
 use crate::model::limits::MAX_REFERENCES;
 use crate::model::naming::ENV_VAR_PREFIX;
+pub use crate::model::record::{KeptRecord, format_record, parse_record};
 use crate::model::source::{SourceKind, SourceRef};
 
 /// The workload-metadata annotation where the operator records, per source, the hash the
@@ -174,7 +176,7 @@ impl fmt::Display for WorkloadKey {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerInfo {
     pub name: String,
-    pub reloader_env: BTreeMap<String, String>,
+    pub reloader_env: FlatMap<String, String>,
 }
 
 /// Everything a reload decision needs about one workload.
@@ -185,24 +187,27 @@ pub struct WorkloadInfo {
     pub uid: Option<String>,
     /// Creation time, seconds since the epoch (0 when unknown).
     pub created: i64,
-    /// Metadata annotations the operator reads (selection keys and its own record).
-    pub metadata_annotations: BTreeMap<String, String>,
+    /// Metadata annotations the operator reads (selection keys and its own annotations, but
+    /// for its record: [`WorkloadInfo::kept_record`]).
+    pub metadata_annotations: FlatMap<String, String>,
+    /// The [`RECORD_ANNOTATION`], packed (see [`WorkloadInfo::record`]).
+    pub kept_record: KeptRecord,
     /// Pod-template annotations the operator reads.
-    pub template_annotations: BTreeMap<String, String>,
+    pub template_annotations: FlatMap<String, String>,
     pub containers: Vec<ContainerInfo>,
     /// Every source the pod template references, with the index of the container the env-vars
     /// strategy writes to for it (the first container when only an init container uses it).
-    pub references: BTreeMap<SourceRef, usize>,
+    pub references: FlatMap<SourceRef, usize>,
     /// A suspended CronJob (never reloaded) or a paused Deployment.
     pub suspended: bool,
     pub paused: bool,
     /// An Argo Rollout's `spec.workloadRef` Deployment, whose template the Rollout runs.
     pub workload_ref: Option<String>,
     /// The workload's labels (for ReloadPolicy target selectors).
-    pub labels: BTreeMap<String, String>,
+    pub labels: FlatMap<String, String>,
     /// Sources the pod template consumes only key by key, with those keys (see
     /// [`used_keys`]); a source consumed whole anywhere is absent.
-    pub used_keys: BTreeMap<SourceRef, BTreeSet<String>>,
+    pub used_keys: FlatMap<SourceRef, BTreeSet<String>>,
     /// Referenced sources past [`MAX_REFERENCES`], not followed (reported as a limit).
     pub references_left_out: usize,
     /// Its rollout as its controller reports it (from `status`; not part of what a change to
@@ -219,7 +224,6 @@ impl WorkloadInfo {
         keys: &AnnotationKeys,
     ) -> Self {
         let mut wanted = keys.workload_keys();
-        wanted.push(RECORD_ANNOTATION);
         wanted.push(POLICY_RECORD_ANNOTATION);
         wanted.push(HISTORY_ANNOTATION);
         wanted.push(ROLLED_GENERATION_ANNOTATION);
@@ -236,7 +240,7 @@ impl WorkloadInfo {
                 .flatten()
                 .filter(|(k, _)| wanted.contains(&k.as_str()))
                 .map(|(k, v)| (k.clone(), v.clone()))
-                .collect::<BTreeMap<_, _>>()
+                .collect::<FlatMap<_, _>>()
         };
         let template_meta = template.and_then(|t| t.metadata.as_ref());
         let pod = template.and_then(|t| t.spec.as_ref());
@@ -254,13 +258,19 @@ impl WorkloadInfo {
             uid: meta.uid.clone(),
             created: meta.creation_timestamp.as_ref().map(|t| t.0.as_second()).unwrap_or(0),
             metadata_annotations: filter(meta.annotations.as_ref()),
+            kept_record: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(RECORD_ANNOTATION))
+                .map(|text| KeptRecord::new(text))
+                .unwrap_or_default(),
             template_annotations: filter(template_meta.and_then(|m| m.annotations.as_ref())),
             containers: containers.iter().map(container_info).collect(),
             references,
             suspended: false,
             paused: false,
             workload_ref: None,
-            labels: meta.labels.clone().unwrap_or_default(),
+            labels: meta.labels.iter().flatten().map(|(k, v)| (k.clone(), v.clone())).collect(),
             used_keys: used_keys(containers, init, volumes),
             references_left_out,
             progress: Default::default(),
@@ -275,10 +285,12 @@ impl WorkloadInfo {
 
     /// The operator's record: source → hash the workload was last synced to.
     pub fn record(&self) -> BTreeMap<SourceRef, String> {
-        self.metadata_annotations
-            .get(RECORD_ANNOTATION)
-            .map(|v| parse_record(v))
-            .unwrap_or_default()
+        self.kept_record.entries()
+    }
+
+    /// Sets the record annotation's text, as [`WorkloadInfo::extract`] keeps it.
+    pub fn set_record_text(&mut self, text: &str) {
+        self.kept_record = KeptRecord::new(text);
     }
 
     /// The container (index and name) that already carries `env_name`, if any.
@@ -346,15 +358,16 @@ impl WorkloadInfo {
             resource_version: None,
             uid: None,
             created: 0,
-            metadata_annotations: BTreeMap::new(),
-            template_annotations: BTreeMap::new(),
+            metadata_annotations: FlatMap::new(),
+            kept_record: KeptRecord::Absent,
+            template_annotations: FlatMap::new(),
             containers: vec![],
-            references: BTreeMap::new(),
+            references: FlatMap::new(),
             suspended: false,
             paused: false,
             workload_ref: None,
-            labels: BTreeMap::new(),
-            used_keys: BTreeMap::new(),
+            labels: FlatMap::new(),
+            used_keys: FlatMap::new(),
             references_left_out: 0,
             progress: Default::default(),
         }
@@ -435,10 +448,11 @@ fn references(
     containers: &[Container],
     init: &[Container],
     volumes: &[Volume],
-) -> (BTreeMap<SourceRef, usize>, usize) {
+) -> (FlatMap<SourceRef, usize>, usize) {
+    // Built as a `BTreeMap`, kept flat.
     let mut out = BTreeMap::new();
     if containers.is_empty() {
-        return (out, 0);
+        return (FlatMap::new(), 0);
     }
     // The first volume that provides each source.
     let mut volume_of: HashMap<SourceRef, &str> = HashMap::new();
@@ -493,7 +507,7 @@ fn references(
         }
         out.insert(source, target);
     }
-    (out, left_out)
+    (out.into(), left_out)
 }
 
 /// Which keys the pod template consumes of each ConfigMap/Secret it uses key by key:
@@ -504,7 +518,7 @@ pub fn used_keys(
     containers: &[Container],
     init: &[Container],
     volumes: &[Volume],
-) -> BTreeMap<SourceRef, BTreeSet<String>> {
+) -> FlatMap<SourceRef, BTreeSet<String>> {
     // None: consumed whole somewhere.
     let mut usage: BTreeMap<SourceRef, Option<BTreeSet<String>>> = BTreeMap::new();
     let mut note = |source: SourceRef, keys: Option<Vec<String>>| {
@@ -575,26 +589,6 @@ pub fn used_keys(
         }
     }
     usage.into_iter().filter_map(|(source, keys)| Some((source, keys?))).collect()
-}
-
-/// Parses the record annotation: a JSON object of `kind/name` → hash. Unknown or malformed
-/// entries are dropped (the next write rewrites the record whole).
-pub fn parse_record(value: &str) -> BTreeMap<SourceRef, String> {
-    let Ok(map) = serde_json::from_str::<BTreeMap<String, String>>(value) else {
-        return BTreeMap::new();
-    };
-    map.into_iter()
-        .filter_map(|(k, hash)| {
-            let (tag, name) = k.split_once('/')?;
-            Some((SourceRef::new(SourceKind::from_tag(tag)?, name), hash))
-        })
-        .collect()
-}
-
-/// Renders the record annotation (keys sorted, so equal records render equally).
-pub fn format_record(record: &BTreeMap<SourceRef, String>) -> String {
-    let map: BTreeMap<String, &String> = record.iter().map(|(k, v)| (k.to_string(), v)).collect();
-    serde_json::to_string(&map).expect("a string map always serialises")
 }
 
 #[cfg(test)]
@@ -692,7 +686,7 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        assert_eq!(info.references, want);
+        assert_eq!(info.references.to_btree_map(), want);
         assert!(!info.references.contains_key(&cm("lonely")), "unmounted volumes do not count");
         assert!(!info.references.contains_key(&cm("ephemeral-cm")));
         assert!(!info.references.contains_key(&secret("registry")));
@@ -748,17 +742,6 @@ mod tests {
     }
 
     #[test]
-    fn record_round_trips_and_tolerates_garbage() {
-        let record: BTreeMap<_, _> =
-            [(cm("b"), "2".to_string()), (secret("a"), "1".to_string())].into_iter().collect();
-        let text = format_record(&record);
-        assert_eq!(text, r#"{"configmap/b":"2","secret/a":"1"}"#);
-        assert_eq!(parse_record(&text), record);
-        assert!(parse_record("not json").is_empty());
-        assert_eq!(parse_record(r#"{"configmap/x":"1","bogus/y":"2","noslash":"3"}"#).len(), 1);
-    }
-
-    #[test]
     fn used_keys_cover_key_refs_and_items_unless_a_source_is_used_whole() {
         let t = template(json!({
             "volumes": [
@@ -795,7 +778,7 @@ mod tests {
         .collect();
         // `mixed` is also used through envFrom, `mounted-whole` and `proj-whole` without items;
         // the unmounted volume's items do not count.
-        assert_eq!(info.used_keys, want);
+        assert_eq!(info.used_keys.to_btree_map(), want);
     }
 
     #[test]
@@ -804,14 +787,5 @@ mod tests {
         assert_eq!(WorkloadKind::from_plural(" CronJobs "), Some(WorkloadKind::CronJob));
         assert_eq!(WorkloadKind::from_plural("deployment"), Some(WorkloadKind::Deployment));
         assert_eq!(WorkloadKind::from_plural("pods"), None);
-    }
-
-    proptest::proptest! {
-        /// The record annotation is written by anyone who can edit a workload: any text parses
-        /// to some record, never a panic.
-        #[test]
-        fn any_record_text_parses(text in ".{0,200}") {
-            let _ = parse_record(&text);
-        }
     }
 }
