@@ -1022,10 +1022,9 @@ mod tests {
 
     #[test]
     fn a_staged_policy_halted_by_a_failed_target_holds_the_rollout() {
-        use crate::decide::policy_plan::{ActivePolicy, record_key};
+        use crate::decide::policy_plan::ActivePolicy;
         use crate::decide::policy_status::{Outcome, TargetRollout};
         use crate::model::progress::RolloutState;
-        use crate::model::workload::POLICY_RECORD_ANNOTATION;
         let spec = serde_json::from_value(serde_json::json!({
             "sources": [{"kind": "ConfigMap", "name": "cfg"}],
             "targets": [{"kind": "Deployment", "name": "web"}, {"kind": "Deployment", "name": "db"}],
@@ -1035,36 +1034,10 @@ mod tests {
         let policy =
             std::sync::Arc::new(ActivePolicy::new("ns".into(), "pol".into(), Some(1), spec));
         let candidates: Vec<Candidate> = vec![(policy, Some(Hasher::Sha1))];
-        let mut info = web(&[], None);
-        let record = BTreeMap::from([(record_key("pol", &cm("cfg")), "old".to_string())]);
-        info.metadata_annotations
-            .insert(POLICY_RECORD_ANNOTATION.into(), serde_json::to_string(&record).unwrap());
+        let info = rolled_by_pol();
         let db = WorkloadInfo::bare(WorkloadKind::Deployment, "ns", "db");
         let sources = vec![(cm("cfg"), SourceFacts::with_hash("new"))];
-        let explain_with = |staged: &[Staged]| {
-            let keys = AnnotationKeys::default();
-            let selection =
-                SelectionInputs::of(&info.metadata_annotations, &BTreeMap::new()).parse(&keys);
-            let candidates_map = BTreeMap::from([(cm("cfg"), Some(SourceFacts::with_hash("new")))]);
-            let (opts, op, fallbacks) = (opts(), operator(), Fallbacks::default());
-            explain(&Inputs {
-                info: &info,
-                selection: &selection,
-                candidates: &candidates_map,
-                uses: &BTreeMap::new(),
-                opts: &opts,
-                keys: &keys,
-                policies: &candidates,
-                sources: &sources,
-                fallbacks: &fallbacks,
-                operator: &op,
-                staged,
-                changed_ago: &BTreeMap::new(),
-                now: jiff::Timestamp::from_second(NOW).unwrap(),
-                eviction: None,
-                reloads: &[],
-            })
-        };
+        let explain_with = |staged: &[Staged]| with_policy(&info, &candidates, staged, &[]);
         // Not staged (no status read): the policy's change rolls.
         let free = explain_with(&[]);
         assert_eq!((free.gate.name.as_str(), free.next.action.as_str()), ("none", "roll"));
@@ -1114,8 +1087,7 @@ mod tests {
     /// Explains `web`, targeted by policy `pol` (`spec`: its limits) whose source `cfg` changed
     /// since web rolled for it, with the reloads the policies' status records.
     fn under_policy(limits: serde_json::Value, reloads: &[PastReload]) -> Explanation {
-        use crate::decide::policy_plan::{ActivePolicy, record_key};
-        use crate::model::workload::POLICY_RECORD_ANNOTATION;
+        use crate::decide::policy_plan::ActivePolicy;
         let mut spec = serde_json::json!({
             "sources": [{"kind": "ConfigMap", "name": "cfg"}],
             "targets": [{"kind": "Deployment", "name": "web"}, {"kind": "Deployment", "name": "db"}],
@@ -1125,28 +1097,46 @@ mod tests {
         let policy =
             std::sync::Arc::new(ActivePolicy::new("ns".into(), "pol".into(), Some(1), spec));
         let candidates: Vec<Candidate> = vec![(policy, Some(Hasher::Sha1))];
+        with_policy(&rolled_by_pol(), &candidates, &[], reloads)
+    }
+
+    /// `web`, last rolled by policy `pol` for ConfigMap `cfg` at content `old`.
+    fn rolled_by_pol() -> WorkloadInfo {
+        use crate::decide::policy_plan::record_key;
+        use crate::model::workload::POLICY_RECORD_ANNOTATION;
         let mut info = web(&[], None);
         let record = BTreeMap::from([(record_key("pol", &cm("cfg")), "old".to_string())]);
         info.metadata_annotations
             .insert(POLICY_RECORD_ANNOTATION.into(), serde_json::to_string(&record).unwrap());
+        info
+    }
+
+    /// Explains `info` under the namespace's policies `candidates`, ConfigMap `cfg` now at
+    /// content `new`.
+    fn with_policy(
+        info: &WorkloadInfo,
+        candidates: &[Candidate],
+        staged: &[Staged],
+        reloads: &[PastReload],
+    ) -> Explanation {
         let keys = AnnotationKeys::default();
         let selection =
-            SelectionInputs::of(&info.metadata_annotations, &Default::default()).parse(&keys);
+            SelectionInputs::of(&info.metadata_annotations, &BTreeMap::new()).parse(&keys);
         let candidates_map = BTreeMap::from([(cm("cfg"), Some(SourceFacts::with_hash("new")))]);
         let sources = vec![(cm("cfg"), SourceFacts::with_hash("new"))];
         let (opts, op, fallbacks) = (opts(), operator(), Fallbacks::default());
         explain(&Inputs {
-            info: &info,
+            info,
             selection: &selection,
             candidates: &candidates_map,
             uses: &BTreeMap::new(),
             opts: &opts,
             keys: &keys,
-            policies: &candidates,
+            policies: candidates,
             sources: &sources,
             fallbacks: &fallbacks,
             operator: &op,
-            staged: &[],
+            staged,
             changed_ago: &BTreeMap::new(),
             now: jiff::Timestamp::from_second(NOW).unwrap(),
             eviction: None,
