@@ -573,3 +573,75 @@ async fn explain_rp_explains_each_target_and_who_else_its_source_rolls() {
     .await;
     assert_eq!(code, 0, "{e:#}");
 }
+
+#[tokio::test]
+async fn a_change_just_made_is_settling_until_the_debounce_ends_and_rolls_then() {
+    let f = Fixture::new("explain-settling").await;
+    let debounce = ["--debounce", "8s", "--debounce-max-wait", "20s"];
+    let _op = f.operator(&debounce);
+    f.configmap("app-config", json!({"a": "1"})).await;
+    f.deployment("web", json!({"reloader.stakater.com/auto": "true"}), env_from_cm("app-config"))
+        .await;
+    f.wait_replicasets("web", 1).await;
+    f.wait_baseline("web").await;
+    let changed = jiff::Timestamp::now();
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    let mut args = vec!["deploy/web", "--namespaces", f.name(), "--min-rollout-interval", "0s"];
+    args.extend(debounce);
+    let (code, e) = explain(&f, &args).await;
+    assert_eq!(code, 2, "a reload is next: {e:#}");
+    assert_eq!((&e["gate"]["name"], &e["next"]["action"]), (&json!("settling"), &json!("roll")));
+    let until: jiff::Timestamp = e["gate"]["until"].as_str().unwrap().parse().unwrap();
+    // The change's time is read from its managed fields, in whole seconds.
+    let said = until.as_second() - changed.as_second();
+    assert!((7..=9).contains(&said), "settles {said} s after the change: {e:#}");
+
+    // As predicted: nothing before the debounce ends, the rollout after.
+    let before = until.checked_sub(jiff::SignedDuration::from_secs(2)).unwrap();
+    let wait = before.duration_since(jiff::Timestamp::now());
+    if wait.is_positive() {
+        tokio::time::sleep(wait.unsigned_abs()).await;
+    }
+    assert_eq!(f.replicasets("web").await.len(), 1, "rolled before the debounce ended");
+    f.wait_replicasets("web", 2).await;
+    let newest = f.replicasets("web").await.into_iter().filter_map(|rs| rs.creation_timestamp());
+    let rolled = newest.map(|t| t.0.as_second()).max().unwrap();
+    assert!((until.as_second() - 2..=until.as_second() + 5).contains(&rolled), "{e:#}");
+}
+
+#[tokio::test]
+async fn a_suspended_cronjob_is_named_suspended_and_a_change_creates_no_job() {
+    use k8s_openapi::api::batch::v1::{CronJob, Job};
+    let f = Fixture::new("explain-suspended").await;
+    let _op = f.operator(&[]);
+    f.configmap("app-config", json!({"a": "1"})).await;
+    let auto = json!({"reloader.stakater.com/auto": "true"});
+    f.create::<CronJob>(json!({
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": "nightly", "annotations": auto},
+        "spec": {"schedule": "0 0 1 1 *", "suspend": true,
+                 "jobTemplate": {"spec": {"template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "app", "image": "busybox",
+                            "envFrom": [{"configMapRef": {"name": "app-config"}}]}]}}}}}
+    }))
+    .await;
+    // A Deployment on the same ConfigMap: its rollout says the operator has seen the change.
+    f.deployment("web", auto, env_from_cm("app-config")).await;
+    f.wait_baseline("web").await;
+    f.patch_configmap("app-config", json!({"data": {"a": "2"}})).await;
+    let flags = operator_flags(&f);
+    let mut args: Vec<&str> = vec!["cronjob/nightly"];
+    args.extend(flags.iter().map(String::as_str));
+    let (code, e) = explain(&f, &args).await;
+    assert_eq!(code, 3, "held: {e:#}");
+    assert_eq!(
+        (&e["gate"]["name"], &e["next"]["action"]),
+        (&json!("suspended"), &json!("nothing"))
+    );
+
+    // As predicted: web rolls, the suspended CronJob gets no Job.
+    f.wait_replicasets("web", 2).await;
+    let jobs = Api::<Job>::namespaced(f.client.clone(), f.name());
+    assert!(jobs.list(&Default::default()).await.unwrap().items.is_empty(), "a Job was created");
+}
