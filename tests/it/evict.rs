@@ -94,8 +94,15 @@ impl PodWatch {
         self.seen.lock().unwrap().live.values().filter(|r| **r).count()
     }
 
-    fn reset_most_unavailable(&self) {
-        self.seen.lock().unwrap().most_unavailable = 0;
+    /// Watches `name`'s pods until all `wanted` are Ready, and counts unavailability from then.
+    async fn until_ready(f: &Fixture, name: &str, wanted: usize) -> Self {
+        let watch = Self::start(f, name, wanted);
+        eventually(&format!("the watch to see {wanted} pods of {name} Ready"), TIMEOUT, || async {
+            (watch.ready() == wanted).then_some(())
+        })
+        .await;
+        watch.seen.lock().unwrap().most_unavailable = 0;
+        watch
     }
 
     fn most_unavailable(&self) -> usize {
@@ -181,6 +188,16 @@ async fn statefulset_ready(f: &Fixture, name: &str, replicas: i32) -> StatefulSe
 }
 
 /// The pods the operator logged it evicted, in order, with how many it evicted in that step.
+/// Waits until the operator has counted `n` rollouts rolled out; returns its metrics.
+async fn rolled_out(op: &support::Operator, n: usize) -> String {
+    let line = format!("reloader_rollouts_total{{result=\"rolled_out\"}} {n}");
+    eventually(&format!("{n} rollouts reported rolled out"), TIMEOUT, || async {
+        let metrics = op.metrics().await;
+        metrics.contains(&line).then_some(metrics)
+    })
+    .await
+}
+
 fn evicted_pods(op: &support::Operator) -> Vec<(String, u64)> {
     op.lines_with(EVICTED)
         .iter()
@@ -239,13 +256,8 @@ async fn evict_restarts_a_statefulset_pod_by_pod_under_its_pdb_and_leaves_the_te
     let template = serde_json::to_value(&before.spec.template).unwrap();
     // The budget allows no disruption at first: the evictions are refused and waited out.
     pdb(&f, "db", 0).await;
-    let watch = PodWatch::start(&f, "db", 3);
     let (reverts, owner) = template_owner(&f, "db", template.clone());
-    eventually("the watch to see the three pods Ready", TIMEOUT, || async {
-        (watch.ready() == 3).then_some(())
-    })
-    .await;
-    watch.reset_most_unavailable();
+    let watch = PodWatch::until_ready(&f, "db", 3).await;
 
     f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
     eventually("a refusal of the PodDisruptionBudget", TIMEOUT, || async {
@@ -259,11 +271,7 @@ async fn evict_restarts_a_statefulset_pod_by_pod_under_its_pdb_and_leaves_the_te
 
     all_replaced_once(&watch, &["db-0", "db-1", "db-2"]).await;
     statefulset_ready(&f, "db", 3).await;
-    let metrics = eventually("the rollout reported rolled out", TIMEOUT, || async {
-        let metrics = op.metrics().await;
-        metrics.contains("reloader_rollouts_total{result=\"rolled_out\"} 1").then_some(metrics)
-    })
-    .await;
+    let metrics = rolled_out(&op, 1).await;
     // Counted as a reload like any other strategy's.
     assert!(metrics.contains("reloader_reload_executed_total{success=\"true\"} 1"), "{metrics}");
     owner.abort();
@@ -420,11 +428,7 @@ async fn a_policy_with_strategy_evict_restarts_its_target_and_reports_it_rolled_
         .then_some(s)
     })
     .await;
-    let watch = PodWatch::start(&f, "queue", 2);
-    eventually("the watch to see the two pods Ready", TIMEOUT, || async {
-        (watch.ready() == 2).then_some(())
-    })
-    .await;
+    let watch = PodWatch::until_ready(&f, "queue", 2).await;
 
     f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
     all_replaced_once(&watch, &["queue-0", "queue-1"]).await;
@@ -502,20 +506,11 @@ async fn evict_max_unavailable_restarts_a_deployment_of_four_two_at_a_time() {
     .await;
     f.wait_baseline("web").await;
     f.wait_baseline("api").await;
-    let watch = PodWatch::start(&f, "web", 4);
-    eventually("the watch to see the four pods Ready", TIMEOUT, || async {
-        (watch.ready() == 4).then_some(())
-    })
-    .await;
+    let watch = PodWatch::until_ready(&f, "web", 4).await;
     let originals: BTreeSet<String> = watch.uids().keys().cloned().collect();
-    watch.reset_most_unavailable();
 
     f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
-    eventually("both rollouts reported rolled out", TIMEOUT, || async {
-        let metrics = op.metrics().await;
-        metrics.contains("reloader_rollouts_total{result=\"rolled_out\"} 2").then_some(())
-    })
-    .await;
+    rolled_out(&op, 2).await;
     let api_pods: Vec<_> =
         evicted_pods(&op).into_iter().filter(|(pod, _)| pod.starts_with("api-")).collect();
     assert_eq!(api_pods.len(), 1, "{api_pods:?}");
@@ -559,20 +554,11 @@ async fn evict_restarts_a_daemonsets_pods_one_node_at_a_time() {
         .then_some(usize::try_from(s.desired_number_scheduled).unwrap())
     })
     .await;
-    let watch = PodWatch::start(&f, "agent", nodes);
-    eventually("the watch to see every pod Ready", TIMEOUT, || async {
-        (watch.ready() == nodes).then_some(())
-    })
-    .await;
+    let watch = PodWatch::until_ready(&f, "agent", nodes).await;
     let originals: BTreeSet<String> = watch.uids().keys().cloned().collect();
-    watch.reset_most_unavailable();
 
     f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
-    eventually("the rollout reported rolled out", TIMEOUT, || async {
-        let metrics = op.metrics().await;
-        metrics.contains("reloader_rollouts_total{result=\"rolled_out\"} 1").then_some(())
-    })
-    .await;
+    rolled_out(&op, 1).await;
     let evicted = each_evicted_once_and_replaced(&op, &watch, "agent", &originals).await;
     assert!(evicted.iter().all(|(_, n)| *n == 1), "one at a time: {evicted:?}");
     assert!(
@@ -614,22 +600,13 @@ async fn on_a_kind_listed_on_change_every_eviction_step_runs() {
         (d.status?.available_replicas == Some(3)).then_some(())
     })
     .await;
-    let watch = PodWatch::start(&f, "web", 3);
-    eventually("the watch to see the three pods Ready", TIMEOUT, || async {
-        (watch.ready() == 3).then_some(())
-    })
-    .await;
+    let watch = PodWatch::until_ready(&f, "web", 3).await;
     let originals: BTreeSet<String> = watch.uids().keys().cloned().collect();
-    watch.reset_most_unavailable();
     // Listed on change under that role: the change comes after the workload, so it rolls.
     tokio::time::sleep(Duration::from_millis(1100)).await;
 
     f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
-    eventually("the rollout reported rolled out", TIMEOUT, || async {
-        let metrics = op.metrics().await;
-        metrics.contains("reloader_rollouts_total{result=\"rolled_out\"} 1").then_some(())
-    })
-    .await;
+    rolled_out(&op, 1).await;
     let evicted = each_evicted_once_and_replaced(&op, &watch, "web", &originals).await;
     assert_eq!(evicted.len(), 3, "{evicted:?}");
     assert!(watch.most_unavailable() <= 1, "saw {}", watch.most_unavailable());
