@@ -38,39 +38,42 @@ fn invoked_as_kubectl_plugin() -> bool {
 /// `reloader explain`: prints the explanation and returns its exit code (1 on an error).
 async fn explain(args: reloader::cli::ExplainArgs) -> i32 {
     use reloader::runtime::explain::{Target, parse_any};
+    let json = args.output == "json";
     let answer = async {
         let target = parse_any(&args.target)?;
         let (client, config, namespace, account) = explain_setup(&args).await?;
-        let (json, text, code) = match target {
+        // Only the form asked for is rendered.
+        let (out, code) = match target {
             Target::Workload(kind, name) => {
                 let e = reloader::runtime::explain::run(
                     &client, &config, kind, &namespace, &name, account,
                 )
                 .await?;
-                (
-                    serde_json::to_string_pretty(&e),
-                    reloader::decide::explain::render(&e),
-                    e.exit_code,
-                )
+                let out = if json {
+                    serde_json::to_string_pretty(&e)? + "\n"
+                } else {
+                    reloader::decide::explain::render(&e)
+                };
+                (out, e.exit_code)
             }
             Target::Policy(name) => {
                 let e = reloader::runtime::explain_policy::run_policy(
                     &client, &config, &namespace, &name, account,
                 )
                 .await?;
-                let text = reloader::decide::explain_policy::render_policy(&e);
-                (serde_json::to_string_pretty(&e), text, e.exit_code)
+                let out = if json {
+                    serde_json::to_string_pretty(&e)? + "\n"
+                } else {
+                    reloader::decide::explain_policy::render_policy(&e)
+                };
+                (out, e.exit_code)
             }
         };
-        Ok::<_, Box<dyn std::error::Error + Send + Sync>>((json?, text, code))
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>((out, code))
     };
     match answer.await {
-        Ok((json, _, code)) if args.output == "json" => {
-            println!("{json}");
-            code
-        }
-        Ok((_, text, code)) => {
-            print!("{text}");
+        Ok((out, code)) => {
+            print!("{out}");
             code
         }
         Err(e) => {
