@@ -135,10 +135,25 @@ pub struct PodView {
     pub deleting: bool,
 }
 
-/// What the eviction rollout of one workload looks like now.
+/// The order a rollout evicts old pods in, and whether it may skip ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvictOrder {
+    /// A StatefulSet's: highest ordinal first, strictly (as its controller rolls).
+    Ordinal,
+    /// Any other controller's: not-Ready pods first (free of the budget), then oldest first.
+    Age,
+}
+
+impl EvictOrder {
+    pub fn of(kind: WorkloadKind) -> Self {
+        if kind == WorkloadKind::StatefulSet { EvictOrder::Ordinal } else { EvictOrder::Age }
+    }
+}
+
+/// What the eviction rollout of one workload (or of one owner's pods) looks like now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EvictionState<'a> {
-    pub kind: WorkloadKind,
+    pub order: EvictOrder,
     pub pods: &'a [PodView],
     pub record: &'a EvictionRecord,
     /// How many pods the workload wants (`spec.replicas`, a DaemonSet's scheduled count).
@@ -215,13 +230,13 @@ pub fn step(state: &EvictionState<'_>) -> EvictStep {
             recheck: Duration::from_secs(left),
         };
     }
-    order(state.kind, &mut old);
+    order(state.order, &mut old);
     let budget = usize::try_from(state.record.max_unavailable.max(1)).unwrap_or(1);
     // Not-Ready old pods first and free of the budget; a StatefulSet strictly in its order.
     let mut chosen = Vec::new();
     let mut spent = unavailable;
     for pod in old {
-        let free = !available(pod) && state.kind != WorkloadKind::StatefulSet;
+        let free = !available(pod) && state.order == EvictOrder::Age;
         if !free && spent >= budget {
             break;
         }
@@ -263,8 +278,8 @@ fn failed(state: &EvictionState<'_>, unavailable: usize, old: usize) -> Option<E
 
 /// The order old pods go in: a StatefulSet's highest ordinal first (as its controller rolls);
 /// others not-Ready first, then oldest first, then by name.
-fn order(kind: WorkloadKind, pods: &mut [&PodView]) {
-    if kind == WorkloadKind::StatefulSet {
+fn order(order: EvictOrder, pods: &mut [&PodView]) {
+    if order == EvictOrder::Ordinal {
         pods.sort_by(|a, b| b.ordinal.cmp(&a.ordinal).then_with(|| a.name.cmp(&b.name)));
     } else {
         pods.sort_by(|a, b| {
@@ -314,7 +329,7 @@ mod tests {
         record: &'a EvictionRecord,
     ) -> EvictionState<'a> {
         EvictionState {
-            kind,
+            order: EvictOrder::of(kind),
             pods,
             record,
             desired: i32::try_from(pods.len()).unwrap(),

@@ -147,7 +147,7 @@ impl ActivePolicy {
     /// Whether target entry `index` selects `info`.
     pub fn target_entry_selects(&self, index: usize, info: &WorkloadInfo) -> bool {
         let Some(entry) = self.spec.targets.get(index) else { return false };
-        target_kind(entry.kind) == info.key.kind
+        target_kind(entry.kind) == Some(info.key.kind)
             && entry_selects(
                 &entry.name,
                 self.target_selectors.get(index),
@@ -192,14 +192,17 @@ fn entry_selects(
     }
 }
 
-pub fn target_kind(kind: PolicyTargetKind) -> WorkloadKind {
-    match kind {
+/// The workload kind a target entry names; `None` for `Pod`, whose entries select pods, never
+/// a workload (`decide::pod_targets`).
+pub fn target_kind(kind: PolicyTargetKind) -> Option<WorkloadKind> {
+    Some(match kind {
         PolicyTargetKind::Deployment => WorkloadKind::Deployment,
         PolicyTargetKind::StatefulSet => WorkloadKind::StatefulSet,
         PolicyTargetKind::DaemonSet => WorkloadKind::DaemonSet,
         PolicyTargetKind::CronJob => WorkloadKind::CronJob,
         PolicyTargetKind::Rollout => WorkloadKind::Rollout,
-    }
+        PolicyTargetKind::Pod => return None,
+    })
 }
 
 pub fn source_kind(kind: PolicySourceKind) -> SourceKind {

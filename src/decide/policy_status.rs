@@ -77,7 +77,9 @@ pub fn remembered_from_status(status: &ReloadPolicyStatus) -> (Outcomes, Rollout
     let mut outcomes = Outcomes::new();
     let mut rollouts = Rollouts::new();
     for t in &status.targets {
-        let target = (crate::decide::policy_plan::target_kind(t.kind), t.name.clone());
+        // A `Pod` entry's groups are not workloads (`decide::pod_targets`).
+        let Some(kind) = crate::decide::policy_plan::target_kind(t.kind) else { continue };
+        let target = (kind, t.name.clone());
         let result = t.result.as_deref().and_then(|r| RESULTS.iter().find(|k| **k == r));
         if let Some(result) = result {
             let outcome = Outcome {
@@ -354,10 +356,14 @@ fn ready(
             "InvalidWindows",
             format!("spec.windows: {e}; nothing rolls until it is fixed"),
         )
+    } else if let Some(problems) = invalid_pod_targets(policy) {
+        Verdict::new(false, "InvalidTargets", problems)
     } else if !sources.status {
         Verdict::new(false, "SourcesNotFound", sources.message.clone())
     } else if !targets.status {
         Verdict::new(false, "TargetsNotFound", targets.message.clone())
+    } else if let Some(note) = crate::decide::pod_targets::not_carried_out(&policy.spec) {
+        Verdict::new(false, "PodTargetsNotEvicted", note)
     } else if !failed.is_empty() {
         let names: Vec<String> = failed.iter().map(|s| s.to_string()).collect();
         let message =
@@ -370,6 +376,13 @@ fn ready(
     } else {
         Verdict::new(true, "Ready", "sources and targets resolved")
     }
+}
+
+/// Entries of kind `Pod` the CRD's rules refuse, in a policy stored before them: said with
+/// the rule, and nothing is evicted for them.
+fn invalid_pod_targets(policy: &ActivePolicy) -> Option<String> {
+    let problems = crate::decide::pod_targets::problems(&policy.spec);
+    (!problems.is_empty()).then(|| crate::model::limits::bounded_list(&problems, 600))
 }
 
 /// Stalled (kstatus: Argo CD, Flux, `kubectl wait`): not ready, and only a change by the user
@@ -1262,6 +1275,22 @@ mod tests {
         }
         // A missing source's message is Ready's.
         assert_eq!(ready(&healthy, None, &sources_gone, &ok, &[]).message, sources_gone.message);
+        // Entries of kind Pod the CRD's rules refuse (a policy stored before them) come before
+        // sources; valid ones, not yet evicted by this version, are said after targets.
+        let pod = json!({"kind": "Pod", "selector": {"matchLabels": {"app": "kafka"}}});
+        let not_evict = policy(json!({"targets": [pod]}));
+        let v = ready(&not_evict, None, &sources_gone, &ok, &[]);
+        assert_eq!(reason(&v), (false, "InvalidTargets"));
+        assert!(v.message.contains("spec.targets[0]") && v.message.contains("set strategy: Evict"));
+        let pods = policy(json!({"targets": [pod, {"kind": "Deployment", "name": "api"}],
+                                 "strategy": "Evict"}));
+        assert_eq!(
+            reason(&ready(&pods, None, &sources_gone, &ok, &[])),
+            (false, "SourcesNotFound")
+        );
+        let v = ready(&pods, None, &ok, &ok, &failed);
+        assert_eq!(reason(&v), (false, "PodTargetsNotEvicted"));
+        assert!(v.message.contains("(spec.targets[0]) are accepted but not yet"), "{}", v.message);
         assert_eq!(ready(&healthy, None, &ok, &ok, &failed).message, "reload failed for: api");
     }
 

@@ -140,7 +140,7 @@ pub fn rollout_in_policy(
         written
             .targets
             .iter()
-            .find(|t| t.name == key.name && target_kind(t.kind) == key.kind)
+            .find(|t| t.name == key.name && target_kind(t.kind) == Some(key.kind))
             .and_then(|t| RolloutState::parse(t.rollout.as_deref()?))
     })
 }

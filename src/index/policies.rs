@@ -119,6 +119,8 @@ pub fn targets_of<'a>(
         .targets
         .iter()
         .enumerate()
+        // Entries of kind `Pod` select pods, never a workload (`decide::pod_targets`).
+        .filter(|(_, t)| crate::decide::policy_plan::target_kind(t.kind).is_some())
         .filter(|(index, _)| !infos.iter().any(|i| policy.target_entry_selects(*index, i)))
         .map(|(_, t)| t)
         .collect();

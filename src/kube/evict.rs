@@ -1,5 +1,6 @@
 //! The API calls of the `Evict` strategy (`decide::evict`): a workload's pods, listed by its
-//! selector and kept when the workload controls them, and the eviction of one pod through the
+//! selector and kept when the workload controls them (or a policy's `Pod` target's, with
+//! their controllers: [`selected_pods`]), and the eviction of one pod through the
 //! Eviction API, which respects PodDisruptionBudgets (a 429 is the budget's refusal: a wait,
 //! not an error).
 //!
@@ -24,6 +25,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use crate::decide::evict::{PodView, ordinal};
+use crate::decide::pod_targets::{Owner, SelectedPod};
 use crate::model::workload::{WorkloadKey, WorkloadKind};
 
 /// How long a budget's refusal is waited out before the next try, in seconds.
@@ -152,6 +154,31 @@ impl Evictor {
     }
 }
 
+/// The pods of `namespace` that `selector` matches (a policy's target of kind `Pod`), each
+/// with its controller, to be grouped by it (`decide::pod_targets::group`).
+pub async fn selected_pods(
+    client: &Client,
+    namespace: &str,
+    selector: &kube::core::Selector,
+) -> Result<Vec<SelectedPod>, kube::Error> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let listed = pods.list(&ListParams::default().labels_from(selector)).await?;
+    Ok(listed.items.iter().map(selected).collect())
+}
+
+/// A pod as a `Pod` target sees it: its view (no ordinal: its controller's naming is not
+/// known) and the owner with `controller: true`, if any.
+fn selected(pod: &Pod) -> SelectedPod {
+    let owner = pod.owner_references().iter().find(|o| o.controller == Some(true)).map(|o| Owner {
+        kind: o.kind.clone(),
+        name: o.name.clone(),
+        uid: o.uid.clone(),
+    });
+    let mut view = view_of(pod);
+    view.ordinal = None;
+    SelectedPod { view, owner }
+}
+
 /// A label selector (`matchLabels`, `matchExpressions`) as the text a list takes; `None` when
 /// there is none (a workload always has one; a broken one selects nothing here).
 pub fn selector_text(selector: &Value) -> Option<String> {
@@ -191,6 +218,13 @@ fn controlled(key: &WorkloadKey, uid: &str, pod: &Pod) -> bool {
 }
 
 fn view(key: &WorkloadKey, pod: &Pod) -> PodView {
+    let mut view = view_of(pod);
+    view.ordinal =
+        (key.kind == WorkloadKind::StatefulSet).then(|| ordinal(&key.name, &view.name)).flatten();
+    view
+}
+
+fn view_of(pod: &Pod) -> PodView {
     let name = pod.name_any();
     let ready = pod
         .status
@@ -202,9 +236,7 @@ fn view(key: &WorkloadKey, pod: &Pod) -> PodView {
     let ready_since = ready.and_then(|c| c.last_transition_time.as_ref()).map(|t| t.0.as_second());
     PodView {
         uid: pod.uid().unwrap_or_default(),
-        ordinal: (key.kind == WorkloadKind::StatefulSet)
-            .then(|| ordinal(&key.name, &name))
-            .flatten(),
+        ordinal: None,
         name,
         ready: ready.is_some(),
         ready_since: ready_since.unwrap_or(0),
@@ -319,6 +351,18 @@ mod tests {
         let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-abc", "uid": "r", "controller": true});
         assert!(controlled(&deploy, "u", &pod(rs.clone(), json!({"pod-template-hash": "abc"}))));
         assert!(!controlled(&deploy, "u", &pod(rs, json!({"pod-template-hash": "xyz"}))));
+    }
+
+    #[test]
+    fn a_selected_pod_names_its_controller_if_it_has_one() {
+        let owner = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "kafka", "uid": "u9", "controller": true});
+        let s = selected(&pod(owner, json!({"app": "kafka"})));
+        let want = Owner { kind: "ConfigMap".into(), name: "kafka".into(), uid: "u9".into() };
+        assert_eq!(s.owner, Some(want));
+        assert_eq!((s.view.name.as_str(), s.view.ordinal, s.view.ready), ("db-1", None, true));
+        // An owner that is not the controller (a garbage-collection link only) is no owner.
+        let plain = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "u"});
+        assert_eq!(selected(&pod(plain, json!({}))).owner, None);
     }
 
     #[test]

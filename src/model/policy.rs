@@ -40,6 +40,7 @@ macro_rules! go_duration_regex {
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.strategy == 'Evict' || !self.targets.exists(t, t.kind == 'Pod')").message("targets of kind Pod are restarted by evicting them: set strategy: Evict"))]
 pub struct ReloadPolicySpec {
     /// The ConfigMaps and Secrets whose changes trigger a reload (at least one, at most 32).
     #[x_kube(validation = Rule::new("size(self) >= 1 && size(self) <= 32").message("sources must list between 1 and 32 entries"))]
@@ -155,12 +156,17 @@ pub struct PolicySource {
     pub keys: Option<Vec<String>>,
 }
 
-/// A workload, by name or by label selector.
+/// A workload, by name or by label selector; or pods, by label selector.
 #[derive(KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("has(self.name) != has(self.selector)").message("set exactly one of name or selector"))]
+#[x_kube(validation = Rule::new("self.kind != 'Pod' || !has(self.name)").message("a target of kind Pod selects pods by selector; name is not allowed"))]
 pub struct PolicyTarget {
-    /// `Deployment`, `StatefulSet`, `DaemonSet`, `CronJob` or `Rollout` (Argo Rollouts).
+    /// `Deployment`, `StatefulSet`, `DaemonSet`, `CronJob`, `Rollout` (Argo Rollouts), or
+    /// `Pod`: the pods the selector matches, whatever controller owns them (an operator's own
+    /// resource that reverts template changes), to be restarted by eviction per owner (only
+    /// with `strategy: Evict` and a `selector`). Not yet evicted by this version: the status
+    /// says so (`PodTargetsNotEvicted`).
     pub kind: PolicyTargetKind,
 
     /// The workload's name, in the policy's namespace.
@@ -286,6 +292,7 @@ pub enum PolicyTargetKind {
     DaemonSet,
     CronJob,
     Rollout,
+    Pod,
 }
 
 #[derive(

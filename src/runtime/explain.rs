@@ -253,7 +253,7 @@ async fn eviction_step(
         }
     };
     let state = EvictionState {
-        kind: info.key.kind,
+        order: crate::decide::evict::EvictOrder::of(info.key.kind),
         pods: &pods.pods,
         record: &record,
         desired: pods.desired,
@@ -578,7 +578,7 @@ async fn policies(
         read.reloads.extend(status.targets.iter().filter_map(|t| {
             Some(PastReload {
                 policy: policy.name.clone(),
-                target: (target_kind(t.kind), t.name.clone()),
+                target: (target_kind(t.kind)?, t.name.clone()),
                 at: t.last_reload_time.as_ref()?.0.as_second(),
             })
         }));

@@ -106,6 +106,15 @@ async fn valid_policies_are_accepted_and_invalid_ones_rejected_with_the_reason()
     // Schema defaults are filled in by the API server.
     assert_eq!(created["spec"]["suspend"], false);
     assert_eq!(created["spec"]["strategy"], "Restart");
+    // Pods by selector, whatever owns them, beside a workload, with the Evict strategy.
+    let pods = json!({
+        "sources": [{"kind": "Secret", "name": "broker-tls"}],
+        "targets": [{"kind": "Pod", "selector": {"matchLabels": {"app": "kafka"}}},
+                    {"kind": "Deployment", "name": "api"}],
+        "strategy": "Evict", "evict": {"maxUnavailable": 1}
+    });
+    let created = create_raw(&client, &ns.name, "pods", pods).await.expect("a Pod target");
+    assert_eq!(created["spec"]["targets"][0]["kind"], "Pod");
 
     let source = json!({"kind": "ConfigMap", "name": "c"});
     let target = json!({"kind": "Deployment", "name": "d"});
@@ -182,6 +191,26 @@ async fn valid_policies_are_accepted_and_invalid_ones_rejected_with_the_reason()
             "evict.maxUnavailable must be between 1 and 1000",
         ),
         ("missing-targets", json!({"sources": [source]}), "spec.targets: Required value"),
+        (
+            "pod-target-by-name",
+            json!({"sources": [source], "targets": [{"kind": "Pod", "name": "kafka-0"}],
+                   "strategy": "Evict"}),
+            "a target of kind Pod selects pods by selector; name is not allowed",
+        ),
+        (
+            "pod-target-without-evict",
+            json!({"sources": [source], "targets": [
+                {"kind": "Deployment", "name": "d"},
+                {"kind": "Pod", "selector": {"matchLabels": {"app": "kafka"}}}
+            ]}),
+            "targets of kind Pod are restarted by evicting them: set strategy: Evict",
+        ),
+        (
+            "pod-target-restart",
+            json!({"sources": [source], "strategy": "Restart",
+                   "targets": [{"kind": "Pod", "selector": {"matchLabels": {"app": "kafka"}}}]}),
+            "targets of kind Pod are restarted by evicting them: set strategy: Evict",
+        ),
     ];
     for (name, spec, expected) in cases {
         match create_raw(&client, &ns.name, name, spec).await {

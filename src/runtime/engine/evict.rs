@@ -97,7 +97,7 @@ impl super::outcome::Follower {
     ) -> EvictionState<'a> {
         let recent = self.evictor.recent(&info.key);
         EvictionState {
-            kind: info.key.kind,
+            order: evict::EvictOrder::of(info.key.kind),
             pods: &pods.pods,
             record,
             desired: pods.desired,
