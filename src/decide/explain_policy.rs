@@ -91,7 +91,6 @@ pub fn explain_policy(view: &PolicyView<'_>, targets: Vec<Explanation>) -> Polic
     let policy = view.policy;
     let mut notes: Vec<String> = policy.invalid_selectors.clone();
     notes.extend(crate::decide::pod_targets::problems(&policy.spec));
-    notes.extend(crate::decide::pod_targets::not_carried_out(&policy.spec));
     let (sources, missing_sources) = match view.hasher {
         Some(hasher) => {
             let (resolved, missing) = resolve_sources(policy, view.sources, hasher);

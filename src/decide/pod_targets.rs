@@ -13,13 +13,16 @@
 //! pod twice.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use std::time::Duration;
 
 use crate::decide::evict::{self, EvictOrder, EvictStep, EvictionRecord, EvictionState, PodView};
 use crate::decide::policy_plan::Resolved;
-use crate::model::policy::{PolicyTargetKind, ReloadPolicySpec};
+use crate::model::policy::{
+    PodEvictionStatus, PolicyTargetKind, ReloadPolicySpec, ReloadPolicyStatus, TargetStatus,
+};
+use crate::model::progress::RolloutState;
 use crate::model::strategy::Strategy;
 
 /// Why the entries of kind `Pod` of `spec` cannot be carried out, each naming the entry and
@@ -55,21 +58,8 @@ pub fn pod_entries(spec: &ReloadPolicySpec) -> Vec<String> {
     pods.map(|(index, _)| format!("spec.targets[{index}]")).collect()
 }
 
-/// What a policy with entries of kind `Pod` is told while this version does not evict them
-/// (the decisions above are not yet wired into the engine): `None` without such entries.
-pub fn not_carried_out(spec: &ReloadPolicySpec) -> Option<String> {
-    let entries = pod_entries(spec);
-    (!entries.is_empty()).then(|| {
-        format!(
-            "targets of kind Pod ({}) are accepted but not yet evicted by this version of the \
-             operator; the policy's other targets are reloaded",
-            entries.join(", ")
-        )
-    })
-}
-
 /// A pod's controller, from its ownerReference with `controller: true`.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Owner {
     pub kind: String,
     pub name: String,
@@ -128,12 +118,48 @@ pub fn orphans_note(orphans: &[String]) -> Option<String> {
 /// content rolled to, since when (`startedAt` 0: a baseline, nothing to restart), at most how
 /// many at once, and how many pods the owner had when it started (an owner's wanted count is
 /// not known here: the unit is whole again when it has that many).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupRecord {
     pub owner: Owner,
-    #[serde(flatten)]
     pub record: EvictionRecord,
     pub desired: i32,
+}
+
+impl GroupRecord {
+    /// A record as the status holds it; `None` when it is not one of ours (anyone who may
+    /// write the status may write it: bounded like the annotation a workload holds).
+    pub fn from_status(s: &PodEvictionStatus) -> Option<Self> {
+        let sizes = [&s.owner_kind, &s.owner_name, &s.owner_uid, &s.content];
+        if sizes.iter().any(|v| v.len() > 253) {
+            return None;
+        }
+        let max_unavailable = u32::try_from(s.max_unavailable).unwrap_or(1);
+        Some(GroupRecord {
+            owner: Owner {
+                kind: s.owner_kind.clone(),
+                name: s.owner_name.clone(),
+                uid: s.owner_uid.clone(),
+            },
+            record: EvictionRecord {
+                content: s.content.clone(),
+                started_at: s.started_at.max(0),
+                max_unavailable: max_unavailable.clamp(1, evict::MAX_MAX_UNAVAILABLE),
+            },
+            desired: s.desired.clamp(0, 100_000),
+        })
+    }
+
+    pub fn to_status(&self) -> PodEvictionStatus {
+        PodEvictionStatus {
+            owner_kind: self.owner.kind.clone(),
+            owner_name: self.owner.name.clone(),
+            owner_uid: self.owner.uid.clone(),
+            content: self.record.content.clone(),
+            started_at: self.record.started_at,
+            max_unavailable: i32::try_from(self.record.max_unavailable).unwrap_or(1),
+            desired: self.desired,
+        }
+    }
 }
 
 /// The content the policy's pods roll to: a short hash of its resolved sources' hashes (the
@@ -195,14 +221,176 @@ pub fn step(
     })
 }
 
-/// The rollout state and message a step shows in the policy status' entry for the owner.
-pub fn rollout_of(step: &EvictStep) -> (&'static str, Option<String>) {
-    match step {
-        EvictStep::RolledOut => ("RolledOut", None),
-        EvictStep::Evict(names) => ("Progressing", Some(format!("evicting {}", names.join(", ")))),
-        EvictStep::Wait { waiting, .. } => ("Progressing", Some(format!("waiting for {waiting}"))),
-        EvictStep::Failed { reason, message } => ("Failed", Some(format!("{reason}: {message}"))),
+/// One owner's eviction rollout as remembered between looks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodGroup {
+    pub record: GroupRecord,
+    pub rollout: RolloutState,
+    /// What it waits for, or why it failed.
+    pub message: Option<String>,
+    /// This replica's last eviction of its pods, and until when a budget refused (seconds).
+    pub last_eviction: Option<i64>,
+    pub refused_until: Option<i64>,
+}
+
+impl PodGroup {
+    fn new(record: GroupRecord) -> Self {
+        let rollout = if record.record.started_at > 0 {
+            RolloutState::Progressing
+        } else {
+            RolloutState::RolledOut
+        };
+        PodGroup { record, rollout, message: None, last_eviction: None, refused_until: None }
     }
+}
+
+/// A policy's targets of kind `Pod` as remembered: per owner, its rollout; and what is said
+/// of the selected pods without a controller.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodTargets {
+    pub groups: BTreeMap<Owner, PodGroup>,
+    pub orphans: Option<String>,
+}
+
+impl PodTargets {
+    /// What a replica that sees the policy first (a restart, a new leader) goes on from: the
+    /// records in its status, each with the rollout state its target entry shows.
+    pub fn from_status(status: &ReloadPolicyStatus) -> Self {
+        let mut out = PodTargets::default();
+        for record in status.pod_evictions.iter().filter_map(GroupRecord::from_status) {
+            let mut group = PodGroup::new(record);
+            let label = group.record.owner.label();
+            let shown =
+                status.targets.iter().find(|t| t.kind == PolicyTargetKind::Pod && t.name == label);
+            if let Some(state) = shown.and_then(|t| RolloutState::parse(t.rollout.as_deref()?)) {
+                group.rollout = state;
+                group.message = shown.and_then(|t| t.rollout_message.clone());
+            }
+            out.groups.insert(group.record.owner.clone(), group);
+        }
+        out
+    }
+
+    /// The records as the status holds them.
+    pub fn records(&self) -> Vec<PodEvictionStatus> {
+        self.groups.values().map(|g| g.record.to_status()).collect()
+    }
+
+    /// One status entry per owner: kind `Pod`, named `OwnerKind/name`, its rollout.
+    pub fn target_statuses(&self) -> Vec<TargetStatus> {
+        let time = |s: i64| k8s_openapi::jiff::Timestamp::from_second(s).ok().map(Time);
+        self.groups
+            .values()
+            .map(|g| {
+                let started = g.record.record.started_at;
+                TargetStatus {
+                    kind: PolicyTargetKind::Pod,
+                    name: g.record.owner.label(),
+                    last_reload_time: (started > 0).then(|| time(started)).flatten(),
+                    last_reload_hash: None,
+                    last_reload_sources: Vec::new(),
+                    result: Some(if started > 0 { "Reloaded" } else { "UpToDate" }.into()),
+                    message: None,
+                    rollout: Some(g.rollout.as_str().into()),
+                    rollout_message: g.message.clone(),
+                    failed_at_resume: None,
+                }
+            })
+            .collect()
+    }
+}
+
+/// What a look at a policy's selected pods comes to before anything is evicted: per owner
+/// found, its record ([`record_for`]); an owner no longer found is forgotten unless its rollout
+/// is under way (its pods may all be between eviction and replacement; if they never come
+/// back the rollout fails and is forgotten then). Also returns the owners whose rollout
+/// starts now: their records must be in the status before any of their pods is evicted.
+pub fn look(
+    previous: &PodTargets,
+    groups: &Groups,
+    content: &str,
+    max_unavailable: u32,
+    now: i64,
+) -> (PodTargets, Vec<Owner>) {
+    let mut next = PodTargets { groups: BTreeMap::new(), orphans: orphans_note(&groups.orphans) };
+    let mut started = Vec::new();
+    for (owner, pods) in &groups.owned {
+        let before = previous.groups.get(owner);
+        let settled = before.is_none_or(|g| g.rollout != RolloutState::Progressing);
+        let record = record_for(
+            owner,
+            before.map(|g| &g.record),
+            content,
+            max_unavailable,
+            pods,
+            settled,
+            now,
+        );
+        let group = match before {
+            Some(g) if g.record == record => g.clone(),
+            _ => {
+                if record.record.started_at > 0 {
+                    started.push(owner.clone());
+                }
+                PodGroup::new(record)
+            }
+        };
+        next.groups.insert(owner.clone(), group);
+    }
+    for (owner, g) in &previous.groups {
+        if g.rollout == RolloutState::Progressing && !next.groups.contains_key(owner) {
+            next.groups.insert(owner.clone(), g.clone());
+        }
+    }
+    (next, started)
+}
+
+/// What one owner's rollout does now, and what is news of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Advance {
+    /// Evict these pods now, in this order.
+    pub evict: Vec<String>,
+    /// The rollout just ended: rolled out, or failed with this reason.
+    pub ended: Option<Result<(), String>>,
+}
+
+/// Takes one step of `group`'s rollout with its pods as listed ([`step`]), keeping its state:
+/// a failed rollout evicts no more pod (only its recovery, every pod current and Ready, is
+/// news), as a workload's.
+pub fn advance(group: &mut PodGroup, pods: &[PodView], timeout: Duration, now: i64) -> Advance {
+    // After a restart this replica's last eviction is not known: the newest pod (a
+    // replacement) says when the rollout last moved.
+    let newest = pods.iter().map(|p| p.created).max().unwrap_or(0);
+    let moved = group.last_eviction.unwrap_or(0).max(newest);
+    let decided = step(&group.record, pods, moved, group.refused_until, timeout, now);
+    let was = group.rollout;
+    let mut out = Advance { evict: Vec::new(), ended: None };
+    match decided {
+        EvictStep::RolledOut => {
+            group.rollout = RolloutState::RolledOut;
+            group.message = None;
+            if was != RolloutState::RolledOut {
+                out.ended = Some(Ok(()));
+            }
+        }
+        _ if was == RolloutState::Failed => {}
+        EvictStep::Evict(names) => {
+            group.rollout = RolloutState::Progressing;
+            group.message = Some(format!("evicting {}", names.join(", ")));
+            out.evict = names;
+        }
+        EvictStep::Wait { waiting, .. } => {
+            group.rollout = RolloutState::Progressing;
+            group.message = Some(format!("waiting for {waiting}"));
+        }
+        EvictStep::Failed { reason, message } => {
+            let why = format!("{reason}: {message}");
+            group.rollout = RolloutState::Failed;
+            group.message = Some(why.clone());
+            out.ended = Some(Err(why));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -237,8 +425,6 @@ mod tests {
         let fine = spec(json!({"sources": sources, "targets": [pods], "strategy": "Evict"}));
         assert!(problems(&fine).is_empty());
         assert_eq!(pod_entries(&fine), ["spec.targets[0]"]);
-        let note = not_carried_out(&fine).unwrap();
-        assert!(note.contains("(spec.targets[0]) are accepted but not yet evicted"), "{note}");
         let wrong = spec(json!({"sources": sources, "targets": [
             {"kind": "Deployment", "name": "d"},
             {"kind": "Pod", "name": "kafka-0"}
@@ -255,7 +441,7 @@ mod tests {
         // Other kinds are not this module's business.
         let others =
             spec(json!({"sources": sources, "targets": [{"kind": "Deployment", "name": "d"}]}));
-        assert!(problems(&others).is_empty() && not_carried_out(&others).is_none());
+        assert!(problems(&others).is_empty() && pod_entries(&others).is_empty());
     }
 
     #[test]
@@ -341,20 +527,90 @@ mod tests {
     }
 
     #[test]
-    fn records_round_trip_and_steps_read_as_rollout_states() {
+    fn records_round_trip_through_the_status_bounded() {
         let o = owner("ConfigMap", "owner", "u");
         let r = record_for(&o, None, "c", 2, &[pod("p", 1, true)], true, 0);
-        let value = serde_json::to_value(&r).unwrap();
+        let status = r.to_status();
         assert_eq!(
-            value,
-            json!({"owner": {"kind": "ConfigMap", "name": "owner", "uid": "u"},
+            serde_json::to_value(&status).unwrap(),
+            json!({"ownerKind": "ConfigMap", "ownerName": "owner", "ownerUid": "u",
                    "content": "c", "startedAt": 0, "maxUnavailable": 2, "desired": 1})
         );
-        assert_eq!(serde_json::from_value::<GroupRecord>(value).unwrap(), r);
-        assert_eq!(rollout_of(&EvictStep::RolledOut), ("RolledOut", None));
-        let (state, message) = rollout_of(&EvictStep::Evict(vec!["a".into()]));
-        assert_eq!((state, message.as_deref()), ("Progressing", Some("evicting a")));
-        let failed = EvictStep::Failed { reason: "EvictionTimeout".into(), message: "m".into() };
-        assert_eq!(rollout_of(&failed).0, "Failed");
+        assert_eq!(GroupRecord::from_status(&status), Some(r));
+        // Written by hand: held to the bounds, or not ours.
+        let odd = PodEvictionStatus { max_unavailable: -4, started_at: -9, ..status.clone() };
+        let read = GroupRecord::from_status(&odd).unwrap();
+        assert_eq!((read.record.max_unavailable, read.record.started_at), (1, 0));
+        let huge = PodEvictionStatus { content: "x".repeat(300), ..status };
+        assert_eq!(GroupRecord::from_status(&huge), None);
+    }
+
+    fn three() -> (Owner, Groups) {
+        let o = owner("ConfigMap", "kafka", "u");
+        let pods =
+            vec![pod("kafka-0", 10, true), pod("kafka-1", 11, true), pod("kafka-2", 12, true)];
+        let groups =
+            Groups { owned: BTreeMap::from([(o.clone(), pods)]), orphans: vec!["debug".into()] };
+        (o, groups)
+    }
+
+    #[test]
+    fn a_look_takes_a_baseline_then_starts_a_rollout_on_a_change_and_keeps_it_from_the_status() {
+        let (o, groups) = three();
+        let (first, started) = look(&PodTargets::default(), &groups, "c1", 1, 100);
+        assert!(started.is_empty(), "a first sight is a baseline");
+        assert_eq!(first.groups[&o].rollout, RolloutState::RolledOut);
+        assert!(first.orphans.as_deref().unwrap().contains("debug"));
+        let (same, started) = look(&first, &groups, "c1", 1, 200);
+        assert_eq!((same.groups, started.is_empty()), (first.groups.clone(), true));
+        let (rolling, started) = look(&first, &groups, "c2", 1, 300);
+        assert_eq!(started, std::slice::from_ref(&o));
+        assert_eq!(rolling.groups[&o].rollout, RolloutState::Progressing);
+        // What the status shows, and what a restarted operator reads back from it.
+        let status = ReloadPolicyStatus {
+            pod_evictions: rolling.records(),
+            targets: rolling.target_statuses(),
+            ..ReloadPolicyStatus::default()
+        };
+        assert_eq!(status.targets[0].name, "ConfigMap/kafka");
+        assert_eq!(status.targets[0].rollout.as_deref(), Some("Progressing"));
+        assert_eq!(status.targets[0].result.as_deref(), Some("Reloaded"));
+        let back = PodTargets::from_status(&status);
+        assert_eq!(back.groups[&o].record, rolling.groups[&o].record);
+        assert_eq!(back.groups[&o].rollout, RolloutState::Progressing);
+        // The owner's pods all away for a moment: its rollout is kept; a settled one is not.
+        let (kept, _) = look(&rolling, &Groups::default(), "c2", 1, 301);
+        assert!(kept.groups.contains_key(&o));
+        let (gone, _) = look(&first, &Groups::default(), "c1", 1, 301);
+        assert!(gone.groups.is_empty());
+    }
+
+    #[test]
+    fn advancing_evicts_waits_and_ends_once_and_a_failed_rollout_evicts_no_more() {
+        let (o, groups) = three();
+        let (first, _) = look(&PodTargets::default(), &groups, "c1", 1, 100);
+        let (rolling, _) = look(&first, &groups, "c2", 1, 300);
+        let mut g = rolling.groups[&o].clone();
+        let timeout = Duration::from_secs(60);
+        let pods = &groups.owned[&o];
+        let a = advance(&mut g, pods, timeout, 301);
+        assert_eq!((a.evict, a.ended), (vec!["kafka-0".to_string()], None));
+        g.last_eviction = Some(301);
+        // Not back yet: waiting; never back: failed, once, and then no eviction.
+        let short = &pods[1..];
+        assert!(advance(&mut g, short, timeout, 302).evict.is_empty());
+        assert_eq!(g.rollout, RolloutState::Progressing);
+        let failed = advance(&mut g, short, timeout, 400);
+        assert!(matches!(failed.ended, Some(Err(ref why)) if why.starts_with("EvictionTimeout")));
+        assert_eq!(g.rollout, RolloutState::Failed);
+        let back = [pod("kafka-0", 350, true), pods[1].clone(), pods[2].clone()];
+        let still = advance(&mut g, &back, timeout, 401);
+        assert_eq!((still.evict.is_empty(), still.ended), (true, None), "failed: no more eviction");
+        // Every pod current and Ready: recovered, said once.
+        let all_new =
+            [pod("kafka-0", 350, true), pod("kafka-1", 351, true), pod("kafka-2", 352, true)];
+        assert_eq!(advance(&mut g, &all_new, timeout, 402).ended, Some(Ok(())));
+        assert_eq!(advance(&mut g, &all_new, timeout, 403).ended, None);
+        assert_eq!(g.rollout, RolloutState::RolledOut);
     }
 }

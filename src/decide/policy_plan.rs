@@ -144,6 +144,11 @@ impl ActivePolicy {
             .map(|i| &self.spec.targets[i])
     }
 
+    /// Target entry `index`'s selector, parsed (`None`: it has none, or it does not parse).
+    pub fn target_selector(&self, index: usize) -> Option<&Selector> {
+        self.target_selectors.get(index)?.as_ref()
+    }
+
     /// Whether target entry `index` selects `info`.
     pub fn target_entry_selects(&self, index: usize, info: &WorkloadInfo) -> bool {
         let Some(entry) = self.spec.targets.get(index) else { return false };

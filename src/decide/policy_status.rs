@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::decide::pod_targets::PodTargets;
 use crate::decide::policy_part::{PartMode, PolicyPart};
 use crate::decide::policy_plan::{ActivePolicy, Resolved};
 use crate::model::policy::{
@@ -196,6 +197,8 @@ pub struct StatusInputs<'a> {
     pub observed: &'a ReloadPolicyStatus,
     pub reload_count: i64,
     pub throttled_count: i64,
+    /// Targets of kind `Pod`: each controller's eviction rollout (`decide::pod_targets`).
+    pub pods: &'a PodTargets,
 }
 
 /// A condition as decided, before it is stamped with its transition time and generation.
@@ -247,10 +250,15 @@ pub fn desired_status(input: &StatusInputs<'_>, now: Timestamp) -> ReloadPolicyS
     let failed = failed_targets(outcomes);
     let throttled = throttled_targets(outcomes);
     let sources = sources_resolved(resolved.len(), input.missing_sources);
-    let found = targets_resolved(targets.len(), input.missing_targets);
+    let mut found =
+        targets_resolved(targets.len() + input.pods.groups.len(), input.missing_targets);
+    if let Some(orphans) = &input.pods.orphans {
+        found.message = format!("{}; {orphans}", found.message);
+    }
     let ready = ready(policy, key_problem, &sources, &found, &failed);
     let stalled = stalled(&ready, key_problem);
     let mut target_status = target_statuses(targets, outcomes, rollouts, observed);
+    target_status.extend(input.pods.target_statuses());
     let verdicts = [
         ("Ready", ready),
         ("Stalled", stalled),
@@ -279,7 +287,7 @@ pub fn desired_status(input: &StatusInputs<'_>, now: Timestamp) -> ReloadPolicyS
         observed_generation: generation,
         conditions,
         resolved_sources: Some(resolved.len() as i32),
-        resolved_targets: Some(targets.len() as i32),
+        resolved_targets: Some((targets.len() + input.pods.groups.len()) as i32),
         sources: source_statuses(resolved, key_problem, observed, now),
         targets: target_status,
         last_reload_time,
@@ -288,6 +296,7 @@ pub fn desired_status(input: &StatusInputs<'_>, now: Timestamp) -> ReloadPolicyS
         throttled_count: input.throttled_count,
         pending: (pending > 0).then_some(pending as i32),
         next_window,
+        pod_evictions: input.pods.records(),
     }
 }
 
@@ -362,8 +371,6 @@ fn ready(
         Verdict::new(false, "SourcesNotFound", sources.message.clone())
     } else if !targets.status {
         Verdict::new(false, "TargetsNotFound", targets.message.clone())
-    } else if let Some(note) = crate::decide::pod_targets::not_carried_out(&policy.spec) {
-        Verdict::new(false, "PodTargetsNotEvicted", note)
     } else if !failed.is_empty() {
         let names: Vec<String> = failed.iter().map(|s| s.to_string()).collect();
         let message =
@@ -680,6 +687,7 @@ mod tests {
         observed: ReloadPolicyStatus,
         reload_count: i64,
         throttled_count: i64,
+        pods: PodTargets,
     }
 
     impl Given {
@@ -701,6 +709,7 @@ mod tests {
                 observed: ReloadPolicyStatus::default(),
                 reload_count: 0,
                 throttled_count: 0,
+                pods: PodTargets::default(),
             }
         }
 
@@ -723,9 +732,56 @@ mod tests {
                 observed: &self.observed,
                 reload_count: self.reload_count,
                 throttled_count: self.throttled_count,
+                pods: &self.pods,
             };
             desired_status(&input, at(now))
         }
+    }
+
+    #[test]
+    fn pod_targets_show_one_entry_per_owner_their_records_and_the_pods_without_one() {
+        use crate::decide::evict::PodView;
+        use crate::decide::pod_targets::{Groups, Owner, look};
+        let owner = Owner { kind: "StrimziPodSet".into(), name: "kafka".into(), uid: "u".into() };
+        let pod = PodView {
+            name: "kafka-0".into(),
+            uid: "p".into(),
+            ordinal: None,
+            ready: true,
+            ready_since: 1,
+            created: 1,
+            deleting: false,
+        };
+        let groups = Groups {
+            owned: BTreeMap::from([(owner.clone(), vec![pod])]),
+            orphans: vec!["debug".into()],
+        };
+        let (first, _) = look(&PodTargets::default(), &groups, "c1", 1, T0);
+        let (rolling, _) = look(&first, &groups, "c2", 1, T0 + 10);
+        let mut given = Given::healthy();
+        given.pods = rolling;
+        let s = given.status(T0 + 11);
+        assert_eq!(s.resolved_targets, Some(2));
+        let entry = s.targets.iter().find(|t| t.kind == PolicyTargetKind::Pod).unwrap();
+        assert_eq!(
+            (entry.name.as_str(), entry.rollout.as_deref()),
+            ("StrimziPodSet/kafka", Some("Progressing"))
+        );
+        assert_eq!(s.pod_evictions.len(), 1);
+        assert_eq!(
+            (s.pod_evictions[0].content.as_str(), s.pod_evictions[0].started_at),
+            ("c2", T0 + 10)
+        );
+        assert_eq!(condition(&s, "RolledOut").reason, "Progressing");
+        let found = condition(&s, "TargetsResolved");
+        assert!(
+            found.message.contains("have no controller and are not evicted"),
+            "{}",
+            found.message
+        );
+        // The Pod entries of a restart's status are not a workload's outcome.
+        let (outcomes, rollouts) = remembered_from_status(&s);
+        assert_eq!((outcomes.len(), rollouts.len()), (0, 0), "{s:?}");
     }
 
     #[test]
@@ -1276,7 +1332,7 @@ mod tests {
         // A missing source's message is Ready's.
         assert_eq!(ready(&healthy, None, &sources_gone, &ok, &[]).message, sources_gone.message);
         // Entries of kind Pod the CRD's rules refuse (a policy stored before them) come before
-        // sources; valid ones, not yet evicted by this version, are said after targets.
+        // sources; valid ones are ready.
         let pod = json!({"kind": "Pod", "selector": {"matchLabels": {"app": "kafka"}}});
         let not_evict = policy(json!({"targets": [pod]}));
         let v = ready(&not_evict, None, &sources_gone, &ok, &[]);
@@ -1284,13 +1340,7 @@ mod tests {
         assert!(v.message.contains("spec.targets[0]") && v.message.contains("set strategy: Evict"));
         let pods = policy(json!({"targets": [pod, {"kind": "Deployment", "name": "api"}],
                                  "strategy": "Evict"}));
-        assert_eq!(
-            reason(&ready(&pods, None, &sources_gone, &ok, &[])),
-            (false, "SourcesNotFound")
-        );
-        let v = ready(&pods, None, &ok, &ok, &failed);
-        assert_eq!(reason(&v), (false, "PodTargetsNotEvicted"));
-        assert!(v.message.contains("(spec.targets[0]) are accepted but not yet"), "{}", v.message);
+        assert_eq!(reason(&ready(&pods, None, &ok, &ok, &[])), (true, "Ready"));
         assert_eq!(ready(&healthy, None, &ok, &ok, &failed).message, "reload failed for: api");
     }
 

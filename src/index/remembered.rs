@@ -59,6 +59,8 @@ pub struct PolicyMemory {
     pub dry_run_seen: HashMap<WorkloadKey, String>,
     /// The generation whose selectors that do not parse were reported (once per change).
     pub invalid_selectors_said: Option<i64>,
+    /// Its targets of kind `Pod`: each controller's eviction rollout.
+    pub pods: crate::decide::pod_targets::PodTargets,
 }
 
 impl PolicyMemory {

@@ -96,40 +96,15 @@ impl Evictor {
         Ok(Some(WorkloadPods { desired, min_ready_seconds, pods }))
     }
 
-    /// Evicts `pod` of `key` at `now` (seconds), remembering it or the budget's refusal. Only
-    /// the pod as listed (its uid): one replaced since the listing (a view that lagged, or
-    /// another replica's eviction) is `Gone`, never restarted a second time.
+    /// Evicts `pod` of `key` at `now` (seconds; see [`post_eviction`]), remembering it or the
+    /// budget's refusal.
     pub async fn evict(
         &self,
         key: &WorkloadKey,
         pod: &PodView,
         now: i64,
     ) -> Result<Evicted, kube::Error> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
-        // The client retries a 429 by itself, with a backoff that grows to minutes: a refusal
-        // that lasts is cut short here and taken as the budget's refusal it is.
-        let eviction = Eviction {
-            metadata: ObjectMeta { name: Some(pod.name.clone()), ..ObjectMeta::default() },
-            delete_options: Some(DeleteOptions {
-                preconditions: Some(Preconditions {
-                    uid: Some(pod.uid.clone()),
-                    resource_version: None,
-                }),
-                ..DeleteOptions::default()
-            }),
-        };
-        let post_params = PostParams::default();
-        let post =
-            pods.create_subresource::<_, Value>("eviction", &pod.name, &post_params, &eviction);
-        let answer = tokio::time::timeout(REFUSAL_PATIENCE, post);
-        let evicted = match answer.await {
-            Ok(Ok(_)) => Evicted::Done,
-            Ok(Err(kube::Error::Api(s))) if s.code == 429 => Evicted::Refused,
-            // Gone, or replaced since it was listed (the uid precondition failed).
-            Ok(Err(kube::Error::Api(s))) if s.code == 404 || s.code == 409 => Evicted::Gone,
-            Ok(Err(e)) => return Err(e),
-            Err(_) => Evicted::Refused,
-        };
+        let evicted = post_eviction(&self.client, &key.namespace, pod).await?;
         let mut recent = self.recent.lock();
         let entry = recent.entry(key.clone()).or_default();
         match evicted {
@@ -152,6 +127,40 @@ impl Evictor {
     pub fn forget(&self, key: &WorkloadKey) {
         self.recent.lock().remove(key);
     }
+}
+
+/// Posts the eviction of `pod` (as listed: its uid) in `namespace`. Only the pod as listed:
+/// one replaced since the listing (a view that lagged, or another replica's eviction) is
+/// `Gone`, never restarted a second time.
+pub async fn post_eviction(
+    client: &Client,
+    namespace: &str,
+    pod: &PodView,
+) -> Result<Evicted, kube::Error> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    // The client retries a 429 by itself, with a backoff that grows to minutes: a refusal
+    // that lasts is cut short here and taken as the budget's refusal it is.
+    let eviction = Eviction {
+        metadata: ObjectMeta { name: Some(pod.name.clone()), ..ObjectMeta::default() },
+        delete_options: Some(DeleteOptions {
+            preconditions: Some(Preconditions {
+                uid: Some(pod.uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteOptions::default()
+        }),
+    };
+    let post_params = PostParams::default();
+    let post = pods.create_subresource::<_, Value>("eviction", &pod.name, &post_params, &eviction);
+    let answer = tokio::time::timeout(REFUSAL_PATIENCE, post);
+    Ok(match answer.await {
+        Ok(Ok(_)) => Evicted::Done,
+        Ok(Err(kube::Error::Api(s))) if s.code == 429 => Evicted::Refused,
+        // Gone, or replaced since it was listed (the uid precondition failed).
+        Ok(Err(kube::Error::Api(s))) if s.code == 404 || s.code == 409 => Evicted::Gone,
+        Ok(Err(e)) => return Err(e),
+        Err(_) => Evicted::Refused,
+    })
 }
 
 /// The pods of `namespace` that `selector` matches (a policy's target of kind `Pod`), each

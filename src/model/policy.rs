@@ -164,9 +164,9 @@ pub struct PolicySource {
 pub struct PolicyTarget {
     /// `Deployment`, `StatefulSet`, `DaemonSet`, `CronJob`, `Rollout` (Argo Rollouts), or
     /// `Pod`: the pods the selector matches, whatever controller owns them (an operator's own
-    /// resource that reverts template changes), to be restarted by eviction per owner (only
-    /// with `strategy: Evict` and a `selector`). Not yet evicted by this version: the status
-    /// says so (`PodTargetsNotEvicted`).
+    /// resource that reverts template changes), restarted by eviction, each controller's pods
+    /// as one rollout (only with `strategy: Evict` and a `selector`; pods without a
+    /// controller are never evicted).
     pub kind: PolicyTargetKind,
 
     /// The workload's name, in the policy's namespace.
@@ -373,6 +373,32 @@ pub struct ReloadPolicyStatus {
     /// When the next reload window opens, while a target's rollout waits for one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_window: Option<Time>,
+
+    /// Targets of kind `Pod`: the eviction rollout of each controller's selected pods. There
+    /// is no workload to hold it, so it is kept here: a restarted operator goes on from it
+    /// and evicts no pod twice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_evictions: Vec<PodEvictionStatus>,
+}
+
+/// The eviction rollout of one controller's pods (a target of kind `Pod`).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodEvictionStatus {
+    /// The controller's kind, name and uid (its pods' ownerReference with `controller: true`).
+    pub owner_kind: String,
+    pub owner_name: String,
+    pub owner_uid: String,
+    /// The content its pods are rolled to (a hash of the sources' hashes).
+    pub content: String,
+    /// When the rollout started, seconds since the epoch: pods created before then run older
+    /// content and are evicted. 0: its pods were found running this content.
+    pub started_at: i64,
+    /// Pods evicted and not yet Ready again at most at once.
+    pub max_unavailable: i32,
+    /// Pods it had when the rollout started: the next eviction waits until it has that many
+    /// Ready again.
+    pub desired: i32,
 }
 
 fn is_zero(n: &i64) -> bool {

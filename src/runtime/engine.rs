@@ -500,6 +500,8 @@ impl Engine {
         let engine = self.clone();
         tasks.spawn(async move { engine.policies.status_worker().await });
         let engine = self.clone();
+        tasks.spawn(async move { engine.policies.pod_targets_loop().await });
+        let engine = self.clone();
         tasks.spawn(async move { engine.source_reports.publish().await });
         if self.config.csi_integration {
             tasks.spawn(self.csi.clone().discover_and_watch_csi(scopes.to_vec()));

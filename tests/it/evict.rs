@@ -21,9 +21,9 @@ use serde_json::{Value, json};
 use support::fixture::{Fixture, TIMEOUT, env_from_cm, workload_json};
 use support::{announce, eventually};
 
-const EVICTED: &str = "evicted a pod running the previous content";
+pub(crate) const EVICTED: &str = "evicted a pod running the previous content";
 
-fn pods_run_here() -> bool {
+pub(crate) fn pods_run_here() -> bool {
     if !support::env().local {
         announce(
             "evict: skipped on a cluster of RELOADER_TEST_KUBECONFIG (needs testenv's kwok nodes)",
@@ -53,13 +53,13 @@ struct Seen {
 }
 
 /// Watches the pods labelled `app=name` until dropped (the task is aborted).
-struct PodWatch {
+pub(crate) struct PodWatch {
     seen: Arc<Mutex<Seen>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl PodWatch {
-    fn start(f: &Fixture, name: &str, wanted: usize) -> Self {
+    pub(crate) fn start(f: &Fixture, name: &str, wanted: usize) -> Self {
         let api: Api<Pod> = Api::namespaced(f.client.clone(), f.name());
         let seen = Arc::new(Mutex::new(Seen::default()));
         let sink = seen.clone();
@@ -95,7 +95,7 @@ impl PodWatch {
     }
 
     /// Watches `name`'s pods until all `wanted` are Ready, and counts unavailability from then.
-    async fn until_ready(f: &Fixture, name: &str, wanted: usize) -> Self {
+    pub(crate) async fn until_ready(f: &Fixture, name: &str, wanted: usize) -> Self {
         let watch = Self::start(f, name, wanted);
         eventually(&format!("the watch to see {wanted} pods of {name} Ready"), TIMEOUT, || async {
             (watch.ready() == wanted).then_some(())
@@ -105,12 +105,12 @@ impl PodWatch {
         watch
     }
 
-    fn most_unavailable(&self) -> usize {
+    pub(crate) fn most_unavailable(&self) -> usize {
         self.seen.lock().unwrap().most_unavailable
     }
 
     /// Pods by name, each with the uids it has had.
-    fn uids(&self) -> BTreeMap<String, BTreeSet<String>> {
+    pub(crate) fn uids(&self) -> BTreeMap<String, BTreeSet<String>> {
         self.seen.lock().unwrap().uids.clone()
     }
 }
@@ -198,7 +198,7 @@ async fn rolled_out(op: &support::Operator, n: usize) -> String {
     .await
 }
 
-fn evicted_pods(op: &support::Operator) -> Vec<(String, u64)> {
+pub(crate) fn evicted_pods(op: &support::Operator) -> Vec<(String, u64)> {
     op.lines_with(EVICTED)
         .iter()
         .map(|l| {

@@ -19,6 +19,7 @@ mod docs;
 mod durability;
 mod dynamic_kinds;
 mod evict;
+mod evict_pods;
 mod examples;
 mod explain;
 mod gitops;

@@ -48,6 +48,7 @@ use crate::report::events::EventWriter;
 use crate::report::metrics::Metrics;
 use crate::runtime::queue::WorkQueue;
 
+mod pods;
 mod reports;
 mod turns;
 
@@ -133,6 +134,8 @@ pub(super) struct Policies {
     refused: Mutex<Backoffs<PolicyKey>>,
     /// The operator's settings a policy falls back to.
     fallbacks: Fallbacks,
+    /// `--rollout-timeout`: how long a `Pod` target's eviction waits for a replacement.
+    rollout_timeout: Duration,
 }
 
 /// What [`Policies`] shares with the engine.
@@ -189,6 +192,7 @@ impl Policies {
                 min_rollout_interval: config.min_rollout_interval,
                 last_reloaded_from: config.keys.last_reloaded_from.clone(),
             },
+            rollout_timeout: config.rollout_timeout,
         }
     }
 
@@ -219,6 +223,7 @@ impl Policies {
             m.throttled_count = m.throttled_count.max(status.throttled_count);
             if follows_written {
                 (m.outcomes, m.rollouts) = remembered_from_status(&status);
+                m.pods = crate::decide::pod_targets::PodTargets::from_status(&status);
             }
             m.observed = status;
         });
@@ -463,6 +468,7 @@ impl Policies {
             observed: &memory.observed,
             reload_count: memory.reload_count,
             throttled_count: memory.throttled_count,
+            pods: &memory.pods,
         };
         let desired = desired_status(&input, Timestamp::now());
         let ready = condition_status(&desired, "Ready") == Some("True");

@@ -1,0 +1,208 @@
+//! A ReloadPolicy target of kind `Pod`: pods owned by a controller the operator does not know
+//! (a test loop plays it, as a StrimziPodSet's operator does: it owns the pods through its own
+//! object and creates a pod again, with the same name, whenever one is gone) are restarted by
+//! eviction, one at a time under their PodDisruptionBudget, per owner; a selected pod without
+//! a controller is never evicted; the rollout is reported in the policy's status, whose record
+//! a restarted operator goes on from.
+
+use crate::evict::{EVICTED, PodWatch, evicted_pods, pods_run_here};
+use crate::support;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{ListParams, PostParams};
+use kube::{Api, ResourceExt};
+use reloader::model::policy::{PolicyTargetKind, ReloadPolicyStatus};
+use serde_json::{Value, json};
+use support::eventually;
+use support::fixture::{Fixture, TIMEOUT};
+
+const PODS: [&str; 3] = ["kafka-0", "kafka-1", "kafka-2"];
+
+/// The foreign controller: owns `kafka-0..2` through the ConfigMap `owner` (`controller:
+/// true`) and creates each again, with the same name, whenever it is gone.
+async fn foreign_controller(f: &Fixture, owner: &str) -> tokio::task::JoinHandle<()> {
+    let owners: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(f.client.clone(), f.name());
+    let uid = owners.get(owner).await.unwrap().uid().unwrap();
+    let api: Api<Pod> = Api::namespaced(f.client.clone(), f.name());
+    let owner = owner.to_string();
+    tokio::spawn(async move {
+        loop {
+            if let Ok(list) = api.list(&ListParams::default().labels("app=kafka")).await {
+                for name in PODS {
+                    if list.items.iter().any(|p| p.name_any() == name) {
+                        continue;
+                    }
+                    let pod = json!({
+                        "apiVersion": "v1", "kind": "Pod",
+                        "metadata": {
+                            "name": name, "labels": {"app": "kafka", "cluster": "kafka"},
+                            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap",
+                                "name": owner, "uid": uid, "controller": true}]
+                        },
+                        "spec": {"containers": [{"name": "broker", "image": "kafka"}]}
+                    });
+                    let pod: Pod = serde_json::from_value(pod).unwrap();
+                    let _ = api.create(&PostParams::default(), &pod).await;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+}
+
+/// A pod the policy selects that no controller owns.
+async fn bare_pod(f: &Fixture, name: &str) -> String {
+    let pod: Pod = f
+        .create(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "labels": {"app": name, "cluster": "kafka"}},
+            "spec": {"containers": [{"name": "shell", "image": "busybox"}]}
+        }))
+        .await;
+    pod.uid().unwrap()
+}
+
+/// A budget on the brokers: `minAvailable` (a budget over pods of a controller that is no
+/// scale resource cannot take `maxUnavailable`), so one of three may be down.
+async fn min_available_pdb(f: &Fixture, min_available: i64) {
+    let api: Api<PodDisruptionBudget> = Api::namespaced(f.client.clone(), f.name());
+    let body = json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "kafka"},
+        "spec": {"minAvailable": min_available, "selector": {"matchLabels": {"app": "kafka"}}}
+    });
+    api.create(&PostParams::default(), &serde_json::from_value(body).unwrap()).await.unwrap();
+    eventually("the PDB to allow one disruption", TIMEOUT, || async {
+        let s = api.get("kafka").await.ok()?.status?;
+        (s.observed_generation.is_some() && s.disruptions_allowed == Some(1)).then_some(())
+    })
+    .await;
+}
+
+fn policy_spec() -> Value {
+    json!({
+        "sources": [{"kind": "Secret", "name": "tls"}],
+        "targets": [{"kind": "Pod", "selector": {"matchLabels": {"cluster": "kafka"}}}],
+        "strategy": "Evict"
+    })
+}
+
+/// The status once the owner's entry shows `result` and has rolled out.
+async fn owner_rolled_out(f: &Fixture, result: &str, started: Option<i64>) -> ReloadPolicyStatus {
+    support::policies::status_where(f, "kafka", &format!("ConfigMap/kafka {result}"), |s| {
+        let entry = s
+            .targets
+            .iter()
+            .find(|t| t.kind == PolicyTargetKind::Pod && t.name == "ConfigMap/kafka");
+        let record = s.pod_evictions.first().map(|r| r.started_at);
+        entry.is_some_and(|t| {
+            t.result.as_deref() == Some(result) && t.rollout.as_deref() == Some("RolledOut")
+        }) && started.is_none_or(|after| record.is_some_and(|r| r > after))
+    })
+    .await
+}
+
+/// Every broker has had `n` uids (restarted `n - 1` times), and is Ready.
+async fn restarted(watch: &PodWatch, n: usize) {
+    eventually(&format!("every broker restarted {} time(s)", n - 1), TIMEOUT, || async {
+        let uids = watch.uids();
+        PODS.iter().all(|p| uids.get(*p).is_some_and(|u| u.len() >= n)).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_pod_target_evicts_a_foreign_controllers_pods_one_at_a_time_and_reports_it() {
+    if !pods_run_here() {
+        return;
+    }
+    let f = Fixture::new("evict-pods").await;
+    support::install_policy_crd(&f.client).await;
+    f.secret("tls", json!({"cert": "one"})).await;
+    f.configmap("kafka", json!({})).await;
+    let controller = foreign_controller(&f, "kafka").await;
+    let bare = bare_pod(&f, "debug").await;
+    let watch = PodWatch::until_ready(&f, "kafka", 3).await;
+    min_available_pdb(&f, 2).await;
+    let op = f.operator(&[]);
+    support::policies::create_policy(&f, "kafka", policy_spec()).await;
+
+    // First sight: a baseline, nothing evicted; the pod without a controller is named.
+    let s = owner_rolled_out(&f, "UpToDate", None).await;
+    assert_eq!(s.pod_evictions.len(), 1, "{s:?}");
+    assert_eq!(s.pod_evictions[0].started_at, 0, "{s:?}");
+    let found = s.conditions.iter().find(|c| c.type_ == "TargetsResolved").unwrap();
+    assert!(found.message.contains("have no controller") && found.message.contains("debug"));
+    assert!(op.lines_with(EVICTED).is_empty());
+
+    f.patch_secret("tls", json!({"cert": "two"})).await;
+    restarted(&watch, 2).await;
+    let s = owner_rolled_out(&f, "Reloaded", Some(0)).await;
+    let first_start = s.pod_evictions[0].started_at;
+    let evicted = evicted_pods(&op);
+    let names: BTreeSet<&str> = evicted.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!((evicted.len(), names), (3, BTreeSet::from(PODS)), "each once: {evicted:?}");
+    assert!(evicted.iter().all(|(_, at_once)| *at_once == 1), "{evicted:?}");
+    assert!(watch.most_unavailable() <= 1, "saw {} unavailable", watch.most_unavailable());
+    let metrics = op.metrics().await;
+    assert!(metrics.contains("reloader_rollouts_total{result=\"rolled_out\"} 1"), "{metrics}");
+    assert!(s.reload_count >= 1, "{s:?}");
+
+    // A second change rolls again, each broker once more.
+    f.patch_secret("tls", json!({"cert": "three"})).await;
+    restarted(&watch, 3).await;
+    owner_rolled_out(&f, "Reloaded", Some(first_start)).await;
+    assert_eq!(evicted_pods(&op).len(), 6, "{:?}", evicted_pods(&op));
+    assert!(watch.most_unavailable() <= 1, "saw {} unavailable", watch.most_unavailable());
+    controller.abort();
+    // The pod without a controller was never evicted.
+    let pods: Api<Pod> = Api::namespaced(f.client.clone(), f.name());
+    let debug = pods.get("debug").await.unwrap();
+    assert_eq!(debug.uid().as_deref(), Some(bare.as_str()));
+    assert!(debug.metadata.deletion_timestamp.is_none());
+}
+
+#[tokio::test]
+async fn an_operator_restarted_mid_rollout_of_a_pod_target_evicts_no_pod_twice() {
+    if !pods_run_here() {
+        return;
+    }
+    let f = Fixture::new("evict-pods-restart").await;
+    support::install_policy_crd(&f.client).await;
+    f.secret("tls", json!({"cert": "one"})).await;
+    f.configmap("kafka", json!({})).await;
+    let controller = foreign_controller(&f, "kafka").await;
+    let watch = PodWatch::until_ready(&f, "kafka", 3).await;
+    // One pod at a time, each after its replacement is Ready, a look every 2 s: the operator
+    // is killed after its first eviction, mid-rollout; the next one goes on from the record in
+    // the policy's status.
+    let mut first = f.operator(&[]);
+    support::policies::create_policy(&f, "kafka", policy_spec()).await;
+    owner_rolled_out(&f, "UpToDate", None).await;
+    f.patch_secret("tls", json!({"cert": "two"})).await;
+    eventually("the first eviction", TIMEOUT, || async {
+        (!first.lines_with(EVICTED).is_empty()).then_some(())
+    })
+    .await;
+    first.kill();
+    let before_restart = first.lines_with(EVICTED).len();
+    assert!(before_restart < 3, "the restart should come mid-rollout");
+
+    let second = f.operator(&[]);
+    restarted(&watch, 2).await;
+    owner_rolled_out(&f, "Reloaded", Some(0)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    controller.abort();
+    let uids = watch.uids();
+    let evicted = (first.lines_with(EVICTED), second.lines_with(EVICTED));
+    assert!(
+        PODS.iter().all(|p| uids[*p].len() == 2),
+        "each broker restarted exactly once: {uids:?}; evicted before and after: {evicted:?}"
+    );
+    assert_eq!(before_restart + evicted.1.len(), 3, "{evicted:?}");
+}
