@@ -14,7 +14,7 @@ use crate::decide::policy_part::{Candidate, part_mode};
 use crate::decide::policy_plan::{ActivePolicy, resolve_sources};
 use crate::decide::policy_status::describe_source;
 use crate::decide::selection::Selection;
-use crate::model::policy::ReloadPolicyStatus;
+use crate::model::policy::{PolicyTargetKind, ReloadPolicyStatus};
 use crate::model::source::SourceRef;
 use crate::model::workload::WorkloadInfo;
 
@@ -105,7 +105,8 @@ pub fn explain_policy(view: &PolicyView<'_>, targets: Vec<Explanation>) -> Polic
             (Vec::new(), Vec::new())
         }
     };
-    if targets.is_empty() {
+    notes.extend(view.status.map(pod_evictions).unwrap_or_default());
+    if targets.is_empty() && !has_pod_targets(policy) {
         notes.push("no workload is a target of it now".into());
     }
     let (next, exit_code) = summary(&targets);
@@ -120,6 +121,27 @@ pub fn explain_policy(view: &PolicyView<'_>, targets: Vec<Explanation>) -> Polic
         notes,
         exit_code,
     }
+}
+
+fn has_pod_targets(policy: &ActivePolicy) -> bool {
+    !crate::decide::pod_targets::pod_entries(&policy.spec).is_empty()
+}
+
+/// Its targets of kind `Pod` whose eviction rollout is under way or failed, as the operator
+/// last wrote them in the status: the gate `evicting` of those pods.
+fn pod_evictions(status: &ReloadPolicyStatus) -> Vec<String> {
+    let pods = status.targets.iter().filter(|t| t.kind == PolicyTargetKind::Pod);
+    pods.filter(|t| matches!(t.rollout.as_deref(), Some("Progressing" | "Failed")))
+        .map(|t| {
+            format!(
+                "gate evicting: the pods of {} (a target of kind Pod) are in an eviction rollout, \
+                 {}{}",
+                t.name,
+                t.rollout.as_deref().unwrap_or_default(),
+                t.rollout_message.as_deref().map(|m| format!(": {m}")).unwrap_or_default()
+            )
+        })
+        .collect()
 }
 
 fn conditions(status: &ReloadPolicyStatus) -> Vec<ConditionLine> {
@@ -394,6 +416,22 @@ mod tests {
         assert_eq!((e.exit_code, e.next.action.as_str()), (0, "nothing"));
         let json = serde_json::to_value(&e).unwrap();
         let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+        // A target of kind Pod in an eviction rollout, as the status says, is named with its
+        // gate; one rolled out is not.
+        let status: ReloadPolicyStatus = serde_json::from_value(serde_json::json!({"targets": [
+            {"kind": "Pod", "name": "ConfigMap/kafka", "rollout": "Progressing",
+             "rolloutMessage": "waiting for 1 pod(s) unavailable (maxUnavailable 1)"},
+            {"kind": "Pod", "name": "ConfigMap/zk", "rollout": "RolledOut"}
+        ]}))
+        .unwrap();
+        let with_status = PolicyView { status: Some(&status), ..view };
+        let e = explain_policy(&with_status, Vec::new());
+        let evicting: Vec<&String> =
+            e.notes.iter().filter(|n| n.contains("gate evicting")).collect();
+        assert_eq!(evicting.len(), 1, "{:?}", e.notes);
+        assert!(
+            evicting[0].contains("ConfigMap/kafka") && evicting[0].contains("Progressing: waiting")
+        );
         assert_eq!(
             keys,
             [

@@ -250,6 +250,8 @@ impl PodGroup {
 pub struct PodTargets {
     pub groups: BTreeMap<Owner, PodGroup>,
     pub orphans: Option<String>,
+    /// Why the selected pods cannot be listed now (the rights), while they cannot.
+    pub cannot_list: Option<String>,
 }
 
 impl PodTargets {
@@ -312,7 +314,8 @@ pub fn look(
     max_unavailable: u32,
     now: i64,
 ) -> (PodTargets, Vec<Owner>) {
-    let mut next = PodTargets { groups: BTreeMap::new(), orphans: orphans_note(&groups.orphans) };
+    let orphans = orphans_note(&groups.orphans);
+    let mut next = PodTargets { groups: BTreeMap::new(), orphans, cannot_list: None };
     let mut started = Vec::new();
     for (owner, pods) in &groups.owned {
         let before = previous.groups.get(owner);

@@ -252,8 +252,8 @@ pub fn desired_status(input: &StatusInputs<'_>, now: Timestamp) -> ReloadPolicyS
     let sources = sources_resolved(resolved.len(), input.missing_sources);
     let mut found =
         targets_resolved(targets.len() + input.pods.groups.len(), input.missing_targets);
-    if let Some(orphans) = &input.pods.orphans {
-        found.message = format!("{}; {orphans}", found.message);
+    for note in [&input.pods.orphans, &input.pods.cannot_list].into_iter().flatten() {
+        found.message = format!("{}; {note}", found.message);
     }
     let ready = ready(policy, key_problem, &sources, &found, &failed);
     let stalled = stalled(&ready, key_problem);
@@ -782,6 +782,10 @@ mod tests {
         // The Pod entries of a restart's status are not a workload's outcome.
         let (outcomes, rollouts) = remembered_from_status(&s);
         assert_eq!((outcomes.len(), rollouts.len()), (0, 0), "{s:?}");
+        given.pods.cannot_list = Some("the pods cannot be listed".into());
+        let s = given.status(T0 + 12);
+        let found = condition(&s, "TargetsResolved");
+        assert!(found.message.ends_with("; the pods cannot be listed"), "{}", found.message);
     }
 
     #[test]

@@ -60,7 +60,10 @@ impl Policies {
             return;
         }
         let content = pod_targets::content(&resolved);
-        let Some(groups) = self.selected_groups(policy).await else { return };
+        let groups = match self.selected_groups(policy).await {
+            Ok(groups) => groups,
+            Err(why) => return self.cannot_list(&key, why),
+        };
         debug!(policy = %name, owners = groups.owned.len(), without_controller = groups.orphans.len(), "pod targets looked at");
         let now = Timestamp::now().as_second();
         let max_unavailable = PolicyEvict::max_unavailable(policy.spec.evict.as_ref());
@@ -90,9 +93,20 @@ impl Policies {
         }
     }
 
-    /// The pods `policy`'s `Pod` entries select, grouped by controller; `None` when they
-    /// cannot be listed (said in the log, looked at again at the next tick).
-    async fn selected_groups(&self, policy: &ActivePolicy) -> Option<Groups> {
+    /// The selected pods cannot be listed: said once (a log line and the status' message)
+    /// until they can; nothing is evicted meanwhile.
+    fn cannot_list(&self, key: &PolicyKey, why: String) {
+        let said = self.memory.lock().update(key, |m| m.pods.cannot_list.replace(why.clone()));
+        if said.is_none() {
+            warn!(policy = %format!("{}/{}", key.0, key.1), error = %why,
+                  "cannot list the pods of a target of kind Pod; nothing is evicted until it can");
+            self.statuses.add(key.clone(), Duration::ZERO);
+        }
+    }
+
+    /// The pods `policy`'s `Pod` entries select, grouped by controller; why they cannot be
+    /// listed (looked at again at the next tick).
+    async fn selected_groups(&self, policy: &ActivePolicy) -> Result<Groups, String> {
         let mut selected = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for (index, target) in policy.spec.targets.iter().enumerate() {
@@ -105,13 +119,15 @@ impl Policies {
                     selected.extend(pods.into_iter().filter(|p| seen.insert(p.view.uid.clone())))
                 }
                 Err(e) => {
-                    warn!(policy = %format!("{}/{}", policy.namespace, policy.name), error = %e,
-                          "cannot list the pods of a target of kind Pod (the chart grants it with evict.enabled=true); will retry");
-                    return None;
+                    return Err(format!(
+                        "the pods selected by spec.targets[{index}] cannot be listed (the \
+                         chart grants it with evict.enabled=true): {}",
+                        crate::model::limits::truncate(&e.to_string(), 300)
+                    ));
                 }
             }
         }
-        Some(pod_targets::group(selected))
+        Ok(pod_targets::group(selected))
     }
 
     /// New rollouts: written into the status first (the record they go on from), counted as
