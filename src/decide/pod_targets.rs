@@ -252,7 +252,13 @@ pub struct PodTargets {
     pub orphans: Option<String>,
     /// Why the selected pods cannot be listed now (the rights), while they cannot.
     pub cannot_list: Option<String>,
+    /// The controllers past [`MAX_OWNERS`], not rolled.
+    pub too_many: Option<String>,
 }
+
+/// Controllers a policy rolls the pods of at most: each has a record in the policy's status,
+/// which must stay small (a selector may match any number of pods).
+pub const MAX_OWNERS: usize = crate::model::limits::MAX_STATUS_ITEMS;
 
 impl PodTargets {
     /// What a replica that sees the policy first (a restart, a new leader) goes on from: the
@@ -315,9 +321,18 @@ pub fn look(
     now: i64,
 ) -> (PodTargets, Vec<Owner>) {
     let orphans = orphans_note(&groups.orphans);
-    let mut next = PodTargets { groups: BTreeMap::new(), orphans, cannot_list: None };
+    let too_many = (groups.owned.len() > MAX_OWNERS).then(|| {
+        let past: Vec<String> = groups.owned.keys().skip(MAX_OWNERS).map(Owner::label).collect();
+        format!(
+            "the pods of {} more controller(s) are selected and not rolled (at most {MAX_OWNERS} \
+             per policy): {}",
+            past.len(),
+            crate::model::limits::bounded_list(&past, 300)
+        )
+    });
+    let mut next = PodTargets { groups: BTreeMap::new(), orphans, cannot_list: None, too_many };
     let mut started = Vec::new();
-    for (owner, pods) in &groups.owned {
+    for (owner, pods) in groups.owned.iter().take(MAX_OWNERS) {
         let before = previous.groups.get(owner);
         let settled = before.is_none_or(|g| g.rollout != RolloutState::Progressing);
         let record = record_for(
@@ -341,7 +356,8 @@ pub fn look(
         next.groups.insert(owner.clone(), group);
     }
     for (owner, g) in &previous.groups {
-        if g.rollout == RolloutState::Progressing && !next.groups.contains_key(owner) {
+        let room = next.groups.len() < MAX_OWNERS;
+        if room && g.rollout == RolloutState::Progressing && !next.groups.contains_key(owner) {
             next.groups.insert(owner.clone(), g.clone());
         }
     }
@@ -586,6 +602,19 @@ mod tests {
         assert!(kept.groups.contains_key(&o));
         let (gone, _) = look(&first, &Groups::default(), "c1", 1, 301);
         assert!(gone.groups.is_empty());
+    }
+
+    #[test]
+    fn at_most_max_owners_are_rolled_and_the_rest_are_named() {
+        let owned: BTreeMap<Owner, Vec<PodView>> = (0..MAX_OWNERS + 2)
+            .map(|i| (owner("CloneSet", &format!("set-{i:03}"), "u"), vec![pod("p", 1, true)]))
+            .collect();
+        let groups = Groups { owned, orphans: Vec::new() };
+        let (next, _) = look(&PodTargets::default(), &groups, "c", 1, 100);
+        assert_eq!(next.groups.len(), MAX_OWNERS);
+        let note = next.too_many.unwrap();
+        assert!(note.starts_with("the pods of 2 more controller(s)"), "{note}");
+        assert!(note.contains("CloneSet/set-101"), "{note}");
     }
 
     #[test]

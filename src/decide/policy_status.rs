@@ -252,7 +252,8 @@ pub fn desired_status(input: &StatusInputs<'_>, now: Timestamp) -> ReloadPolicyS
     let sources = sources_resolved(resolved.len(), input.missing_sources);
     let mut found =
         targets_resolved(targets.len() + input.pods.groups.len(), input.missing_targets);
-    for note in [&input.pods.orphans, &input.pods.cannot_list].into_iter().flatten() {
+    let pods = input.pods;
+    for note in [&pods.orphans, &pods.too_many, &pods.cannot_list].into_iter().flatten() {
         found.message = format!("{}; {note}", found.message);
     }
     let ready = ready(policy, key_problem, &sources, &found, &failed);
