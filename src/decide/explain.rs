@@ -414,7 +414,7 @@ fn turn(inputs: &Inputs<'_>, parts: &[PolicyPart]) -> Option<(String, Wait)> {
         let view = StagedPart {
             policy,
             targets: &staged.targets,
-            seen: Some(Seen { outcomes: &staged.outcomes, rollouts: &staged.rollouts }),
+            seen: Some(Seen { outcomes: &staged.outcomes, rollouts: &staged.rollouts, pods: None }),
             content: &part.combined,
         };
         if let Err(wait) = may_take_turn(inputs.info, &[view]) {
