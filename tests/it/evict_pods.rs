@@ -333,3 +333,39 @@ async fn a_pod_targets_failed_rollout_halts_the_policy_and_the_next_target_keeps
     assert_eq!(op.lines_with(EVICTED).len(), 1, "one broker, nothing after the failure");
     controller.abort();
 }
+
+/// A dry-run policy evicts none of its `Pod` targets' pods: a change is shown as a workload
+/// target's would be (`DryRun`, `would be reloaded`, a `DryRun` Event), the record left as it is.
+#[tokio::test]
+async fn a_dry_run_policy_evicts_no_pod_and_says_what_it_would_do() {
+    if !pods_run_here() {
+        return;
+    }
+    let f = Fixture::new("evict-pods-dry").await;
+    support::install_policy_crd(&f.client).await;
+    f.secret("tls", json!({"cert": "one"})).await;
+    f.configmap("kafka", json!({})).await;
+    let controller = foreign_controller(&f, "kafka", json!({})).await;
+    let _watch = PodWatch::until_ready(&f, "kafka", 3).await;
+    let op = f.operator(&[]);
+    let mut spec = policy_spec();
+    spec["dryRun"] = json!(true);
+    support::policies::create_policy(&f, "kafka", spec).await;
+    owner_rolled_out(&f, "UpToDate", None).await;
+
+    f.patch_secret("tls", json!({"cert": "two"})).await;
+    let s = support::policies::status_where(&f, "kafka", "the Pod target a dry run", |s| {
+        s.targets
+            .iter()
+            .any(|t| t.kind == PolicyTargetKind::Pod && t.result.as_deref() == Some("DryRun"))
+    })
+    .await;
+    let entry = s.targets.iter().find(|t| t.kind == PolicyTargetKind::Pod).unwrap();
+    assert_eq!(entry.message.as_deref(), Some("would be reloaded"), "{s:?}");
+    assert_eq!(s.pod_evictions[0].started_at, 0, "the record is left as it is: {s:?}");
+    let notes = f.wait_events("ReloadPolicy", "kafka", "DryRun").await;
+    assert!(notes.iter().any(|n| n.contains("ConfigMap/kafka")), "{notes:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(op.lines_with(EVICTED).is_empty(), "nothing evicted in a dry run");
+    controller.abort();
+}
