@@ -369,3 +369,58 @@ async fn a_dry_run_policy_evicts_no_pod_and_says_what_it_would_do() {
     assert!(op.lines_with(EVICTED).is_empty(), "nothing evicted in a dry run");
     controller.abort();
 }
+
+/// `rollout.maxConcurrent: 1` counts a Pod target's controller like a workload: the brokers'
+/// rollout and the Deployment's never progress at once, and both roll out.
+#[tokio::test]
+async fn max_concurrent_counts_a_pod_targets_controller_beside_a_deployment() {
+    if !pods_run_here() {
+        return;
+    }
+    let f = Fixture::new("evict-pods-turns").await;
+    support::install_policy_crd(&f.client).await;
+    f.secret("tls", json!({"cert": "one"})).await;
+    f.configmap("kafka", json!({})).await;
+    let controller = foreign_controller(&f, "kafka", json!({})).await;
+    let watch = PodWatch::until_ready(&f, "kafka", 3).await;
+    let web = support::fixture::workload_json(
+        "Deployment",
+        "web",
+        json!({}),
+        json!({"containers": [{"name": "web", "image": "web"}]}),
+    );
+    f.create::<k8s_openapi::api::apps::v1::Deployment>(web).await;
+    let _op = f.operator(&[]);
+    let mut spec = policy_spec();
+    spec["targets"].as_array_mut().unwrap().push(json!({"kind": "Deployment", "name": "web"}));
+    spec["rollout"] = json!({"maxConcurrent": 1});
+    support::policies::create_policy(&f, "kafka", spec).await;
+    owner_rolled_out(&f, "UpToDate", None).await;
+
+    f.patch_secret("tls", json!({"cert": "two"})).await;
+    let api = support::policies::policies(&f);
+    let (mut most, mut samples) = (0, 0);
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let s = api.get("kafka").await.unwrap().status.unwrap_or_default();
+        let progressing =
+            s.targets.iter().filter(|t| t.rollout.as_deref() == Some("Progressing")).count();
+        most = most.max(progressing);
+        samples += 1;
+        let done = |kind: PolicyTargetKind| {
+            s.targets.iter().any(|t| {
+                t.kind == kind
+                    && t.result.as_deref() == Some("Reloaded")
+                    && t.rollout.as_deref() == Some("RolledOut")
+            })
+        };
+        if done(PolicyTargetKind::Pod) && done(PolicyTargetKind::Deployment) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "both targets rolled out: {s:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(most, 1, "at most one target progressing at once ({samples} samples)");
+    restarted(&watch, 2).await;
+    controller.abort();
+}
