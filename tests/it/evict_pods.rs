@@ -371,7 +371,9 @@ async fn a_dry_run_policy_evicts_no_pod_and_says_what_it_would_do() {
 }
 
 /// `rollout.maxConcurrent: 1` counts a Pod target's controller like a workload: the brokers'
-/// rollout and the Deployment's never progress at once, and both roll out.
+/// rollout and the Deployment's never progress at once. The Deployment's budget refuses every
+/// eviction, so its rollout stays progressing until `--rollout-timeout` fails it: counted, the
+/// brokers wait for that (or go first and it waits); not counted, they would overlap.
 #[tokio::test]
 async fn max_concurrent_counts_a_pod_targets_controller_beside_a_deployment() {
     if !pods_run_here() {
@@ -383,14 +385,30 @@ async fn max_concurrent_counts_a_pod_targets_controller_beside_a_deployment() {
     f.configmap("kafka", json!({})).await;
     let controller = foreign_controller(&f, "kafka", json!({})).await;
     let watch = PodWatch::until_ready(&f, "kafka", 3).await;
-    let web = support::fixture::workload_json(
+    let mut web = support::fixture::workload_json(
         "Deployment",
         "web",
         json!({}),
         json!({"containers": [{"name": "web", "image": "web"}]}),
     );
+    web["spec"]["replicas"] = json!(2);
     f.create::<k8s_openapi::api::apps::v1::Deployment>(web).await;
-    let _op = f.operator(&[]);
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(f.client.clone(), f.name());
+    let body = json!({
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web"},
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}
+    });
+    pdbs.create(&PostParams::default(), &serde_json::from_value(body).unwrap()).await.unwrap();
+    eventually("web's budget to allow no disruption with its 2 pods", TIMEOUT, || async {
+        let s = pdbs.get("web").await.ok()?.status?;
+        (s.observed_generation.is_some()
+            && s.current_healthy == Some(2)
+            && s.disruptions_allowed == Some(0))
+        .then_some(())
+    })
+    .await;
+    let _op = f.operator(&["--rollout-timeout", "8s"]);
     let mut spec = policy_spec();
     spec["targets"].as_array_mut().unwrap().push(json!({"kind": "Deployment", "name": "web"}));
     spec["rollout"] = json!({"maxConcurrent": 1});
@@ -407,17 +425,19 @@ async fn max_concurrent_counts_a_pod_targets_controller_beside_a_deployment() {
             s.targets.iter().filter(|t| t.rollout.as_deref() == Some("Progressing")).count();
         most = most.max(progressing);
         samples += 1;
-        let done = |kind: PolicyTargetKind| {
+        let ended = |kind: PolicyTargetKind, rollout: &str| {
             s.targets.iter().any(|t| {
                 t.kind == kind
                     && t.result.as_deref() == Some("Reloaded")
-                    && t.rollout.as_deref() == Some("RolledOut")
+                    && t.rollout.as_deref() == Some(rollout)
             })
         };
-        if done(PolicyTargetKind::Pod) && done(PolicyTargetKind::Deployment) {
+        if ended(PolicyTargetKind::Pod, "RolledOut")
+            && ended(PolicyTargetKind::Deployment, "Failed")
+        {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "both targets rolled out: {s:?}");
+        assert!(std::time::Instant::now() < deadline, "both targets' rollouts ended: {s:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(most, 1, "at most one target progressing at once ({samples} samples)");
