@@ -118,6 +118,8 @@ pub struct Staged {
     pub targets: Vec<WorkloadInfo>,
     pub outcomes: Outcomes,
     pub rollouts: Rollouts,
+    /// Its targets of kind `Pod`, each controller's rollout (they take turns too).
+    pub pods: crate::decide::pod_targets::PodTargets,
 }
 
 /// The answer, as printed and as `-o json` (a stable schema: fields are only ever added).
@@ -414,7 +416,11 @@ fn turn(inputs: &Inputs<'_>, parts: &[PolicyPart]) -> Option<(String, Wait)> {
         let view = StagedPart {
             policy,
             targets: &staged.targets,
-            seen: Some(Seen { outcomes: &staged.outcomes, rollouts: &staged.rollouts }),
+            seen: Some(Seen {
+                outcomes: &staged.outcomes,
+                rollouts: &staged.rollouts,
+                pods: Some(&staged.pods),
+            }),
             content: &part.combined,
         };
         if let Err(wait) = may_take_turn(inputs.info, &[view]) {
@@ -1064,7 +1070,7 @@ mod tests {
             result: "Reloaded",
             message: None,
             time: None,
-            hash: Some(content),
+            hash: Some(content.clone()),
             sources: vec![],
         };
         let failed = TargetRollout { state: RolloutState::Failed, message: None, resume: None };
@@ -1073,8 +1079,9 @@ mod tests {
             targets: vec![info.clone(), db],
             outcomes: BTreeMap::from([(key.clone(), outcome)]),
             rollouts: BTreeMap::from([(key, failed)]),
+            pods: Default::default(),
         };
-        let e = explain_with(&[staged]);
+        let e = explain_with(std::slice::from_ref(&staged));
         assert_eq!((e.gate.name.as_str(), e.next.action.as_str()), ("halted", "nothing"));
         assert!(
             e.gate.reason.contains("ReloadPolicy pol") && e.gate.reason.contains("Deployment db"),
@@ -1082,6 +1089,37 @@ mod tests {
             e.gate.reason
         );
         assert_eq!(e.exit_code, EXIT_HELD);
+        // A controller of its `Pod` targets failed at this content, as its status says: halted.
+        let pod_status = crate::model::policy::ReloadPolicyStatus {
+            pod_evictions: vec![crate::model::policy::PodEvictionStatus {
+                owner_kind: "CloneSet".into(),
+                owner_name: "cache".into(),
+                owner_uid: "u".into(),
+                content: content[..16].into(),
+                started_at: NOW,
+                max_unavailable: 1,
+                desired: 2,
+            }],
+            targets: vec![crate::model::policy::TargetStatus {
+                kind: crate::model::policy::PolicyTargetKind::Pod,
+                name: "CloneSet/cache".into(),
+                last_reload_time: None,
+                last_reload_hash: None,
+                last_reload_sources: vec![],
+                result: Some("Reloaded".into()),
+                message: None,
+                rollout: Some("Failed".into()),
+                rollout_message: None,
+                failed_at_resume: None,
+            }],
+            ..Default::default()
+        };
+        let pods = crate::decide::pod_targets::PodTargets::from_status(&pod_status);
+        let by_pods =
+            Staged { outcomes: BTreeMap::new(), rollouts: BTreeMap::new(), pods, ..staged };
+        let e = explain_with(&[by_pods]);
+        assert_eq!((e.gate.name.as_str(), e.next.action.as_str()), ("halted", "nothing"));
+        assert!(e.gate.reason.contains("Pod CloneSet/cache"), "{}", e.gate.reason);
     }
 
     /// Explains `web`, targeted by policy `pol` (`spec`: its limits) whose source `cfg` changed

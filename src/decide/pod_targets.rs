@@ -18,7 +18,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use std::time::Duration;
 
 use crate::decide::evict::{self, EvictOrder, EvictStep, EvictionRecord, EvictionState, PodView};
+use crate::decide::policy_part::PartMode;
 use crate::decide::policy_plan::Resolved;
+use crate::decide::rollout::Pending;
+use crate::decide::staging::Wait;
 use crate::model::policy::{
     PodEvictionStatus, PolicyTargetKind, ReloadPolicySpec, ReloadPolicyStatus, TargetStatus,
 };
@@ -231,6 +234,44 @@ pub struct PodGroup {
     /// This replica's last eviction of its pods, and until when a budget refused (seconds).
     pub last_eviction: Option<i64>,
     pub refused_until: Option<i64>,
+    /// For a failed rollout: the policy's `rollout.resume` when it failed (a new value lifts
+    /// the halt it causes), as a workload target's.
+    pub failed_at_resume: Option<String>,
+    /// Why a change waits to start its rollout (a closed window, its turn, a dry run), while
+    /// it does: the record stays the previous one, so the change stays pending.
+    pub held: Option<Hold>,
+}
+
+/// A change that does not start its rollout now: the status result and message a workload
+/// target held the same way shows (`Pending`, `Waiting`, `DryRun`, `Suspended`), and for a
+/// closed window when the next opens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub result: &'static str,
+    pub message: Option<String>,
+    pub opens: Option<i64>,
+}
+
+/// Whether a change of the content starts a controller's rollout now (`None`) or is held, and
+/// why: the policy suspended or in dry run, a reload window closed (`pending`), or not its
+/// turn (`turn`, asked last: only when nothing else holds it). The wording is the one a
+/// workload target's hold has.
+pub fn hold(
+    mode: PartMode,
+    pending: Option<&Pending>,
+    turn: impl FnOnce() -> Result<(), Wait>,
+) -> Option<Hold> {
+    let held = |result, message: Option<String>, opens| Some(Hold { result, message, opens });
+    match mode {
+        PartMode::Suspended => return held("Suspended", None, None),
+        PartMode::DryRun => return held("DryRun", Some("would be reloaded".into()), None),
+        PartMode::Live => {}
+    }
+    if let Some(p) = pending {
+        let opens = p.opens.map(|t| t.as_second());
+        return held("Pending", Some(format!("rollout pending: {}", p.describe())), opens);
+    }
+    turn().err().and_then(|wait| held("Waiting", Some(format!("waits for its turn: {wait}")), None))
 }
 
 impl PodGroup {
@@ -240,7 +281,27 @@ impl PodGroup {
         } else {
             RolloutState::RolledOut
         };
-        PodGroup { record, rollout, message: None, last_eviction: None, refused_until: None }
+        PodGroup {
+            record,
+            rollout,
+            message: None,
+            last_eviction: None,
+            refused_until: None,
+            failed_at_resume: None,
+            held: None,
+        }
+    }
+
+    /// The content this controller was last rolled to as the turn rules compare it: the
+    /// policy's `combined` hash when its record is of it (a record keeps [`content`], the
+    /// combined hash's first 16 digits), else the record's own.
+    pub fn reloaded_to(&self, combined: &str) -> String {
+        let content = &self.record.record.content;
+        if combined.get(..content.len()) == Some(content.as_str()) && !content.is_empty() {
+            combined.to_string()
+        } else {
+            content.clone()
+        }
     }
 }
 
@@ -273,10 +334,18 @@ impl PodTargets {
             if let Some(state) = shown.and_then(|t| RolloutState::parse(t.rollout.as_deref()?)) {
                 group.rollout = state;
                 group.message = shown.and_then(|t| t.rollout_message.clone());
+                group.failed_at_resume = shown.and_then(|t| t.failed_at_resume.clone());
             }
             out.groups.insert(group.record.owner.clone(), group);
         }
         out
+    }
+
+    /// How many controllers' rollouts wait for a reload window, and when the first opens.
+    pub fn pending(&self) -> (usize, Option<i64>) {
+        let held = self.groups.values().filter_map(|g| g.held.as_ref());
+        let pending: Vec<&Hold> = held.filter(|h| h.result == "Pending").collect();
+        (pending.len(), pending.iter().filter_map(|h| h.opens).min())
     }
 
     /// The records as the status holds them.
@@ -291,17 +360,22 @@ impl PodTargets {
             .values()
             .map(|g| {
                 let started = g.record.record.started_at;
+                let result = match &g.held {
+                    Some(h) => h.result,
+                    None if started > 0 => "Reloaded",
+                    None => "UpToDate",
+                };
                 TargetStatus {
                     kind: PolicyTargetKind::Pod,
                     name: g.record.owner.label(),
                     last_reload_time: (started > 0).then(|| time(started)).flatten(),
                     last_reload_hash: None,
                     last_reload_sources: Vec::new(),
-                    result: Some(if started > 0 { "Reloaded" } else { "UpToDate" }.into()),
-                    message: None,
+                    result: Some(result.into()),
+                    message: g.held.as_ref().and_then(|h| h.message.clone()),
                     rollout: Some(g.rollout.as_str().into()),
                     rollout_message: g.message.clone(),
-                    failed_at_resume: None,
+                    failed_at_resume: g.failed_at_resume.clone(),
                 }
             })
             .collect()
@@ -311,14 +385,18 @@ impl PodTargets {
 /// What a look at a policy's selected pods comes to before anything is evicted: per owner
 /// found, its record ([`record_for`]); an owner no longer found is forgotten unless its rollout
 /// is under way (its pods may all be between eviction and replacement; if they never come
-/// back the rollout fails and is forgotten then). Also returns the owners whose rollout
-/// starts now: their records must be in the status before any of their pods is evicted.
+/// back the rollout fails and is forgotten then). A change whose rollout `gate` holds (asked
+/// with the controllers as decided so far, those started earlier in this look included)
+/// keeps the previous record, and with it any rollout under way, and says why. Also returns
+/// the owners whose rollout starts now: their records must be in the status before any of
+/// their pods is evicted.
 pub fn look(
     previous: &PodTargets,
     groups: &Groups,
     content: &str,
     max_unavailable: u32,
     now: i64,
+    gate: &mut dyn FnMut(&PodTargets, &Owner) -> Option<Hold>,
 ) -> (PodTargets, Vec<Owner>) {
     let orphans = orphans_note(&groups.orphans);
     let too_many = (groups.owned.len() > MAX_OWNERS).then(|| {
@@ -332,6 +410,7 @@ pub fn look(
     });
     let mut next = PodTargets { groups: BTreeMap::new(), orphans, cannot_list: None, too_many };
     let mut started = Vec::new();
+    let mut so_far = PodTargets { groups: previous.groups.clone(), ..PodTargets::default() };
     for (owner, pods) in groups.owned.iter().take(MAX_OWNERS) {
         let before = previous.groups.get(owner);
         let settled = before.is_none_or(|g| g.rollout != RolloutState::Progressing);
@@ -345,14 +424,17 @@ pub fn look(
             now,
         );
         let group = match before {
-            Some(g) if g.record == record => g.clone(),
-            _ => {
-                if record.record.started_at > 0 {
+            Some(g) if g.record == record => PodGroup { held: None, ..g.clone() },
+            Some(g) if record.record.started_at > 0 => match gate(&so_far, owner) {
+                Some(hold) => PodGroup { held: Some(hold), ..g.clone() },
+                None => {
                     started.push(owner.clone());
+                    PodGroup::new(record)
                 }
-                PodGroup::new(record)
-            }
+            },
+            _ => PodGroup::new(record),
         };
+        so_far.groups.insert(owner.clone(), group.clone());
         next.groups.insert(owner.clone(), group);
     }
     for (owner, g) in &previous.groups {
@@ -376,7 +458,14 @@ pub struct Advance {
 /// Takes one step of `group`'s rollout with its pods as listed ([`step`]), keeping its state:
 /// a failed rollout evicts no more pod (only its recovery, every pod current and Ready, is
 /// news), as a workload's.
-pub fn advance(group: &mut PodGroup, pods: &[PodView], timeout: Duration, now: i64) -> Advance {
+/// `resume`: the policy's `rollout.resume` now, kept with a failure.
+pub fn advance(
+    group: &mut PodGroup,
+    pods: &[PodView],
+    timeout: Duration,
+    resume: Option<&str>,
+    now: i64,
+) -> Advance {
     // After a restart this replica's last eviction is not known: the newest pod (a
     // replacement) says when the rollout last moved.
     let newest = pods.iter().map(|p| p.created).max().unwrap_or(0);
@@ -388,6 +477,7 @@ pub fn advance(group: &mut PodGroup, pods: &[PodView], timeout: Duration, now: i
         EvictStep::RolledOut => {
             group.rollout = RolloutState::RolledOut;
             group.message = None;
+            group.failed_at_resume = None;
             if was != RolloutState::RolledOut {
                 out.ended = Some(Ok(()));
             }
@@ -406,6 +496,7 @@ pub fn advance(group: &mut PodGroup, pods: &[PodView], timeout: Duration, now: i
             let why = format!("{reason}: {message}");
             group.rollout = RolloutState::Failed;
             group.message = Some(why.clone());
+            group.failed_at_resume = resume.map(str::to_string);
             out.ended = Some(Err(why));
         }
     }
@@ -431,6 +522,10 @@ mod tests {
             created,
             deleting: false,
         }
+    }
+
+    fn open(_: &PodTargets, _: &Owner) -> Option<Hold> {
+        None
     }
 
     fn owner(kind: &str, name: &str, uid: &str) -> Owner {
@@ -576,13 +671,13 @@ mod tests {
     #[test]
     fn a_look_takes_a_baseline_then_starts_a_rollout_on_a_change_and_keeps_it_from_the_status() {
         let (o, groups) = three();
-        let (first, started) = look(&PodTargets::default(), &groups, "c1", 1, 100);
+        let (first, started) = look(&PodTargets::default(), &groups, "c1", 1, 100, &mut open);
         assert!(started.is_empty(), "a first sight is a baseline");
         assert_eq!(first.groups[&o].rollout, RolloutState::RolledOut);
         assert!(first.orphans.as_deref().unwrap().contains("debug"));
-        let (same, started) = look(&first, &groups, "c1", 1, 200);
+        let (same, started) = look(&first, &groups, "c1", 1, 200, &mut open);
         assert_eq!((same.groups, started.is_empty()), (first.groups.clone(), true));
-        let (rolling, started) = look(&first, &groups, "c2", 1, 300);
+        let (rolling, started) = look(&first, &groups, "c2", 1, 300, &mut open);
         assert_eq!(started, std::slice::from_ref(&o));
         assert_eq!(rolling.groups[&o].rollout, RolloutState::Progressing);
         // What the status shows, and what a restarted operator reads back from it.
@@ -598,10 +693,99 @@ mod tests {
         assert_eq!(back.groups[&o].record, rolling.groups[&o].record);
         assert_eq!(back.groups[&o].rollout, RolloutState::Progressing);
         // The owner's pods all away for a moment: its rollout is kept; a settled one is not.
-        let (kept, _) = look(&rolling, &Groups::default(), "c2", 1, 301);
+        let (kept, _) = look(&rolling, &Groups::default(), "c2", 1, 301, &mut open);
         assert!(kept.groups.contains_key(&o));
-        let (gone, _) = look(&first, &Groups::default(), "c1", 1, 301);
+        let (gone, _) = look(&first, &Groups::default(), "c1", 1, 301, &mut open);
         assert!(gone.groups.is_empty());
+    }
+
+    #[test]
+    fn a_held_change_keeps_the_record_and_the_rollout_under_way_and_says_why() {
+        let (o, groups) = three();
+        let (first, _) = look(&PodTargets::default(), &groups, "c1", 1, 100, &mut open);
+        let (rolling, _) = look(&first, &groups, "c2", 1, 300, &mut open);
+        let mut asked = Vec::new();
+        let mut closed = |so_far: &PodTargets, owner: &Owner| {
+            asked.push((owner.clone(), so_far.groups[owner].rollout));
+            Some(Hold {
+                result: "Pending",
+                message: Some("rollout pending: x".into()),
+                opens: None,
+            })
+        };
+        // A first sight is a baseline: nothing to hold, the gate is not asked.
+        let (baseline, started) = look(&PodTargets::default(), &groups, "c2", 1, 300, &mut closed);
+        assert!(started.is_empty() && baseline.groups[&o].held.is_none());
+        // A change mid-rollout that may not start: the rollout under way goes on.
+        let (held, started) = look(&rolling, &groups, "c3", 1, 400, &mut closed);
+        assert!(started.is_empty());
+        assert_eq!(asked, [(o.clone(), RolloutState::Progressing)]);
+        let g = &held.groups[&o];
+        assert_eq!(
+            (g.record.clone(), g.rollout),
+            (rolling.groups[&o].record.clone(), RolloutState::Progressing)
+        );
+        let shown = &held.target_statuses()[0];
+        assert_eq!(
+            (shown.result.as_deref(), shown.message.as_deref()),
+            (Some("Pending"), Some("rollout pending: x"))
+        );
+        assert_eq!(held.pending(), (1, None));
+        // Let go: the held change starts, and nothing is held.
+        let (going, started) = look(&held, &groups, "c3", 1, 500, &mut open);
+        assert_eq!(started, std::slice::from_ref(&o));
+        assert_eq!(
+            (going.groups[&o].record.record.started_at, going.groups[&o].held.clone()),
+            (500, None)
+        );
+        // The content back to the record's: nothing pending any more.
+        let mut still_closed = |_: &PodTargets, _: &Owner| {
+            Some(Hold { result: "Pending", message: None, opens: None })
+        };
+        let (back, _) = look(&held, &groups, "c2", 1, 500, &mut still_closed);
+        assert_eq!(back.groups[&o].held, None);
+    }
+
+    #[test]
+    fn holds_say_what_a_workload_target_says_in_the_same_order() {
+        let at = jiff::Timestamp::from_second(3600).unwrap();
+        let window = Pending { wait: Duration::from_secs(1), opens: Some(at), invalid: None };
+        let turn_ok = || Ok(());
+        let suspended = hold(PartMode::Suspended, Some(&window), turn_ok).unwrap();
+        assert_eq!((suspended.result, suspended.message), ("Suspended", None));
+        let dry = hold(PartMode::DryRun, Some(&window), turn_ok).unwrap();
+        assert_eq!((dry.result, dry.message.as_deref()), ("DryRun", Some("would be reloaded")));
+        let pending = hold(PartMode::Live, Some(&window), || panic!("not asked")).unwrap();
+        assert_eq!(pending.result, "Pending");
+        assert_eq!(pending.opens, Some(3600));
+        assert_eq!(pending.message, Some(format!("rollout pending: {}", window.describe())));
+        let waiting = hold(PartMode::Live, None, || Err(Wait::Concurrency { rolling: 1 })).unwrap();
+        assert_eq!(
+            (waiting.result, waiting.message.as_deref()),
+            ("Waiting", Some("waits for its turn: 1 targets are rolling (maxConcurrent)"))
+        );
+        assert_eq!(hold(PartMode::Live, None, turn_ok), None);
+    }
+
+    #[test]
+    fn a_record_is_of_the_combined_hash_it_was_rolled_to() {
+        use crate::decide::hash::Hasher;
+        use crate::model::source::{SourceKind, SourceRef};
+        let resolved = vec![Resolved {
+            source: SourceRef::new(SourceKind::ConfigMap, "cfg"),
+            hash: "abc".into(),
+            changed_at: None,
+            keys: None,
+            key_hashes: BTreeMap::new(),
+            keys_untracked: false,
+            hasher: Hasher::Sha1,
+        }];
+        let combined = crate::decide::policy_plan::combined_hash(&resolved);
+        let (o, groups) = three();
+        let (first, _) =
+            look(&PodTargets::default(), &groups, &content(&resolved), 1, 1, &mut open);
+        assert_eq!(first.groups[&o].reloaded_to(&combined), combined);
+        assert_eq!(first.groups[&o].reloaded_to("ffff"), content(&resolved));
     }
 
     #[test]
@@ -610,7 +794,7 @@ mod tests {
             .map(|i| (owner("CloneSet", &format!("set-{i:03}"), "u"), vec![pod("p", 1, true)]))
             .collect();
         let groups = Groups { owned, orphans: Vec::new() };
-        let (next, _) = look(&PodTargets::default(), &groups, "c", 1, 100);
+        let (next, _) = look(&PodTargets::default(), &groups, "c", 1, 100, &mut open);
         assert_eq!(next.groups.len(), MAX_OWNERS);
         let note = next.too_many.unwrap();
         assert!(note.starts_with("the pods of 2 more controller(s)"), "{note}");
@@ -620,29 +804,33 @@ mod tests {
     #[test]
     fn advancing_evicts_waits_and_ends_once_and_a_failed_rollout_evicts_no_more() {
         let (o, groups) = three();
-        let (first, _) = look(&PodTargets::default(), &groups, "c1", 1, 100);
-        let (rolling, _) = look(&first, &groups, "c2", 1, 300);
+        let (first, _) = look(&PodTargets::default(), &groups, "c1", 1, 100, &mut open);
+        let (rolling, _) = look(&first, &groups, "c2", 1, 300, &mut open);
         let mut g = rolling.groups[&o].clone();
         let timeout = Duration::from_secs(60);
         let pods = &groups.owned[&o];
-        let a = advance(&mut g, pods, timeout, 301);
+        let a = advance(&mut g, pods, timeout, None, 301);
         assert_eq!((a.evict, a.ended), (vec!["kafka-0".to_string()], None));
         g.last_eviction = Some(301);
         // Not back yet: waiting; never back: failed, once, and then no eviction.
         let short = &pods[1..];
-        assert!(advance(&mut g, short, timeout, 302).evict.is_empty());
+        assert!(advance(&mut g, short, timeout, None, 302).evict.is_empty());
         assert_eq!(g.rollout, RolloutState::Progressing);
-        let failed = advance(&mut g, short, timeout, 400);
+        let failed = advance(&mut g, short, timeout, None, 400);
         assert!(matches!(failed.ended, Some(Err(ref why)) if why.starts_with("EvictionTimeout")));
         assert_eq!(g.rollout, RolloutState::Failed);
+        let mut again = rolling.groups[&o].clone();
+        again.last_eviction = Some(301);
+        advance(&mut again, short, timeout, Some("monday"), 400);
+        assert_eq!(again.failed_at_resume.as_deref(), Some("monday"), "kept for halts");
         let back = [pod("kafka-0", 350, true), pods[1].clone(), pods[2].clone()];
-        let still = advance(&mut g, &back, timeout, 401);
+        let still = advance(&mut g, &back, timeout, None, 401);
         assert_eq!((still.evict.is_empty(), still.ended), (true, None), "failed: no more eviction");
         // Every pod current and Ready: recovered, said once.
         let all_new =
             [pod("kafka-0", 350, true), pod("kafka-1", 351, true), pod("kafka-2", 352, true)];
-        assert_eq!(advance(&mut g, &all_new, timeout, 402).ended, Some(Ok(())));
-        assert_eq!(advance(&mut g, &all_new, timeout, 403).ended, None);
+        assert_eq!(advance(&mut g, &all_new, timeout, None, 402).ended, Some(Ok(())));
+        assert_eq!(advance(&mut g, &all_new, timeout, None, 403).ended, None);
         assert_eq!(g.rollout, RolloutState::RolledOut);
     }
 }

@@ -223,7 +223,22 @@ fn part_of(
             .max_rollouts_per_minute
             .and_then(|n| u32::try_from(n).ok())
             .filter(|n| *n > 0),
-        windows: (!p.spec.ignore_windows && !p.spec.windows.is_empty()).then(|| p.windows.clone()),
+        windows: policy_windows(p),
+    }
+}
+
+/// The reload windows of policy `p` that apply to its rollouts (`None`: it has none, or
+/// `ignoreWindows` is set).
+pub fn policy_windows(p: &ActivePolicy) -> Option<Windows> {
+    (!p.spec.ignore_windows && !p.spec.windows.is_empty()).then(|| p.windows.clone())
+}
+
+/// Whether policy `p`'s own reload windows let a rollout of its targets of kind `Pod` start at
+/// `now` (they have no workload, so no annotation windows); invalid windows hold it.
+pub fn policy_window_gate(p: &ActivePolicy, now: jiff::Timestamp) -> Result<WindowGate, String> {
+    match policy_windows(p) {
+        None => Ok(WindowGate::Open),
+        Some(set) => Ok(window::gate(set.as_ref().as_ref().map_err(Clone::clone)?, now)),
     }
 }
 

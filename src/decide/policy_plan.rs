@@ -137,6 +137,19 @@ impl ActivePolicy {
             .unwrap_or(order.len())
     }
 
+    /// The `rollout.order` group of a target known by name only (a controller whose pods a
+    /// `Pod` entry selects, as `<OwnerKind>/<name>`): the first entry that names it, else
+    /// after every entry.
+    pub fn order_group_named(&self, name: &str) -> usize {
+        let order = self.spec.rollout.as_ref().map(|r| r.order.as_slice()).unwrap_or_default();
+        order
+            .iter()
+            .position(|step| {
+                step.names.as_ref().is_some_and(|names| names.iter().any(|n| n == name))
+            })
+            .unwrap_or(order.len())
+    }
+
     /// The target entry that selects `info`, if any.
     pub fn target_for(&self, info: &WorkloadInfo) -> Option<&PolicyTarget> {
         (0..self.spec.targets.len())

@@ -276,7 +276,13 @@ pub fn desired_status(input: &StatusInputs<'_>, now: Timestamp) -> ReloadPolicyS
         .map(|(type_, verdict)| verdict.stamped(type_, observed, generation, now))
         .collect();
     shown_targets(&mut target_status);
-    let (pending, next_window) = pending_targets(targets, outcomes, next_windows);
+    let (mut pending, mut next_window) = pending_targets(targets, outcomes, next_windows);
+    let (pods_pending, pods_window) = input.pods.pending();
+    pending += pods_pending;
+    let pods_window = pods_window.and_then(time);
+    if pods_window.as_ref().is_some_and(|p| next_window.as_ref().is_none_or(|w| p.0 < w.0)) {
+        next_window = pods_window;
+    }
     let last = target_status
         .iter()
         .filter(|t| t.last_reload_time.is_some())
@@ -757,8 +763,25 @@ mod tests {
             owned: BTreeMap::from([(owner.clone(), vec![pod])]),
             orphans: vec!["debug".into()],
         };
-        let (first, _) = look(&PodTargets::default(), &groups, "c1", 1, T0);
-        let (rolling, _) = look(&first, &groups, "c2", 1, T0 + 10);
+        let mut open = |_: &PodTargets, _: &Owner| None;
+        let (first, _) = look(&PodTargets::default(), &groups, "c1", 1, T0, &mut open);
+        let (rolling, _) = look(&first, &groups, "c2", 1, T0 + 10, &mut open);
+        // A change held by a closed window: counted pending with the window, the record kept.
+        let mut closed = |_: &PodTargets, _: &Owner| {
+            Some(crate::decide::pod_targets::Hold {
+                result: "Pending",
+                message: Some("rollout pending: outside its reload windows".into()),
+                opens: Some(T0 + 3600),
+            })
+        };
+        let (held, _) = look(&rolling, &groups, "c3", 1, T0 + 10, &mut closed);
+        let mut given = Given::healthy();
+        given.pods = held;
+        let s = given.status(T0 + 11);
+        assert_eq!((s.pending, s.next_window), (Some(1), time(T0 + 3600)));
+        let entry = s.targets.iter().find(|t| t.kind == PolicyTargetKind::Pod).unwrap();
+        assert_eq!(entry.result.as_deref(), Some("Pending"));
+        assert_eq!(s.pod_evictions[0].content, "c2", "the change stays pending");
         let mut given = Given::healthy();
         given.pods = rolling;
         let s = given.status(T0 + 11);

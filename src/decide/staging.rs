@@ -5,12 +5,13 @@
 //! rolling. Values in, values out: the engine claims a turn under its policy memory's lock.
 
 use crate::model::progress::RolloutState;
-use crate::model::workload::WorkloadKind;
 
 /// One target of the policy as far as turns go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TargetTurn {
-    pub kind: WorkloadKind,
+    /// Its kind as the policy's status names it (`Deployment`; `Pod` for a controller whose
+    /// pods a `Pod` entry selects).
+    pub kind: &'static str,
     pub name: String,
     /// Its `order` group (targets in none come after every group).
     pub group: usize,
@@ -58,7 +59,7 @@ impl std::fmt::Display for Wait {
 }
 
 fn label(t: &TargetTurn) -> String {
-    format!("{} {}", t.kind.as_str(), t.name)
+    format!("{} {}", t.kind, t.name)
 }
 
 /// The failed target that halts the policy at `content`, if one does.
@@ -120,7 +121,7 @@ mod tests {
 
     fn t(name: &str, group: usize, to: &str, rollout: Option<RolloutState>) -> TargetTurn {
         TargetTurn {
-            kind: WorkloadKind::Deployment,
+            kind: "Deployment",
             name: name.into(),
             group,
             reloaded_to: Some(to.into()),

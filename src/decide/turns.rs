@@ -10,6 +10,7 @@
 //! - a turn taken for a write that did not happen is given back: only while still
 //!   `Progressing` (a finished rollout is kept).
 
+use crate::decide::pod_targets::PodTargets;
 use crate::decide::policy_plan::{ActivePolicy, target_kind};
 use crate::decide::policy_status::{Outcome, Outcomes, Rollouts, TargetRollout};
 use crate::decide::staging::{self, TargetTurn, Wait};
@@ -22,6 +23,8 @@ use crate::model::workload::{WorkloadInfo, WorkloadKey};
 pub struct Seen<'a> {
     pub outcomes: &'a Outcomes,
     pub rollouts: &'a Rollouts,
+    /// Its targets of kind `Pod`: each controller's eviction rollout, a target like the others.
+    pub pods: Option<&'a PodTargets>,
 }
 
 /// `targets` of `policy` as the turn rules see them, from what is remembered of them (`None`:
@@ -37,7 +40,7 @@ pub fn turns_of(
             let key = (t.key.kind, t.key.name.clone());
             let rollout = seen.and_then(|m| m.rollouts.get(&key));
             TargetTurn {
-                kind: t.key.kind,
+                kind: t.key.kind.as_str(),
                 name: t.key.name.clone(),
                 group: policy.order_group(t),
                 reloaded_to: seen.and_then(|m| m.outcomes.get(&key)).and_then(|o| o.hash.clone()),
@@ -46,6 +49,41 @@ pub fn turns_of(
             }
         })
         .collect()
+}
+
+/// The controllers whose pods `policy`'s `Pod` entries select, as the turn rules see them: named
+/// `Pod <OwnerKind>/<name>`, in the `order` group that names `<OwnerKind>/<name>` (a selector
+/// does not place them: they have no labels of their own), rolled to `content` (the policy's
+/// combined hash) when their record is of it.
+pub fn pod_turns(policy: &ActivePolicy, pods: &PodTargets, content: &str) -> Vec<TargetTurn> {
+    pods.groups
+        .values()
+        .map(|g| {
+            let name = g.record.owner.label();
+            TargetTurn {
+                kind: "Pod",
+                group: policy.order_group_named(&name),
+                name,
+                reloaded_to: Some(g.reloaded_to(content)),
+                rollout: Some(g.rollout),
+                failed_at_resume: g.failed_at_resume.clone(),
+            }
+        })
+        .collect()
+}
+
+/// Every target of `policy` as the turn rules see them: its workloads and its `Pod` owners.
+fn views(
+    policy: &ActivePolicy,
+    targets: &[WorkloadInfo],
+    seen: Option<Seen<'_>>,
+    content: &str,
+) -> Vec<TargetTurn> {
+    let mut views = turns_of(policy, targets, seen);
+    if let Some(pods) = seen.and_then(|s| s.pods) {
+        views.extend(pod_turns(policy, pods, content));
+    }
+    views
 }
 
 /// One staged policy taking part in a target's rollout.
@@ -64,15 +102,38 @@ pub struct StagedPart<'a> {
 /// is seen with nothing remembered.
 pub fn may_take_turn(me: &WorkloadInfo, staged: &[StagedPart<'_>]) -> Result<(), Wait> {
     for part in staged {
-        let views = turns_of(part.policy, part.targets, part.seen);
+        let views = views(part.policy, part.targets, part.seen, part.content);
         let mine = views
             .iter()
-            .find(|t| t.kind == me.key.kind && t.name == me.key.name)
+            .find(|t| t.kind == me.key.kind.as_str() && t.name == me.key.name)
             .cloned()
             .unwrap_or_else(|| turns_of(part.policy, std::slice::from_ref(me), None).remove(0));
         staging::turn(&mine, &views, &part.policy.staging(), part.content)?;
     }
     Ok(())
+}
+
+/// Whether the controller `owner` (`<OwnerKind>/<name>`) of pods `part`'s policy selects may
+/// start its eviction rollout now (`Ok`), or what it waits for: the same rules as a workload's
+/// turn, among the policy's workloads and other controllers (`part.seen.pods` includes the
+/// rollouts started earlier in the same look).
+pub fn pod_may_take_turn(owner: &str, part: &StagedPart<'_>) -> Result<(), Wait> {
+    if part.policy.spec.rollout.is_none() {
+        return Ok(());
+    }
+    let views = views(part.policy, part.targets, part.seen, part.content);
+    let mine =
+        views.iter().find(|t| t.kind == "Pod" && t.name == owner).cloned().unwrap_or_else(|| {
+            TargetTurn {
+                kind: "Pod",
+                name: owner.to_string(),
+                group: part.policy.order_group_named(owner),
+                reloaded_to: None,
+                rollout: None,
+                failed_at_resume: None,
+            }
+        });
+    staging::turn(&mine, &views, &part.policy.staging(), part.content)
 }
 
 /// The rollout a turn taken starts: progressing.
@@ -96,9 +157,8 @@ pub fn halted_by(
     if !policy.spec.rollout.as_ref().is_some_and(|r| r.halt_on_failure) {
         return None;
     }
-    let views = turns_of(policy, targets, Some(seen));
-    staging::halted_by(&views, &policy.staging(), content)
-        .map(|t| format!("{} {}", t.kind.as_str(), t.name))
+    let views = views(policy, targets, Some(seen), content);
+    staging::halted_by(&views, &policy.staging(), content).map(|t| format!("{} {}", t.kind, t.name))
 }
 
 /// A target's rollout as reported to a policy: a failure keeps the policy's `rollout.resume`
@@ -215,7 +275,11 @@ mod tests {
         let p = policy(json!({"order": [{"names": ["db"]}, {"names": ["api"]}]}));
         let targets = [target("api"), target("db"), target("web")];
         let (outcomes, rollouts) = seen(&[("db", "new", Some(Failed))]);
-        let views = turns_of(&p, &targets, Some(Seen { outcomes: &outcomes, rollouts: &rollouts }));
+        let views = turns_of(
+            &p,
+            &targets,
+            Some(Seen { outcomes: &outcomes, rollouts: &rollouts, pods: None }),
+        );
         let summary: Vec<_> = views
             .iter()
             .map(|t| (t.name.as_str(), t.group, t.reloaded_to.as_deref(), t.rollout))
@@ -231,7 +295,7 @@ mod tests {
     fn a_target_takes_its_turn_only_when_every_staged_policy_lets_it() {
         let targets = [target("a"), target("b"), target("c")];
         let (outcomes, rollouts) = seen(&[("a", "new", Some(Progressing))]);
-        let memory = Some(Seen { outcomes: &outcomes, rollouts: &rollouts });
+        let memory = Some(Seen { outcomes: &outcomes, rollouts: &rollouts, pods: None });
         let one_at_a_time = policy(json!({"maxConcurrent": 1}));
         let two_at_a_time = policy(json!({"maxConcurrent": 2}));
         let part = |policy| StagedPart { policy, targets: &targets, seen: memory, content: "new" };
@@ -255,7 +319,7 @@ mod tests {
     fn a_failed_target_halts_only_with_halt_on_failure_and_at_its_content() {
         let targets = [target("a"), target("b")];
         let (outcomes, rollouts) = seen(&[("a", "bad", Some(Failed))]);
-        let memory = Seen { outcomes: &outcomes, rollouts: &rollouts };
+        let memory = Seen { outcomes: &outcomes, rollouts: &rollouts, pods: None };
         let halting = policy(json!({"haltOnFailure": true}));
         assert_eq!(halted_by(&halting, &targets, memory, "bad").as_deref(), Some("Deployment a"));
         assert_eq!(halted_by(&halting, &targets, memory, "good"), None, "new content");
@@ -269,6 +333,120 @@ mod tests {
         );
         assert!(halts(Failed, true));
         assert!(!halts(Failed, false) && !halts(RolledOut, true) && !halts(Progressing, true));
+    }
+
+    /// A policy's `Pod` targets: one controller per `(name, content, rollout)`.
+    fn pods(entries: &[(&str, &str, RolloutState)]) -> PodTargets {
+        use crate::decide::evict::EvictionRecord;
+        use crate::decide::pod_targets::{GroupRecord, Owner, PodGroup};
+        let mut out = PodTargets::default();
+        for (name, content, state) in entries {
+            let owner = Owner { kind: "ConfigMap".into(), name: name.to_string(), uid: "u".into() };
+            let record =
+                EvictionRecord { content: content.to_string(), started_at: 1, max_unavailable: 1 };
+            let record = GroupRecord { owner: owner.clone(), record, desired: 1 };
+            let group = PodGroup {
+                record,
+                rollout: *state,
+                message: None,
+                last_eviction: None,
+                refused_until: None,
+                failed_at_resume: None,
+                held: None,
+            };
+            out.groups.insert(owner, group);
+        }
+        out
+    }
+
+    // The combined hash a record's 16-digit content is the beginning of.
+    const NEW: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    #[test]
+    fn pod_owners_take_turns_with_the_workloads_by_the_same_rules() {
+        let targets = [target("api")];
+        let (outcomes, rollouts) = seen(&[("api", NEW, Some(RolledOut))]);
+        let rolling = pods(&[("kafka", &NEW[..16], Progressing)]);
+        let memory =
+            |pods| Some(Seen { outcomes: &outcomes, rollouts: &rollouts, pods: Some(pods) });
+        let one = policy(json!({"maxConcurrent": 1}));
+        let part = |policy, pods| StagedPart {
+            policy,
+            targets: &targets,
+            seen: memory(pods),
+            content: NEW,
+        };
+        // An owner rolling counts against maxConcurrent, for a workload and another owner.
+        assert_eq!(
+            may_take_turn(&targets[0], &[part(&one, &rolling)]),
+            Err(Wait::Concurrency { rolling: 1 })
+        );
+        assert_eq!(
+            pod_may_take_turn("ConfigMap/zk", &part(&one, &rolling)),
+            Err(Wait::Concurrency { rolling: 1 })
+        );
+        assert_eq!(
+            pod_may_take_turn("ConfigMap/kafka", &part(&one, &rolling)),
+            Ok(()),
+            "not against itself"
+        );
+        // Without `rollout`, no turns at all.
+        let unstaged = policy(serde_json::Value::Null);
+        assert_eq!(pod_may_take_turn("ConfigMap/zk", &part(&unstaged, &rolling)), Ok(()));
+        // `order` names an owner as its status target does; named first, the workload waits.
+        let ordered =
+            policy(json!({"order": [{"names": ["ConfigMap/kafka"]}, {"names": ["api"]}]}));
+        assert_eq!(
+            may_take_turn(&targets[0], &[part(&ordered, &rolling)]),
+            Err(Wait::Order { before: "Pod ConfigMap/kafka".into() })
+        );
+        let done = pods(&[("kafka", &NEW[..16], RolledOut)]);
+        assert_eq!(may_take_turn(&targets[0], &[part(&ordered, &done)]), Ok(()));
+        // Rolled out an older content: not done for this one.
+        let older = pods(&[("kafka", "ffffffffffffffff", RolledOut)]);
+        assert!(matches!(
+            may_take_turn(&targets[0], &[part(&ordered, &older)]),
+            Err(Wait::Order { .. })
+        ));
+        // An owner not named comes after every group.
+        let (outcomes, rollouts) = seen(&[("api", "old", Some(RolledOut))]);
+        let memory = Some(Seen { outcomes: &outcomes, rollouts: &rollouts, pods: Some(&done) });
+        let later = StagedPart { policy: &ordered, targets: &targets, seen: memory, content: NEW };
+        assert!(
+            matches!(pod_may_take_turn("ConfigMap/zk", &later), Err(Wait::Order { before }) if before == "Deployment api")
+        );
+    }
+
+    #[test]
+    fn a_failed_pod_owner_halts_the_policy_and_a_failed_workload_halts_the_owners() {
+        let targets = [target("api")];
+        let (outcomes, rollouts) = seen(&[("api", "old", Some(RolledOut))]);
+        let failed = pods(&[("kafka", &NEW[..16], Failed), ("zk", "old", RolledOut)]);
+        let memory = Seen { outcomes: &outcomes, rollouts: &rollouts, pods: Some(&failed) };
+        let halting = policy(json!({"haltOnFailure": true}));
+        assert_eq!(
+            halted_by(&halting, &targets, memory, NEW).as_deref(),
+            Some("Pod ConfigMap/kafka")
+        );
+        assert_eq!(halted_by(&halting, &targets, memory, "other"), None, "new content");
+        let part =
+            StagedPart { policy: &halting, targets: &targets, seen: Some(memory), content: NEW };
+        let halted = Err(Wait::Halted { failed: "Pod ConfigMap/kafka".into() });
+        assert_eq!(may_take_turn(&targets[0], &[part]), halted);
+        assert_eq!(pod_may_take_turn("ConfigMap/zk", &part), halted);
+        // Resumed since: `resume` changed after the failure.
+        let resumed = policy(json!({"haltOnFailure": true, "resume": "monday"}));
+        let part = StagedPart { policy: &resumed, ..part };
+        assert_eq!(pod_may_take_turn("ConfigMap/zk", &part), Ok(()));
+        // A failed workload halts the owners' rollouts.
+        let (outcomes, rollouts) = seen(&[("api", NEW, Some(Failed))]);
+        let fine = pods(&[("zk", "old", RolledOut)]);
+        let memory = Some(Seen { outcomes: &outcomes, rollouts: &rollouts, pods: Some(&fine) });
+        let part = StagedPart { policy: &halting, targets: &targets, seen: memory, content: NEW };
+        assert_eq!(
+            pod_may_take_turn("ConfigMap/zk", &part),
+            Err(Wait::Halted { failed: "Deployment api".into() })
+        );
     }
 
     #[test]

@@ -585,7 +585,9 @@ async fn policies(
         if policy.spec.rollout.is_some() {
             let (outcomes, rollouts) = remembered_from_status(&status);
             let targets = targets_of(client, config, &policy).await?;
-            read.staged.push(Staged { name: policy.name.clone(), targets, outcomes, rollouts });
+            let pods = crate::decide::pod_targets::PodTargets::from_status(&status);
+            let name = policy.name.clone();
+            read.staged.push(Staged { name, targets, outcomes, rollouts, pods });
         }
         read.statuses.insert(policy.name.clone(), status);
         read.candidates.push((policy, hasher(client, key, mode).await.ok()));

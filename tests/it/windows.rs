@@ -14,7 +14,7 @@ use support::{announce, install_policy_crd};
 
 /// The next minute boundary at least 20 seconds away (seconds since the epoch), so a change can
 /// be made, seen pending and the operator restarted before it.
-fn next_window_start() -> u64 {
+pub(crate) fn next_window_start() -> u64 {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
     let mut start = (now / 60 + 1) * 60;
     if start - now < 20 {
@@ -23,7 +23,7 @@ fn next_window_start() -> u64 {
     start
 }
 
-fn epoch_now() -> f64 {
+pub(crate) fn epoch_now() -> f64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64()
 }
 

@@ -136,6 +136,8 @@ pub(super) struct Policies {
     fallbacks: Fallbacks,
     /// `--rollout-timeout`: how long a `Pod` target's eviction waits for a replacement.
     rollout_timeout: Duration,
+    /// `--ignore-windows`: reload windows hold no rollout.
+    ignore_windows: bool,
 }
 
 /// What [`Policies`] shares with the engine.
@@ -193,6 +195,7 @@ impl Policies {
                 last_reloaded_from: config.keys.last_reloaded_from.clone(),
             },
             rollout_timeout: config.rollout_timeout,
+            ignore_windows: config.ignore_windows,
         }
     }
 

@@ -5,12 +5,17 @@
 //! restarts (or a new leader) goes on from it and evicts no pod twice.
 //!
 //! Reported like other rollouts: the policy status' entry per owner, `reloader_rollouts_total`,
-//! the policy's reload count and Events (`Reloaded`, `RolloutFailed`). Reload windows, staged
-//! turns, halts and churn limits are not applied to these targets.
+//! the policy's reload count and Events (`Reloaded`, `RolloutFailed`, `Halted`). A change
+//! starts an owner's rollout only when the policy's reload windows are open and it is the
+//! owner's turn (`rollout`: `maxConcurrent`, `order` by name, halts), decided by the same rules
+//! as a workload target's and under the same lock; a suspended or dry-run policy evicts
+//! nothing and says what it holds. Churn limits are not applied to these targets.
 
 use super::*;
 use crate::decide::evict::PodView;
-use crate::decide::pod_targets::{self, Advance, Groups, Owner};
+use crate::decide::pod_targets::{self, Advance, Groups, Owner, PodTargets};
+use crate::decide::policy_part::{PartMode, part_mode, policy_window_gate};
+use crate::decide::turns::{self, Seen, StagedPart};
 use crate::kube::evict::{Evicted, REFUSAL_WAIT_SECS, post_eviction, selected_pods};
 use crate::model::policy::PolicyEvict;
 
@@ -35,9 +40,7 @@ impl Policies {
             };
             for policy in policies {
                 let runs = !pod_targets::pod_entries(&policy.spec).is_empty()
-                    && pod_targets::problems(&policy.spec).is_empty()
-                    && !policy.spec.suspend
-                    && !policy.spec.dry_run;
+                    && pod_targets::problems(&policy.spec).is_empty();
                 if runs {
                     self.roll_pods(&policy).await;
                 }
@@ -65,31 +68,102 @@ impl Policies {
             Err(why) => return self.cannot_list(&key, why),
         };
         debug!(policy = %name, owners = groups.owned.len(), without_controller = groups.orphans.len(), "pod targets looked at");
-        let now = Timestamp::now().as_second();
+        let now = Timestamp::now();
         let max_unavailable = PolicyEvict::max_unavailable(policy.spec.evict.as_ref());
-        let previous = self.memory.lock().get(&key).map(|m| m.pods.clone()).unwrap_or_default();
-        let (mut next, started) =
-            pod_targets::look(&previous, &groups, &content, max_unavailable, now);
-        if next != previous {
-            self.memory.lock().update(&key, |m| m.pods = next.clone());
-        }
+        let pending = if self.ignore_windows {
+            None
+        } else {
+            crate::decide::rollout::pending(policy_window_gate(policy, now), now)
+        };
+        let mode = part_mode(&policy.spec);
+        let combined = combined_hash(&resolved);
+        // Read before the memory is locked (never the store under it).
+        let (targets, _) = targets_of(&self.store.read(), policy);
+        let (previous, mut next, started) = {
+            // Under the memory's lock, as a workload's turn is taken (`Turns::take`): the two
+            // never both take the last slot of `maxConcurrent`.
+            let mut memory = self.memory.lock();
+            let empty = PolicyMemory::default();
+            let m = memory.get(&key).unwrap_or(&empty);
+            let mut gate = |so_far: &PodTargets, owner: &Owner| {
+                pod_targets::hold(mode, pending.as_ref(), || {
+                    let seen =
+                        Seen { outcomes: &m.outcomes, rollouts: &m.rollouts, pods: Some(so_far) };
+                    let part = StagedPart {
+                        policy,
+                        targets: &targets,
+                        seen: Some(seen),
+                        content: &combined,
+                    };
+                    turns::pod_may_take_turn(&owner.label(), &part)
+                })
+            };
+            let (next, started) = pod_targets::look(
+                &m.pods,
+                &groups,
+                &content,
+                max_unavailable,
+                now.as_second(),
+                &mut gate,
+            );
+            let previous = m.pods.clone();
+            if next != previous {
+                memory.update(&key, |m| m.pods = next.clone());
+            }
+            (previous, next, started)
+        };
+        say_holds(&self.events, &key, &previous, &next).await;
         if !started.is_empty() {
             self.rollouts_started(&key, &started).await;
         }
-        // Only rollouts whose record is in the status evict: the write may have failed.
+        if mode == PartMode::Live {
+            self.advance_all(policy, &groups, &mut next, &targets, now.as_second()).await;
+        }
+        if next != previous {
+            self.memory.lock().update(&key, |m| m.pods = next);
+            self.statuses.add(key, Duration::ZERO);
+        }
+    }
+
+    /// Takes the next step of every owner's rollout whose record is in the status (the write
+    /// may have failed: only those evict), and what comes of its ending.
+    async fn advance_all(
+        &self,
+        policy: &ActivePolicy,
+        groups: &Groups,
+        next: &mut PodTargets,
+        targets: &[WorkloadInfo],
+        now: i64,
+    ) {
+        let key: PolicyKey = (policy.namespace.clone(), policy.name.clone());
         let durable = self.memory.lock().get(&key).map(|m| m.observed.pod_evictions.clone());
         let durable = durable.unwrap_or_default();
+        let resume = policy.spec.rollout.as_ref().and_then(|r| r.resume.as_deref());
+        let halt_on_failure = policy.spec.rollout.as_ref().is_some_and(|r| r.halt_on_failure);
         for (owner, group) in next.groups.iter_mut() {
             if !durable.contains(&group.record.to_status()) {
                 continue;
             }
             let pods = groups.owned.get(owner).map(Vec::as_slice).unwrap_or_default();
-            let advance = pod_targets::advance(group, pods, self.rollout_timeout, now);
+            let advance = pod_targets::advance(group, pods, self.rollout_timeout, resume, now);
+            let ended = advance.ended.as_ref().map(Result::is_err);
             self.carry_out(&key, owner, group, pods, advance, now).await;
-        }
-        if next != previous {
-            self.memory.lock().update(&key, |m| m.pods = next);
-            self.statuses.add(key, Duration::ZERO);
+            // Ended: a failure halts the policy with `haltOnFailure` (said as a workload
+            // target's is), and the workload targets waiting for their turn look again.
+            if ended == Some(true) && turns::halts(RolloutState::Failed, halt_on_failure) {
+                let note = format!(
+                    "Halted: the rollout of the pods of {} failed; the targets not yet rolled \
+                     keep their version until the sources change again, it recovers, or \
+                     spec.rollout.resume changes",
+                    owner.label()
+                );
+                self.events.about_policy(&key, EventType::Warning, "Halted", note).await;
+            }
+            if ended.is_some() && policy.spec.rollout.is_some() {
+                for t in targets {
+                    self.workloads.schedule(t.key.clone(), Duration::ZERO);
+                }
+            }
         }
     }
 
@@ -199,5 +273,41 @@ impl Policies {
                 self.events.about_policy(key, EventType::Warning, "RolloutFailed", note).await;
             }
         }
+    }
+}
+
+/// What is newly held is said once per hold, as a workload target's: a rollout pending for
+/// a reload window (a log line and a `ReloadPending` Event), a dry run's would-be reload
+/// (a `DryRun` Event).
+async fn say_holds(
+    events: &EventWriter,
+    key: &PolicyKey,
+    previous: &PodTargets,
+    next: &PodTargets,
+) {
+    for (owner, group) in &next.groups {
+        let Some(hold) = &group.held else { continue };
+        let before = previous.groups.get(owner).and_then(|g| g.held.as_ref());
+        if before.is_some_and(|b| b.result == hold.result) {
+            continue;
+        }
+        let label = format!("Pod {}", owner.label());
+        let why = hold.message.clone().unwrap_or_default();
+        let (reason, note) = match hold.result {
+            "Pending" => {
+                info!(policy = %format!("{}/{}", key.0, key.1), owner = %owner.label(),
+                      "eviction rollout of a Pod target pending outside its reload windows");
+                (
+                    "ReloadPending",
+                    format!(
+                        "Rollout of {label} pending: {}",
+                        why.trim_start_matches("rollout pending: ")
+                    ),
+                )
+            }
+            "DryRun" => ("DryRun", format!("Dry run: would reload {label} by eviction")),
+            _ => continue,
+        };
+        events.about_policy(key, EventType::Normal, reason, note).await;
     }
 }

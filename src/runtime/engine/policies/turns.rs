@@ -142,5 +142,5 @@ impl Policies {
 
 /// What is remembered of a policy's targets, as the turn rules read it.
 pub(super) fn seen(memory: &PolicyMemory) -> Seen<'_> {
-    Seen { outcomes: &memory.outcomes, rollouts: &memory.rollouts }
+    Seen { outcomes: &memory.outcomes, rollouts: &memory.rollouts, pods: Some(&memory.pods) }
 }
