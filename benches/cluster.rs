@@ -2475,14 +2475,15 @@ fn curve(reports: &str) -> Result<()> {
         let secs_of = |k: &str| p[k].as_f64().map_or("—".to_string(), |v| format!("{v} s"));
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {}; {} | {} | {} |",
             p["scale"],
             p["sources"],
             p["deployments"],
             mib_of("rss_at_ready_mib"),
             mib_of("peak_rss_mib"),
             mib_of("steady_rss_mib"),
-            format!("{}; {}", secs_of("ready_after_start_s"), secs_of("ready_median_s")),
+            secs_of("ready_after_start_s"),
+            secs_of("ready_median_s"),
             secs_of("full_resync_s"),
             slope.map_or("—".to_string(), |v| format!("{v} KiB")),
         );
