@@ -1100,18 +1100,11 @@ mod tests {
                 max_unavailable: 1,
                 desired: 2,
             }],
-            targets: vec![crate::model::policy::TargetStatus {
-                kind: crate::model::policy::PolicyTargetKind::Pod,
-                name: "CloneSet/cache".into(),
-                last_reload_time: None,
-                last_reload_hash: None,
-                last_reload_sources: vec![],
-                result: Some("Reloaded".into()),
-                message: None,
-                rollout: Some("Failed".into()),
-                rollout_message: None,
-                failed_at_resume: None,
-            }],
+            targets: vec![crate::model::policy::TargetStatus::reloaded(
+                crate::model::policy::PolicyTargetKind::Pod,
+                "CloneSet/cache",
+                "Failed",
+            )],
             ..Default::default()
         };
         let pods = crate::decide::pod_targets::PodTargets::from_status(&pod_status);

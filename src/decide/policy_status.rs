@@ -1047,16 +1047,8 @@ mod tests {
                 "a rollout failed, as the written status says (after a restart)",
                 |g| {
                     g.observed.targets.push(TargetStatus {
-                        kind: PolicyTargetKind::Deployment,
-                        name: "api".into(),
-                        last_reload_time: None,
-                        last_reload_hash: None,
-                        last_reload_sources: vec![],
-                        result: Some("Reloaded".into()),
-                        message: None,
-                        rollout: Some("Failed".into()),
                         rollout_message: Some("ProgressDeadlineExceeded: timed out".into()),
-                        failed_at_resume: None,
+                        ..TargetStatus::reloaded(PolicyTargetKind::Deployment, "api", "Failed")
                     });
                 },
                 [

@@ -486,18 +486,7 @@ mod tests {
             name: "api".into(),
         };
         let mut written = ReloadPolicyStatus::default();
-        written.targets.push(TargetStatus {
-            kind: PolicyTargetKind::Deployment,
-            name: "api".into(),
-            last_reload_time: None,
-            last_reload_hash: None,
-            last_reload_sources: vec![],
-            result: Some("Reloaded".into()),
-            message: None,
-            rollout: Some("Failed".into()),
-            rollout_message: None,
-            failed_at_resume: None,
-        });
+        written.targets.push(TargetStatus::reloaded(PolicyTargetKind::Deployment, "api", "Failed"));
         // Remembered first, else as written.
         assert_eq!(rollout_in_policy(&api, None, &written), Some(Failed));
         let progressing = turn_taken();

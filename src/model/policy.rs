@@ -453,6 +453,25 @@ pub struct TargetStatus {
     pub failed_at_resume: Option<String>,
 }
 
+#[cfg(test)]
+impl TargetStatus {
+    /// A target as a status shows it after a reload whose rollout ended `rollout` (tests).
+    pub fn reloaded(kind: PolicyTargetKind, name: &str, rollout: &str) -> Self {
+        TargetStatus {
+            kind,
+            name: name.into(),
+            last_reload_time: None,
+            last_reload_hash: None,
+            last_reload_sources: vec![],
+            result: Some("Reloaded".into()),
+            message: None,
+            rollout: Some(rollout.into()),
+            rollout_message: None,
+            failed_at_resume: None,
+        }
+    }
+}
+
 /// The CRD as YAML, as committed in `crd/reloadpolicy.yaml`.
 pub fn crd_yaml() -> String {
     use kube::CustomResourceExt;

@@ -234,11 +234,13 @@ async fn each_evicted_once_and_replaced(
     evicted
 }
 
-/// Every pod of `watch` replaced once, Ready: each name with exactly two uids.
-async fn all_replaced_once(watch: &PodWatch, names: &[&str]) {
-    eventually("every pod restarted once", TIMEOUT, || async {
-        let uids = watch.uids();
-        names.iter().all(|n| uids.get(*n).is_some_and(|u| u.len() >= 2)).then_some(())
+/// Every pod of `names` (a controller that names its pods alike, as a StatefulSet) has had
+/// `uids` uids, that is restarted `uids - 1` times, the last one Ready.
+pub(crate) async fn restarted(watch: &PodWatch, names: &[&str], uids: usize) {
+    let what = format!("every pod restarted {} time(s)", uids - 1);
+    eventually(&what, TIMEOUT, || async {
+        let seen = watch.uids();
+        names.iter().all(|n| seen.get(*n).is_some_and(|u| u.len() >= uids)).then_some(())
     })
     .await;
 }
@@ -269,7 +271,7 @@ async fn evict_restarts_a_statefulset_pod_by_pod_under_its_pdb_and_leaves_the_te
     assert!(watch.uids().values().all(|u| u.len() == 1), "{:?}", watch.uids());
     pdb(&f, "db", 1).await;
 
-    all_replaced_once(&watch, &["db-0", "db-1", "db-2"]).await;
+    restarted(&watch, &["db-0", "db-1", "db-2"], 2).await;
     statefulset_ready(&f, "db", 3).await;
     let metrics = rolled_out(&op, 1).await;
     // Counted as a reload like any other strategy's.
@@ -334,7 +336,7 @@ async fn an_operator_restarted_mid_eviction_evicts_no_pod_twice() {
     assert!(before_restart < 3, "the restart should come mid-rollout");
 
     let second = f.operator(&[]);
-    all_replaced_once(&watch, &["db-0", "db-1", "db-2"]).await;
+    restarted(&watch, &["db-0", "db-1", "db-2"], 2).await;
     statefulset_ready(&f, "db", 3).await;
     // Settled: nothing more is evicted.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -438,7 +440,7 @@ async fn a_policy_with_strategy_evict_restarts_its_target_and_reports_it_rolled_
     let watch = PodWatch::until_ready(&f, "queue", 2).await;
 
     f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
-    all_replaced_once(&watch, &["queue-0", "queue-1"]).await;
+    restarted(&watch, &["queue-0", "queue-1"], 2).await;
     let s = support::policies::status_where(&f, "queue", "the target rolled out", |s| {
         s.targets.iter().any(|t| t.rollout.as_deref() == Some("RolledOut"))
     })

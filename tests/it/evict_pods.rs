@@ -5,7 +5,7 @@
 //! a controller is never evicted; the rollout is reported in the policy's status, whose record
 //! a restarted operator goes on from.
 
-use crate::evict::{EVICTED, PodWatch, evicted_pods, pods_run_here};
+use crate::evict::{EVICTED, PodWatch, evicted_pods, pods_run_here, restarted};
 use crate::support;
 
 use std::collections::BTreeSet;
@@ -113,15 +113,6 @@ async fn owner_rolled_out(f: &Fixture, result: &str, started: Option<i64>) -> Re
     .await
 }
 
-/// Every broker has had `n` uids (restarted `n - 1` times), and is Ready.
-async fn restarted(watch: &PodWatch, n: usize) {
-    eventually(&format!("every broker restarted {} time(s)", n - 1), TIMEOUT, || async {
-        let uids = watch.uids();
-        PODS.iter().all(|p| uids.get(*p).is_some_and(|u| u.len() >= n)).then_some(())
-    })
-    .await;
-}
-
 #[tokio::test]
 async fn a_pod_target_evicts_a_foreign_controllers_pods_one_at_a_time_and_reports_it() {
     if !pods_run_here() {
@@ -147,7 +138,7 @@ async fn a_pod_target_evicts_a_foreign_controllers_pods_one_at_a_time_and_report
     assert!(op.lines_with(EVICTED).is_empty());
 
     f.patch_secret("tls", json!({"cert": "two"})).await;
-    restarted(&watch, 2).await;
+    restarted(&watch, &PODS, 2).await;
     let s = owner_rolled_out(&f, "Reloaded", Some(0)).await;
     let first_start = s.pod_evictions[0].started_at;
     let evicted = evicted_pods(&op);
@@ -161,7 +152,7 @@ async fn a_pod_target_evicts_a_foreign_controllers_pods_one_at_a_time_and_report
 
     // A second change rolls again, each broker once more.
     f.patch_secret("tls", json!({"cert": "three"})).await;
-    restarted(&watch, 3).await;
+    restarted(&watch, &PODS, 3).await;
     owner_rolled_out(&f, "Reloaded", Some(first_start)).await;
     assert_eq!(evicted_pods(&op).len(), 6, "{:?}", evicted_pods(&op));
     assert!(watch.most_unavailable() <= 1, "saw {} unavailable", watch.most_unavailable());
@@ -200,7 +191,7 @@ async fn an_operator_restarted_mid_rollout_of_a_pod_target_evicts_no_pod_twice()
     assert!(before_restart < 3, "the restart should come mid-rollout");
 
     let second = f.operator(&[]);
-    restarted(&watch, 2).await;
+    restarted(&watch, &PODS, 2).await;
     owner_rolled_out(&f, "Reloaded", Some(0)).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     controller.abort();
@@ -253,7 +244,7 @@ async fn a_pod_targets_rollout_waits_for_the_policys_window_and_goes_when_it_ope
     }
     assert!(op.lines_with(EVICTED).is_empty(), "nothing evicted before the window");
 
-    restarted(&watch, 2).await;
+    restarted(&watch, &PODS, 2).await;
     let s = owner_rolled_out(&f, "Reloaded", Some(0)).await;
     let started = s.pod_evictions[0].started_at;
     assert!(started >= start as i64, "started at {started}, the window at {start}");
@@ -441,6 +432,6 @@ async fn max_concurrent_counts_a_pod_targets_controller_beside_a_deployment() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(most, 1, "at most one target progressing at once ({samples} samples)");
-    restarted(&watch, 2).await;
+    restarted(&watch, &PODS, 2).await;
     controller.abort();
 }
