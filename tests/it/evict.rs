@@ -234,6 +234,19 @@ async fn each_evicted_once_and_replaced(
     evicted
 }
 
+/// Kills `op` once it has evicted its first pod, before the last of `pods`: how many it had
+/// evicted (what the next operator must not evict again).
+pub(crate) async fn killed_mid_rollout(op: &mut support::Operator, pods: usize) -> usize {
+    eventually("the first eviction", TIMEOUT, || async {
+        (!op.lines_with(EVICTED).is_empty()).then_some(())
+    })
+    .await;
+    op.kill();
+    let evicted = op.lines_with(EVICTED).len();
+    assert!(evicted < pods, "the restart should come mid-rollout");
+    evicted
+}
+
 /// Every pod of `names` (a controller that names its pods alike, as a StatefulSet) has had
 /// `uids` uids, that is restarted `uids - 1` times, the last one Ready.
 pub(crate) async fn restarted(watch: &PodWatch, names: &[&str], uids: usize) {
@@ -327,13 +340,7 @@ async fn an_operator_restarted_mid_eviction_evicts_no_pod_twice() {
     .await;
 
     f.patch_configmap("settings", json!({"data": {"mode": "two"}})).await;
-    eventually("the first eviction", TIMEOUT, || async {
-        (!first.lines_with(EVICTED).is_empty()).then_some(())
-    })
-    .await;
-    first.kill();
-    let before_restart = first.lines_with(EVICTED).len();
-    assert!(before_restart < 3, "the restart should come mid-rollout");
+    let before_restart = killed_mid_rollout(&mut first, 3).await;
 
     let second = f.operator(&[]);
     restarted(&watch, &["db-0", "db-1", "db-2"], 2).await;

@@ -5,7 +5,7 @@
 //! a controller is never evicted; the rollout is reported in the policy's status, whose record
 //! a restarted operator goes on from.
 
-use crate::evict::{EVICTED, PodWatch, evicted_pods, pods_run_here, restarted};
+use crate::evict::{EVICTED, PodWatch, evicted_pods, killed_mid_rollout, pods_run_here, restarted};
 use crate::support;
 
 use std::collections::BTreeSet;
@@ -182,13 +182,7 @@ async fn an_operator_restarted_mid_rollout_of_a_pod_target_evicts_no_pod_twice()
     support::policies::create_policy(&f, "kafka", policy_spec()).await;
     owner_rolled_out(&f, "UpToDate", None).await;
     f.patch_secret("tls", json!({"cert": "two"})).await;
-    eventually("the first eviction", TIMEOUT, || async {
-        (!first.lines_with(EVICTED).is_empty()).then_some(())
-    })
-    .await;
-    first.kill();
-    let before_restart = first.lines_with(EVICTED).len();
-    assert!(before_restart < 3, "the restart should come mid-rollout");
+    let before_restart = killed_mid_rollout(&mut first, 3).await;
 
     let second = f.operator(&[]);
     restarted(&watch, &PODS, 2).await;
