@@ -126,7 +126,8 @@ $(GITOPS_HEALTH): tools/gitops-health/go.mod tools/gitops-health/go.sum tools/gi
 
 integration: testenv $(HELM) $(PROMTOOL) $(GITOPS_HEALTH) ## integration tests against a real kube-apiserver, etcd and kube-controller-manager
 	@echo "integration tests: Kubernetes $(K8S_VERSION) control plane ($$($(TESTENV) version)) unless RELOADER_TEST_KUBECONFIG is set"
-	$(CARGO) test --locked --test '*'
+	@# Without backtraces a failure's panic message ends the output, where CI's excerpt shows it.
+	RUST_BACKTRACE=$${RELOADER_TEST_BACKTRACE:-0} $(CARGO) test --locked --test '*'
 
 # cargo-deny, built from crates.io at a pinned version into target/tools (like helm).
 CARGO_DENY         := $(CURDIR)/target/tools/bin/cargo-deny

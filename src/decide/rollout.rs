@@ -248,6 +248,13 @@ pub fn after_write(result: WriteResult, attempt: u32) -> AfterWrite {
     }
 }
 
+/// Whether a write is an action (`reloader_action_total`, `reloader_action_latency_seconds`):
+/// as in stakater/Reloader, a reload's write that was applied or failed. A baseline record, a
+/// pause's end or a conflict planned again is none, so the latency histogram times reloads only.
+pub fn is_action(reloads: bool, after: AfterWrite) -> bool {
+    reloads && matches!(after, AfterWrite::Report | AfterWrite::Fail)
+}
+
 /// Backoff after the `n`th consecutive failure: 1 s, 2 s, 4 s, … up to 5 minutes.
 pub fn retry_delay(n: u32) -> Duration {
     Duration::from_secs(1u64 << n.saturating_sub(1).min(9)).min(Duration::from_secs(300))
@@ -463,6 +470,18 @@ mod tests {
         ];
         for (result, attempt, want) in cases {
             assert_eq!(after_write(result, attempt), want, "{result:?} on attempt {attempt}");
+        }
+    }
+
+    #[test]
+    fn only_a_reloads_write_applied_or_failed_is_an_action() {
+        use AfterWrite::*;
+        for after in [Report, Fail] {
+            assert!(is_action(true, after), "{after:?}");
+            assert!(!is_action(false, after), "a baseline or pause write: {after:?}");
+        }
+        for after in [Replan, GiveUp, Forget] {
+            assert!(!is_action(true, after), "{after:?}");
         }
     }
 

@@ -15,7 +15,7 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use support::fixture::{Fixture, TIMEOUT, env_from_cm, workload_json};
@@ -50,6 +50,8 @@ struct Seen {
     uids: BTreeMap<String, BTreeSet<String>>,
     live: BTreeMap<String, bool>,
     most_unavailable: usize,
+    /// The pods (name: Ready) when the most were unavailable, for a failure's message.
+    worst: String,
 }
 
 /// Watches the pods labelled `app=name` until dropped (the task is aborted).
@@ -65,8 +67,13 @@ impl PodWatch {
         let sink = seen.clone();
         let config = watcher::Config::default().labels(&format!("app={name}"));
         let task = tokio::spawn(async move {
-            let mut events = watcher(api, config).boxed();
-            while let Some(Ok(event)) = events.next().await {
+            // Through watch errors (a loaded machine drops watches): backed off and resumed, as
+            // the operator's own watches are; a re-list replaces the view at its end, so a pod
+            // deleted while the watch was down is not kept, and a half-built view is not counted.
+            let mut events = watcher(api, config).default_backoff().boxed();
+            let mut relist: Option<BTreeMap<String, bool>> = None;
+            while let Some(event) = events.next().await {
+                let Ok(event) = event else { continue };
                 let mut s = sink.lock().unwrap();
                 match event {
                     watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
@@ -75,15 +82,29 @@ impl PodWatch {
                                 |c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"),
                             );
                         s.uids.entry(p.name_any()).or_default().insert(p.uid().unwrap_or_default());
-                        s.live.insert(p.name_any(), ready);
+                        match relist.as_mut() {
+                            Some(view) => {
+                                view.insert(p.name_any(), ready);
+                                continue;
+                            }
+                            None => s.live.insert(p.name_any(), ready),
+                        };
                     }
                     watcher::Event::Delete(p) => {
                         s.live.remove(&p.name_any());
                     }
-                    watcher::Event::Init | watcher::Event::InitDone => continue,
+                    watcher::Event::Init => {
+                        relist = Some(BTreeMap::new());
+                        continue;
+                    }
+                    watcher::Event::InitDone => s.live = relist.take().unwrap_or_default(),
                 }
                 let ready = s.live.values().filter(|r| **r).count();
-                s.most_unavailable = s.most_unavailable.max(wanted.saturating_sub(ready));
+                let unavailable = wanted.saturating_sub(ready);
+                if unavailable > s.most_unavailable {
+                    s.most_unavailable = unavailable;
+                    s.worst = format!("{:?}", s.live);
+                }
             }
         });
         PodWatch { seen, task }
@@ -101,12 +122,20 @@ impl PodWatch {
             (watch.ready() == wanted).then_some(())
         })
         .await;
-        watch.seen.lock().unwrap().most_unavailable = 0;
+        let mut seen = watch.seen.lock().unwrap();
+        seen.most_unavailable = 0;
+        seen.worst.clear();
+        drop(seen);
         watch
     }
 
     pub(crate) fn most_unavailable(&self) -> usize {
         self.seen.lock().unwrap().most_unavailable
+    }
+
+    /// The pods (name: Ready) when the most were unavailable.
+    pub(crate) fn worst(&self) -> String {
+        self.seen.lock().unwrap().worst.clone()
     }
 
     /// Pods by name, each with the uids it has had.
@@ -303,8 +332,9 @@ async fn evict_restarts_a_statefulset_pod_by_pod_under_its_pdb_and_leaves_the_te
     );
     assert!(
         watch.most_unavailable() <= 1,
-        "at most one pod unavailable, saw {}",
-        watch.most_unavailable()
+        "at most one pod unavailable, saw {} ({})",
+        watch.most_unavailable(),
+        watch.worst()
     );
     // The template was never written: no revert was needed and the generation did not move.
     let after: StatefulSet = Api::namespaced(f.client.clone(), f.name()).get("db").await.unwrap();
@@ -537,8 +567,9 @@ async fn evict_max_unavailable_restarts_a_deployment_of_four_two_at_a_time() {
     assert!(web_evicted.iter().any(|(_, n)| *n == 2), "two at once at some step: {web_evicted:?}");
     assert!(
         watch.most_unavailable() <= 2,
-        "at most two pods unavailable, saw {}",
-        watch.most_unavailable()
+        "at most two pods unavailable, saw {} ({})",
+        watch.most_unavailable(),
+        watch.worst()
     );
     let d = api.get("web").await.unwrap();
     assert_eq!(d.spec.template, created.spec.template, "template untouched");
@@ -579,8 +610,9 @@ async fn evict_restarts_a_daemonsets_pods_one_node_at_a_time() {
     assert!(evicted.iter().all(|(_, n)| *n == 1), "one at a time: {evicted:?}");
     assert!(
         watch.most_unavailable() <= 1,
-        "at most one pod unavailable, saw {}",
-        watch.most_unavailable()
+        "at most one pod unavailable, saw {} ({})",
+        watch.most_unavailable(),
+        watch.worst()
     );
     let after = api.get("agent").await.unwrap();
     assert_eq!(after.spec.template, created.spec.template, "template untouched");
@@ -625,7 +657,7 @@ async fn on_a_kind_listed_on_change_every_eviction_step_runs() {
     rolled_out(&op, 1).await;
     let evicted = each_evicted_once_and_replaced(&op, &watch, "web", &originals).await;
     assert_eq!(evicted.len(), 3, "{evicted:?}");
-    assert!(watch.most_unavailable() <= 1, "saw {}", watch.most_unavailable());
+    assert!(watch.most_unavailable() <= 1, "saw {} ({})", watch.most_unavailable(), watch.worst());
     let d = api.get("web").await.unwrap();
     assert_eq!(d.spec.template, created.spec.template, "template untouched");
 }

@@ -145,7 +145,12 @@ async fn a_pod_target_evicts_a_foreign_controllers_pods_one_at_a_time_and_report
     let names: BTreeSet<&str> = evicted.iter().map(|(p, _)| p.as_str()).collect();
     assert_eq!((evicted.len(), names), (3, BTreeSet::from(PODS)), "each once: {evicted:?}");
     assert!(evicted.iter().all(|(_, at_once)| *at_once == 1), "{evicted:?}");
-    assert!(watch.most_unavailable() <= 1, "saw {} unavailable", watch.most_unavailable());
+    assert!(
+        watch.most_unavailable() <= 1,
+        "saw {} unavailable ({})",
+        watch.most_unavailable(),
+        watch.worst()
+    );
     let metrics = op.metrics().await;
     assert!(metrics.contains("reloader_rollouts_total{result=\"rolled_out\"} 1"), "{metrics}");
     assert!(s.reload_count >= 1, "{s:?}");
@@ -155,7 +160,12 @@ async fn a_pod_target_evicts_a_foreign_controllers_pods_one_at_a_time_and_report
     restarted(&watch, &PODS, 3).await;
     owner_rolled_out(&f, "Reloaded", Some(first_start)).await;
     assert_eq!(evicted_pods(&op).len(), 6, "{:?}", evicted_pods(&op));
-    assert!(watch.most_unavailable() <= 1, "saw {} unavailable", watch.most_unavailable());
+    assert!(
+        watch.most_unavailable() <= 1,
+        "saw {} unavailable ({})",
+        watch.most_unavailable(),
+        watch.worst()
+    );
     controller.abort();
     // The pod without a controller was never evicted.
     let pods: Api<Pod> = Api::namespaced(f.client.clone(), f.name());

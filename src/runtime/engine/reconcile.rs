@@ -345,15 +345,18 @@ impl Reconciler {
         self.first_pass_done(key);
         let started = std::time::Instant::now();
         let executed = self.write(&entry.info, &planned.plan).await;
-        // As the other program: from the change being received to the write applied; a
-        // reconcile no change started (resync, start) counts its write alone.
         let since_change = self.since_change(key, &planned.plan);
-        self.metrics
-            .action_latency
-            .with_label_values(&[key.kind.as_str()])
-            .observe(since_change.unwrap_or_else(|| started.elapsed()).as_secs_f64());
         let result = executed.as_ref().map_or_else(ExecError::result, |()| WriteResult::Applied);
-        let error = match rollout::after_write(result, attempt) {
+        let after = rollout::after_write(result, attempt);
+        if rollout::is_action(!planned.plan.changes.is_empty(), after) {
+            // As the other program: from the change being received to the write applied; a
+            // reload no change started (resync, start) counts its write alone.
+            self.metrics
+                .action_latency
+                .with_label_values(&[key.kind.as_str()])
+                .observe(since_change.unwrap_or_else(|| started.elapsed()).as_secs_f64());
+        }
+        let error = match after {
             AfterWrite::Report => {
                 return Written::Done(self.written(entry, planned, opts, since_change).await);
             }
