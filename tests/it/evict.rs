@@ -490,6 +490,12 @@ async fn a_policy_with_strategy_evict_restarts_its_target_and_reports_it_rolled_
     assert!(metrics.contains("reloader_rollouts_total{result=\"rolled_out\"} 1"), "{metrics}");
     let after = api.get("queue").await.unwrap();
     assert_eq!(after.spec.template, before.spec.template, "template untouched");
+    // The log names the policy's strategy, not annotation mode's default.
+    let reloaded = op.lines_with("reloaded workload");
+    assert!(
+        !reloaded.is_empty() && reloaded.iter().all(|l| l["strategy"] == "evict"),
+        "{reloaded:?}"
+    );
 }
 
 /// Under stakater/Reloader's ClusterRole (no pods, no evictions) the strategy cannot work: the

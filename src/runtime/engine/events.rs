@@ -18,7 +18,10 @@ impl Reconciler {
                 Cause::Deleted => "deleted",
             })
             .collect();
-        info!(workload = %key, sources = ?sources, causes = ?causes, strategy = ?self.options_for_strategy(info), "reloaded workload");
+        // The strategy the write carried out (a policy's own, or annotation mode's), as the
+        // reload history names it.
+        let strategy = plan.template.as_ref().map(crate::decide::history::strategy_of);
+        info!(workload = %key, sources = ?sources, causes = ?causes, strategy = strategy.as_deref().unwrap_or("none"), "reloaded workload");
         self.metrics.reload(&key.namespace, true);
         self.metrics.action_total.with_label_values(&[key.kind.as_str(), "success"]).inc();
         let described: Vec<String> = plan

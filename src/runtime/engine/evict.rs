@@ -14,11 +14,6 @@ use crate::kube::evict::Evicted;
 const AFTER_EVICTION: Duration = Duration::from_secs(1);
 
 impl Reconciler {
-    /// The strategy `info` rolls with (for the log).
-    pub(super) fn options_for_strategy(&self, info: &WorkloadInfo) -> Strategy {
-        evict::strategy_for(info, self.config.strategy)
-    }
-
     /// A workload of a kind listed on change (not watched) is in the index as last listed, and
     /// only while it is worked on: while its eviction rollout is followed the scanner keeps it
     /// (`follow.rs`, `Scanner::forget_scanned`) and each look reads it again here, so that a
