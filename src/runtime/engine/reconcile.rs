@@ -351,10 +351,12 @@ impl Reconciler {
         if rollout::is_action(!planned.plan.changes.is_empty(), after) {
             // As the other program: from the change being received to the write applied; a
             // reload no change started (resync, start) counts its write alone.
+            let latency = since_change.unwrap_or_else(|| started.elapsed());
+            debug!(workload = %key, ?after, attempt, latency_ms = latency.as_millis() as u64, "reload written");
             self.metrics
                 .action_latency
                 .with_label_values(&[key.kind.as_str()])
-                .observe(since_change.unwrap_or_else(|| started.elapsed()).as_secs_f64());
+                .observe(latency.as_secs_f64());
         }
         let error = match after {
             AfterWrite::Report => {
