@@ -247,4 +247,100 @@ mod tests {
         let quiet = tokio::time::timeout(Duration::from_millis(50), handle.next_request()).await;
         assert!(quiet.is_err(), "the feed calls no API");
     }
+
+    /// A policy in `namespace` whose target of kind `Pod` selects `app=kafka`, rolled to the
+    /// ConfigMap `app-config`.
+    fn pod_policy(namespace: &str, name: &str) -> Value {
+        json!({
+            "apiVersion": "reloader.rs/v1alpha1", "kind": "ReloadPolicy",
+            "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}"),
+                         "generation": 1, "resourceVersion": "1"},
+            "spec": {"sources": [{"kind": "ConfigMap", "name": "app-config"}],
+                     "targets": [{"kind": "Pod", "selector": {"matchLabels": {"app": "kafka"}}}],
+                     "strategy": "Evict", "hashMode": "SHA1"}
+        })
+    }
+
+    /// Two Ready pods of one controller, as a list of `namespace`'s pods answers.
+    fn kafka_pods(namespace: &str) -> Value {
+        let pod = |name: &str, created: &str| {
+            json!({"metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}"),
+                       "labels": {"app": "kafka"}, "creationTimestamp": created,
+                       "ownerReferences": [{"apiVersion": "x/v1", "kind": "StrimziPodSet",
+                           "name": "kafka", "uid": "uid-set", "controller": true}]},
+                   "spec": {"containers": [{"name": "broker", "image": "kafka"}]},
+                   "status": {"conditions": [{"type": "Ready", "status": "True",
+                       "lastTransitionTime": created}]}})
+        };
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"},
+               "items": [pod("kafka-0", "2020-01-01T00:00:00Z"),
+                         pod("kafka-1", "2020-01-01T00:01:00Z")]})
+    }
+
+    /// Policy `a`'s pods (namespace `slow`) are listed and never answered; policy `b`'s (namespace
+    /// `shop`) still get their looks every tick, and a change of `b`'s source evicts a pod. Looked
+    /// at one after another, `b` would wait on `a`'s list for ever.
+    #[tokio::test]
+    async fn a_policy_whose_pods_never_list_holds_up_no_other_policys_evictions() {
+        let (engine, mut handle) = engine();
+        engine.feed.source_observed("slow", config_map("app-config"), SourceFacts::with_hash("h2"));
+        for (namespace, name) in [("slow", "a"), ("shop", "b")] {
+            let policy: crate::model::policy::ReloadPolicy =
+                serde_json::from_value(pod_policy(namespace, name)).unwrap();
+            engine.policies.apply(&policy);
+        }
+        let asked = Asked::default();
+        let log = asked.clone();
+        let api = tokio::spawn(async move {
+            let mut unanswered = Vec::new();
+            loop {
+                let (method, uri, body, send) = next_request(&mut handle).await;
+                log.lock().push((method.clone(), uri.clone(), body.clone()));
+                if uri.starts_with("/api/v1/namespaces/slow/pods?") {
+                    // Held, never answered (nor dropped, which would fail the list).
+                    unanswered.push(send);
+                } else if uri.starts_with("/api/v1/namespaces/shop/pods?") {
+                    send.send_response(answer(StatusCode::OK, &kafka_pods("shop")));
+                } else if uri.contains("/reloadpolicies/b/status") {
+                    let mut written = pod_policy("shop", "b");
+                    written["status"] = body["status"].clone();
+                    send.send_response(answer(StatusCode::OK, &written));
+                } else {
+                    send.send_response(answer(StatusCode::CREATED, &json!({})));
+                }
+            }
+        });
+        let looks = tokio::spawn(engine.policies.clone().pod_targets_loop());
+        let count = |what: &dyn Fn(&Method, &str) -> bool| {
+            asked.lock().iter().filter(|(m, uri, _)| what(m, uri)).count()
+        };
+        let shop_lists = |m: &Method, uri: &str| {
+            *m == Method::GET && uri.starts_with("/api/v1/namespaces/shop/pods?")
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while count(&shop_lists) < 2 {
+            assert!(std::time::Instant::now() < deadline, "b looked at again: {:?}", asked.lock());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Pages of at most 250.
+        let first = asked.lock().iter().find(|(m, uri, _)| shop_lists(m, uri)).unwrap().1.clone();
+        assert!(first.contains("limit=250"), "{first}");
+        engine.feed.source_observed("shop", config_map("app-config"), SourceFacts::with_hash("h3"));
+        let evictions = |m: &Method, uri: &str| *m == Method::POST && uri.contains("/eviction");
+        while count(&evictions) == 0 {
+            assert!(std::time::Instant::now() < deadline, "b's pod evicted: {:?}", asked.lock());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        looks.abort();
+        api.abort();
+        let asked = asked.lock();
+        let evicted: Vec<&String> =
+            asked.iter().filter(|(m, uri, _)| evictions(m, uri)).map(|(_, uri, _)| uri).collect();
+        assert!(!evicted.is_empty(), "{asked:?}");
+        let oldest = "/api/v1/namespaces/shop/pods/kafka-0/eviction";
+        assert!(evicted.iter().all(|uri| uri.starts_with(oldest)), "{evicted:?}");
+        // `a`'s look still hangs: it was not started a second time.
+        let slow = asked.iter().filter(|(_, uri, _)| uri.starts_with("/api/v1/namespaces/slow/"));
+        assert_eq!(slow.count(), 1, "{asked:?}");
+    }
 }
