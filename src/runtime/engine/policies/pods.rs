@@ -48,7 +48,7 @@ impl Policies {
             looks.keep_only(policies.iter().map(|p| (p.namespace.clone(), p.name.clone())));
             for policy in policies {
                 let key: PolicyKey = (policy.namespace.clone(), policy.name.clone());
-                looks.start(key, contained_look(self.clone(), policy));
+                let _ = looks.start(key, contained_look(self.clone(), policy));
             }
         }
     }
@@ -199,6 +199,8 @@ impl Policies {
                 if said.is_some() {
                     return;
                 }
+                let limit = crate::model::limits::LimitViolation::new("pod_target_pods", &why);
+                self.metrics.rejected(&[limit]);
                 warn!(policy = %policy, namespace = %key.0, limit = self.pod_target_max_pods,
                       "the targets of kind Pod of a policy select more pods than a policy may; none is evicted until they select fewer");
                 let note = crate::model::limits::truncate(
@@ -386,6 +388,7 @@ impl Looks {
     }
 
     /// Starts `look` for `key` unless its previous look is still under way; whether it did.
+    #[must_use]
     fn start(&mut self, key: PolicyKey, look: impl Future<Output = ()> + Send + 'static) -> bool {
         if self.by_policy.get(&key).is_some_and(|l| !l.is_finished()) {
             return false;
@@ -393,5 +396,33 @@ impl Looks {
         let handle = self.tasks.spawn(look);
         self.by_policy.insert(key, handle);
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_policy_is_looked_at_once_at_a_time_and_not_after_it_is_gone() {
+        let mut looks = Looks::default();
+        let key = |name: &str| ("ns".to_string(), name.to_string());
+        assert!(looks.start(key("stuck"), std::future::pending()));
+        assert!(looks.start(key("quick"), async {}));
+        tokio::task::yield_now().await;
+        for _ in 0..100 {
+            looks.reap();
+            if looks.by_policy.len() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The stuck one is skipped; the other, whose look ended, is looked at again.
+        assert!(!looks.start(key("stuck"), async {}), "still under way");
+        assert!(looks.start(key("quick"), async {}), "its last look ended");
+        // Gone: its look is aborted and forgotten.
+        looks.keep_only([key("quick")]);
+        assert!(!looks.by_policy.contains_key(&key("stuck")));
+        assert!(looks.start(key("stuck"), async {}), "back: looked at again");
     }
 }
