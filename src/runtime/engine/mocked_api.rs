@@ -1,6 +1,7 @@
 //! The reconcile and the feed against a mocked API server (`tower-test`'s mock service behind
 //! a real `kube::Client`), for the paths that need no real server: the request a reconcile
-//! makes and what it does with each answer, and the keys the feed queues. Behaviour against
+//! makes and what it does with each answer, the keys the feed queues, and how the pods of
+//! policies' `Pod` targets are listed (in pages, each policy on its own). Behaviour against
 //! the real control plane is in `tests/it`.
 
 #[cfg(test)]
@@ -342,5 +343,65 @@ mod tests {
         // `a`'s look still hangs: it was not started a second time.
         let slow = asked.iter().filter(|(_, uri, _)| uri.starts_with("/api/v1/namespaces/slow/"));
         assert_eq!(slow.count(), 1, "{asked:?}");
+    }
+
+    /// A `Pod` target's pods are listed page by page (`limit`, then `continue`), each page
+    /// taken before the next is asked for; once the selection is over its bound no further
+    /// page is asked for.
+    #[tokio::test]
+    async fn selected_pods_are_listed_in_pages_and_no_further_than_the_bound() {
+        use crate::decide::pod_targets::Selection;
+        let page = |names: &[&str], next: Option<&str>| {
+            let mut list = kafka_pods("shop");
+            let items: Vec<Value> = names
+                .iter()
+                .map(|n| {
+                    let mut pod = list["items"][0].clone();
+                    pod["metadata"]["name"] = json!(n);
+                    pod["metadata"]["uid"] = json!(format!("uid-{n}"));
+                    pod
+                })
+                .collect();
+            list["items"] = json!(items);
+            if let Some(token) = next {
+                list["metadata"]["continue"] = json!(token);
+            }
+            list
+        };
+        let selector: kube::core::Selector = serde_json::from_value::<
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+        >(json!({"matchLabels": {"app": "kafka"}}))
+        .unwrap()
+        .try_into()
+        .unwrap();
+        for (at_most, pages_asked, within) in [(10, 3, true), (3, 2, false)] {
+            let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+            let client = Client::new(service, "default");
+            let (asked, api) = serve(handle, move |_, uri| {
+                let body = if uri.contains("continue=second") {
+                    page(&["p2", "p3"], Some("third"))
+                } else if uri.contains("continue=third") {
+                    page(&["p4"], None)
+                } else {
+                    page(&["p0", "p1"], Some("second"))
+                };
+                answer(StatusCode::OK, &body)
+            });
+            let mut selection = Selection::new(at_most);
+            crate::kube::evict::select_pods(&client, "shop", &selector, &mut selection)
+                .await
+                .expect("listed");
+            api.abort();
+            let asked = asked.lock();
+            let uris: Vec<&String> = asked.iter().map(|(_, uri, _)| uri).collect();
+            assert_eq!(uris.len(), pages_asked, "{at_most}: {uris:?}");
+            assert!(uris.iter().all(|u| u.contains("limit=250")), "{uris:?}");
+            assert!(uris[1].contains("continue=second"), "{uris:?}");
+            let groups = selection.groups("shop");
+            assert_eq!(groups.is_ok(), within, "{at_most}: {groups:?}");
+            if let Ok(groups) = groups {
+                assert_eq!(groups.owned.values().map(Vec::len).sum::<usize>(), 5);
+            }
+        }
     }
 }
