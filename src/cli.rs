@@ -240,6 +240,12 @@ pub struct ReloadArgs {
     #[arg(long, env = "RELOADER_ROLLOUT_TIMEOUT", value_parser = parse_duration, default_value = "10m")]
     pub rollout_timeout: Duration,
 
+    /// Pods the targets of kind `Pod` of one ReloadPolicy may select; past it none is rolled.
+    /// Hidden: the bound is `model::limits::MAX_POD_TARGET_PODS`; tests lower it.
+    #[arg(long, hide = true, default_value_t = crate::model::limits::MAX_POD_TARGET_PODS,
+          value_parser = clap::value_parser!(u64).range(1..).map(|n| usize::try_from(n).unwrap_or(usize::MAX)))]
+    pub pod_target_max_pods: usize,
+
     /// Rollouts a second across all workloads, after `--rollout-burst`; more wait their turn.
     /// 0 turns the budget off.
     #[arg(long, env = "RELOADER_MAX_ROLLOUTS_PER_SECOND", default_value_t = 20.0, value_parser = parse_rate)]

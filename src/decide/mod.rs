@@ -14,7 +14,8 @@
 //!   [`rollout`]: what a reconcile comes to, and what follows a write; [`outcome`]: whether a
 //!   rollout that was written has finished;
 //! - [`evict`]: the `Evict` strategy, pod by pod through the Eviction API; [`pod_targets`]:
-//!   a policy's targets of kind `Pod`, grouped by their controller and evicted per group;
+//!   a policy's targets of kind `Pod`, grouped by their controller and evicted per group
+//!   ([`pod_rules`]: which entries are such targets and whether they can be carried out);
 //! - [`history`]: a workload's last reloads, kept on it and written with each reload;
 //! - [`hash`], [`csi`], [`jobs`]: source hashes, SecretProviderClass hashes, Job re-creation;
 //! - [`refusal`]: a refused Event or status write, what refused it and the backoff that follows.
@@ -35,6 +36,7 @@ pub mod jobs;
 pub mod outcome;
 pub mod pause;
 pub mod plan;
+pub mod pod_rules;
 pub mod pod_targets;
 pub mod pod_uses;
 pub mod policy_part;

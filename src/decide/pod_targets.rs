@@ -22,44 +22,10 @@ use crate::decide::policy_part::PartMode;
 use crate::decide::policy_plan::Resolved;
 use crate::decide::rollout::Pending;
 use crate::decide::staging::Wait;
-use crate::model::policy::{
-    PodEvictionStatus, PolicyTargetKind, ReloadPolicySpec, ReloadPolicyStatus, TargetStatus,
-};
+use crate::model::policy::{PodEvictionStatus, PolicyTargetKind, ReloadPolicyStatus, TargetStatus};
 use crate::model::progress::RolloutState;
-use crate::model::strategy::Strategy;
 
-/// Why the entries of kind `Pod` of `spec` cannot be carried out, each naming the entry and
-/// the rule (the CRD refuses them; a policy stored before its rules were installed may hold
-/// them, and is then told so in its status instead).
-pub fn problems(spec: &ReloadPolicySpec) -> Vec<String> {
-    let mut out = Vec::new();
-    for (index, target) in spec.targets.iter().enumerate() {
-        if target.kind != PolicyTargetKind::Pod {
-            continue;
-        }
-        if target.name.is_some() {
-            out.push(format!(
-                "spec.targets[{index}]: a target of kind Pod selects pods by selector; name is \
-                 not allowed"
-            ));
-        }
-        if spec.strategy != Strategy::Evict {
-            let strategy = serde_json::to_value(spec.strategy).unwrap_or_default();
-            out.push(format!(
-                "spec.targets[{index}]: targets of kind Pod are restarted by evicting them: set \
-                 strategy: Evict (the policy's strategy is {})",
-                strategy.as_str().unwrap_or_default()
-            ));
-        }
-    }
-    out
-}
-
-/// The entries of kind `Pod` of `spec`, as `spec.targets[i]`.
-pub fn pod_entries(spec: &ReloadPolicySpec) -> Vec<String> {
-    let pods = spec.targets.iter().enumerate().filter(|(_, t)| t.kind == PolicyTargetKind::Pod);
-    pods.map(|(index, _)| format!("spec.targets[{index}]")).collect()
-}
+pub use crate::decide::pod_rules::{pod_entries, problems};
 
 /// A pod's controller, from its ownerReference with `controller: true`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -102,6 +68,54 @@ pub fn group(selected: Vec<SelectedPod>) -> Groups {
     }
     groups.orphans.sort();
     groups
+}
+
+/// The pods a policy's `Pod` entries select, gathered page by page as they are listed, at
+/// most `at_most` of them (a pod two entries select counts once): what one look holds is
+/// bounded whatever the selectors match.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    pods: Vec<SelectedPod>,
+    seen: std::collections::HashSet<String>,
+    at_most: usize,
+    over: bool,
+}
+
+impl Selection {
+    pub fn new(at_most: usize) -> Self {
+        Selection { at_most, ..Selection::default() }
+    }
+
+    /// Adds one page of listed pods; `false` once more than `at_most` are selected: the rest
+    /// need not be listed.
+    pub fn add(&mut self, page: impl IntoIterator<Item = SelectedPod>) -> bool {
+        for pod in page {
+            if self.over || !self.seen.insert(pod.view.uid.clone()) {
+                continue;
+            }
+            if self.pods.len() >= self.at_most {
+                self.over = true;
+                return false;
+            }
+            self.pods.push(pod);
+        }
+        !self.over
+    }
+
+    /// The pods grouped by controller ([`group`]); past the bound, why none is rolled, naming
+    /// the namespace and the bound: a partial list would miscount a controller's pods, so
+    /// nothing is decided from it.
+    pub fn groups(self, namespace: &str) -> Result<Groups, String> {
+        if self.over {
+            let at_most = self.at_most;
+            return Err(format!(
+                "the targets of kind Pod select more than {at_most} pods in namespace \
+                 {namespace} (at most {at_most} per policy): none of them is evicted until they \
+                 select at most {at_most}"
+            ));
+        }
+        Ok(group(self.pods))
+    }
 }
 
 /// What the status and the log say of selected pods without a controller, once per look.
@@ -315,6 +329,9 @@ pub struct PodTargets {
     pub cannot_list: Option<String>,
     /// The controllers past [`MAX_OWNERS`], not rolled.
     pub too_many: Option<String>,
+    /// Why none of the selected pods is rolled now: more of them than a policy may select
+    /// ([`Selection`]), while there are.
+    pub too_many_pods: Option<String>,
 }
 
 /// Controllers a policy rolls the pods of at most: each has a record in the policy's status,
@@ -408,7 +425,8 @@ pub fn look(
             crate::model::limits::bounded_list(&past, 300)
         )
     });
-    let mut next = PodTargets { groups: BTreeMap::new(), orphans, cannot_list: None, too_many };
+    let mut next =
+        PodTargets { groups: BTreeMap::new(), orphans, too_many, ..PodTargets::default() };
     let mut started = Vec::new();
     let mut so_far = PodTargets { groups: previous.groups.clone(), ..PodTargets::default() };
     for (owner, pods) in groups.owned.iter().take(MAX_OWNERS) {
@@ -506,6 +524,7 @@ pub fn advance(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::policy::ReloadPolicySpec;
     use serde_json::json;
 
     fn spec(value: serde_json::Value) -> ReloadPolicySpec {
@@ -580,6 +599,27 @@ mod tests {
         assert!(note.contains("adhoc") && note.contains("debug"), "{note}");
         assert_eq!(orphans_note(&[]), None);
         assert_eq!(a.label(), "StrimziPodSet/kafka");
+    }
+
+    #[test]
+    fn a_selection_past_its_bound_is_not_grouped_and_says_the_bound() {
+        let o = owner("StrimziPodSet", "kafka", "u");
+        let selected =
+            |name: &str| SelectedPod { view: pod(name, 1, true), owner: Some(o.clone()) };
+        // Within the bound, page after page; a pod two entries select counts once.
+        let mut within = Selection::new(3);
+        assert!(within.add([selected("kafka-0"), selected("kafka-1")]));
+        assert!(within.add([selected("kafka-1"), selected("kafka-2")]), "exactly the bound");
+        let groups = within.groups("shop").expect("within the bound");
+        assert_eq!(groups.owned[&o].len(), 3);
+        // One more: nothing more is taken (the rest need not be listed), and nothing is grouped.
+        let mut over = Selection::new(3);
+        assert!(over.add([selected("kafka-0"), selected("kafka-1"), selected("kafka-2")]));
+        assert!(!over.add([selected("kafka-3"), selected("kafka-4")]));
+        assert!(!over.add([selected("kafka-5")]), "stays over");
+        let why = over.groups("shop").expect_err("over the bound");
+        assert!(why.contains("more than 3 pods in namespace shop"), "{why}");
+        assert!(why.contains("none of them is evicted"), "{why}");
     }
 
     #[test]

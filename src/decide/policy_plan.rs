@@ -43,6 +43,9 @@ pub struct ActivePolicy {
     pub invalid_selectors: Vec<String>,
     /// `spec.windows`, parsed; an error (an unknown time zone, say) holds every rollout.
     pub windows: std::sync::Arc<Result<Vec<crate::decide::window::Window>, String>>,
+    /// It has targets of kind `Pod` and they can be carried out (`decide::pod_rules`): its
+    /// selected pods are looked at on a timer, which reads this rather than the spec.
+    pub rolls_pods: bool,
 }
 
 impl ActivePolicy {
@@ -88,10 +91,13 @@ impl ActivePolicy {
                 .ok()
             })
         };
+        let rolls_pods = !crate::decide::pod_rules::pod_entries(&spec).is_empty()
+            && crate::decide::pod_rules::problems(&spec).is_empty();
         ActivePolicy {
             namespace,
             name,
             generation,
+            rolls_pods,
             debounce: duration(&spec.debounce),
             min_rollout_interval: duration(&spec.min_rollout_interval),
             windows: std::sync::Arc::new(crate::decide::window::parse(&spec.windows)),
@@ -542,6 +548,22 @@ mod tests {
         let valid = active(spec(json!({"sources": [{"kind": "ConfigMap", "name": "c"}],
             "targets": [{"kind": "Deployment", "selector": {"matchLabels": {"app": "api"}}}]})));
         assert!(valid.invalid_selectors.is_empty());
+    }
+
+    #[test]
+    fn whether_a_policy_rolls_pods_is_decided_once_when_it_is_parsed() {
+        let pods = json!({"kind": "Pod", "selector": {"matchLabels": {"app": "kafka"}}});
+        let with = |targets: serde_json::Value, strategy: &str| {
+            active(spec(json!({"sources": [{"kind": "ConfigMap", "name": "c"}],
+                "targets": targets, "strategy": strategy})))
+            .rolls_pods
+        };
+        assert!(with(json!([pods.clone()]), "Evict"));
+        assert!(!with(json!([pods.clone()]), "EnvVar"), "a Pod target needs the Evict strategy");
+        let mut named = pods.clone();
+        named["name"] = json!("kafka-0");
+        assert!(!with(json!([named]), "Evict"), "a Pod target selects, it names nothing");
+        assert!(!with(json!([{"kind": "Deployment", "name": "web"}]), "Evict"), "no Pod target");
     }
 
     #[test]

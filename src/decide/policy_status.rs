@@ -253,7 +253,10 @@ pub fn desired_status(input: &StatusInputs<'_>, now: Timestamp) -> ReloadPolicyS
     let mut found =
         targets_resolved(targets.len() + input.pods.groups.len(), input.missing_targets);
     let pods = input.pods;
-    for note in [&pods.orphans, &pods.too_many, &pods.cannot_list].into_iter().flatten() {
+    for note in [&pods.orphans, &pods.too_many, &pods.cannot_list, &pods.too_many_pods]
+        .into_iter()
+        .flatten()
+    {
         found.message = format!("{}; {note}", found.message);
     }
     let ready = ready(policy, key_problem, &sources, &found, &failed);
@@ -810,6 +813,11 @@ mod tests {
         let s = given.status(T0 + 12);
         let found = condition(&s, "TargetsResolved");
         assert!(found.message.ends_with("; the pods cannot be listed"), "{}", found.message);
+        given.pods.cannot_list = None;
+        given.pods.too_many_pods = Some("more than 3 pods in namespace ns".into());
+        let s = given.status(T0 + 13);
+        let found = condition(&s, "TargetsResolved");
+        assert!(found.message.ends_with("; more than 3 pods in namespace ns"), "{}", found.message);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The API calls of the `Evict` strategy (`decide::evict`): a workload's pods, listed by its
 //! selector and kept when the workload controls them (or a policy's `Pod` target's, with
-//! their controllers: [`selected_pods`]), and the eviction of one pod through the
+//! their controllers, in pages: [`select_pods`]), and the eviction of one pod through the
 //! Eviction API, which respects PodDisruptionBudgets (a 429 is the budget's refusal: a wait,
 //! not an error).
 //!
@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use serde_json::Value;
 
 use crate::decide::evict::{PodView, ordinal};
-use crate::decide::pod_targets::{Owner, SelectedPod};
+use crate::decide::pod_targets::{Owner, SelectedPod, Selection};
 use crate::model::workload::{WorkloadKey, WorkloadKind};
 
 /// How long a budget's refusal is waited out before the next try, in seconds.
@@ -163,16 +163,30 @@ pub async fn post_eviction(
     })
 }
 
-/// The pods of `namespace` that `selector` matches (a policy's target of kind `Pod`), each
-/// with its controller, to be grouped by it (`decide::pod_targets::group`).
-pub async fn selected_pods(
+/// Pods asked for per page when a policy's `Pod` target is listed.
+pub const SELECTED_PAGE: u32 = 250;
+
+/// Adds the pods of `namespace` that `selector` matches (a policy's target of kind `Pod`),
+/// each with its controller, to `selection` (to be grouped by it: `decide::pod_targets`). Listed
+/// in pages of [`SELECTED_PAGE`], each cut down to the views before the next is asked for, and
+/// no further once `selection` is over its bound: a namespace of many pods costs one page of
+/// them at a time.
+pub async fn select_pods(
     client: &Client,
     namespace: &str,
     selector: &kube::core::Selector,
-) -> Result<Vec<SelectedPod>, kube::Error> {
+    selection: &mut Selection,
+) -> Result<(), kube::Error> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let listed = pods.list(&ListParams::default().labels_from(selector)).await?;
-    Ok(listed.items.iter().map(selected).collect())
+    let mut params = ListParams::default().labels_from(selector).limit(SELECTED_PAGE);
+    loop {
+        let page = pods.list(&params).await?;
+        let within = selection.add(page.items.iter().map(selected));
+        match page.metadata.continue_ {
+            Some(token) if within && !token.is_empty() => params = params.continue_token(&token),
+            _ => return Ok(()),
+        }
+    }
 }
 
 /// A pod as a `Pod` target sees it: its view (no ordinal: its controller's naming is not

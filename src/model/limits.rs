@@ -27,6 +27,11 @@ pub const MAX_NAMED_MATCHES: usize = 256;
 pub const MAX_EVENT_NOTE: usize = 1024;
 /// Entries of one list in a ReloadPolicy's status; the rest are counted, not listed.
 pub const MAX_STATUS_ITEMS: usize = 100;
+/// Pods the targets of kind `Pod` of one ReloadPolicy may select. They are listed in pages
+/// and held as small views, so this bounds the memory and time of one policy's look; past it
+/// none of them is rolled (a partial list would miscount a controller's pods), and the policy
+/// is told so. `--pod-target-max-pods` (hidden) lowers it for tests.
+pub const MAX_POD_TARGET_PODS: usize = 1000;
 /// Keys of a ConfigMap or Secret whose hashes are kept one by one (for key-precise
 /// references); a source with more is followed as a whole.
 pub const MAX_KEY_HASHES: usize = 128;

@@ -57,7 +57,7 @@ pub struct Metrics {
     pub rollout_duration: HistogramVec,
     /// One periodic resync: from queueing every workload to the last of them reconciled.
     pub resync_duration: Histogram,
-    /// Panics contained, by stage (`reconcile`, `watch_event`, `policy_status`).
+    /// Panics contained, by stage (`reconcile`, `watch_event`, `policy_status`, `pod_targets`).
     pub panics: IntCounterVec,
     /// Objects whose values broke an input limit, by limit (see `crate::model::limits`).
     pub input_rejected: IntCounterVec,

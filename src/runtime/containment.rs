@@ -81,7 +81,7 @@ impl Drop for WorkerGuard {
 }
 
 /// Logs and counts a panic caught while working on `object` at `stage` (`reconcile`,
-/// `watch_event`, `policy_status`).
+/// `watch_event`, `policy_status`, `pod_targets`).
 pub fn report_panic(
     metrics: &Metrics,
     stage: &str,

@@ -94,6 +94,8 @@ pub struct EngineConfig {
     pub min_rollout_interval: Duration,
     /// How long a rollout without a deadline of its own may take (see [`crate::decide::outcome`]).
     pub rollout_timeout: Duration,
+    /// Pods the `Pod` targets of one policy may select (`model::limits::MAX_POD_TARGET_PODS`).
+    pub pod_target_max_pods: usize,
     /// `--ignore-windows`: reload windows hold nothing.
     pub ignore_windows: bool,
     pub max_rollouts_per_second: f64,
@@ -500,7 +502,7 @@ impl Engine {
         let engine = self.clone();
         tasks.spawn(async move { engine.policies.status_worker().await });
         let engine = self.clone();
-        tasks.spawn(async move { engine.policies.pod_targets_loop().await });
+        tasks.spawn(async move { engine.policies.clone().pod_targets_loop().await });
         let engine = self.clone();
         tasks.spawn(async move { engine.source_reports.publish().await });
         if self.config.csi_integration {

@@ -44,6 +44,7 @@ pub fn engine_config(args: &ReloadArgs) -> EngineConfig {
         debounce_max_wait: args.debounce_max_wait,
         min_rollout_interval: args.min_rollout_interval,
         rollout_timeout: args.rollout_timeout,
+        pod_target_max_pods: args.pod_target_max_pods,
         ignore_windows: args.ignore_windows,
         max_rollouts_per_second: args.max_rollouts_per_second,
         rollout_burst: args.rollout_burst,

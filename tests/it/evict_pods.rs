@@ -439,3 +439,70 @@ async fn max_concurrent_counts_a_pod_targets_controller_beside_a_deployment() {
     restarted(&watch, &PODS, 2).await;
     controller.abort();
 }
+
+/// The pods one policy's `Pod` targets may select are bounded (`--pod-target-max-pods 3`
+/// here): a policy selecting four (three brokers and a pod without a controller) evicts none
+/// of them and says so once, in a Warning Event and its status, naming the bound; a policy
+/// within it, in another namespace, rolls its brokers all the same.
+#[tokio::test]
+async fn a_policy_selecting_more_pods_than_the_bound_evicts_none_and_another_still_rolls() {
+    if !pods_run_here() {
+        return;
+    }
+    let over = Fixture::new("evict-pods-over").await;
+    let within = Fixture::new("evict-pods-within").await;
+    support::install_policy_crd(&over.client).await;
+    let (mut controllers, mut watches) = (Vec::new(), Vec::new());
+    for f in [&over, &within] {
+        f.secret("tls", json!({"cert": "one"})).await;
+        f.configmap("kafka", json!({})).await;
+        controllers.push(foreign_controller(f, "kafka", json!({})).await);
+        watches.push(PodWatch::until_ready(f, "kafka", 3).await);
+    }
+    bare_pod(&over, "debug").await;
+    let namespaces = format!("{},{}", over.name(), within.name());
+    let op = support::Operator::start(&[
+        "--namespaces",
+        &namespaces,
+        "--debounce",
+        "200ms",
+        "--min-rollout-interval",
+        "0s",
+        "--pod-target-max-pods",
+        "3",
+    ]);
+    for f in [&over, &within] {
+        support::policies::create_policy(f, "kafka", policy_spec()).await;
+    }
+    owner_rolled_out(&within, "UpToDate", None).await;
+    let bound = format!("more than 3 pods in namespace {}", over.name());
+    let s = support::policies::status_where(&over, "kafka", "the bound in the status", |s| {
+        s.conditions.iter().any(|c| c.type_ == "TargetsResolved" && c.message.contains(&bound))
+    })
+    .await;
+    assert!(s.pod_evictions.is_empty(), "nothing decided from a partial list: {s:?}");
+    let notes = over.wait_events("ReloadPolicy", "kafka", "TooManyPods").await;
+    let policy = format!("ReloadPolicy {}/kafka", over.name());
+    assert!(notes.iter().any(|n| n.contains(&bound) && n.contains(&policy)), "{notes:?}");
+
+    for f in [&over, &within] {
+        f.patch_secret("tls", json!({"cert": "two"})).await;
+    }
+    restarted(&watches[1], &PODS, 2).await;
+    owner_rolled_out(&within, "Reloaded", Some(0)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for controller in controllers {
+        controller.abort();
+    }
+    let evicted = op.lines_with(EVICTED);
+    let within_policy = format!("{}/kafka", within.name());
+    assert_eq!(evicted.len(), 3, "{evicted:?}");
+    assert!(evicted.iter().all(|l| l["policy"] == within_policy.as_str()), "{evicted:?}");
+    let uids = watches[0].uids();
+    assert!(PODS.iter().all(|p| uids[*p].len() == 1), "the policy over the bound: {uids:?}");
+    let said = op.lines_with(
+        "the targets of kind Pod of a policy select more pods than a policy may; none is evicted until they select fewer",
+    );
+    assert_eq!(said.len(), 1, "said once: {said:?}");
+    assert_eq!(said[0]["limit"], 3, "{said:?}");
+}

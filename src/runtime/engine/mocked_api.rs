@@ -1,6 +1,7 @@
 //! The reconcile and the feed against a mocked API server (`tower-test`'s mock service behind
 //! a real `kube::Client`), for the paths that need no real server: the request a reconcile
-//! makes and what it does with each answer, and the keys the feed queues. Behaviour against
+//! makes and what it does with each answer, the keys the feed queues, and how the pods of
+//! policies' `Pod` targets are listed (in pages, each policy on its own). Behaviour against
 //! the real control plane is in `tests/it`.
 
 #[cfg(test)]
@@ -246,5 +247,161 @@ mod tests {
         assert!(engine.queue.is_empty());
         let quiet = tokio::time::timeout(Duration::from_millis(50), handle.next_request()).await;
         assert!(quiet.is_err(), "the feed calls no API");
+    }
+
+    /// A policy in `namespace` whose target of kind `Pod` selects `app=kafka`, rolled to the
+    /// ConfigMap `app-config`.
+    fn pod_policy(namespace: &str, name: &str) -> Value {
+        json!({
+            "apiVersion": "reloader.rs/v1alpha1", "kind": "ReloadPolicy",
+            "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}"),
+                         "generation": 1, "resourceVersion": "1"},
+            "spec": {"sources": [{"kind": "ConfigMap", "name": "app-config"}],
+                     "targets": [{"kind": "Pod", "selector": {"matchLabels": {"app": "kafka"}}}],
+                     "strategy": "Evict", "hashMode": "SHA1"}
+        })
+    }
+
+    /// Two Ready pods of one controller, as a list of `namespace`'s pods answers.
+    fn kafka_pods(namespace: &str) -> Value {
+        let pod = |name: &str, created: &str| {
+            json!({"metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{name}"),
+                       "labels": {"app": "kafka"}, "creationTimestamp": created,
+                       "ownerReferences": [{"apiVersion": "x/v1", "kind": "StrimziPodSet",
+                           "name": "kafka", "uid": "uid-set", "controller": true}]},
+                   "spec": {"containers": [{"name": "broker", "image": "kafka"}]},
+                   "status": {"conditions": [{"type": "Ready", "status": "True",
+                       "lastTransitionTime": created}]}})
+        };
+        json!({"apiVersion": "v1", "kind": "PodList", "metadata": {"resourceVersion": "1"},
+               "items": [pod("kafka-0", "2020-01-01T00:00:00Z"),
+                         pod("kafka-1", "2020-01-01T00:01:00Z")]})
+    }
+
+    /// Policy `a`'s pods (namespace `slow`) are listed and never answered; policy `b`'s (namespace
+    /// `shop`) still get their looks every tick, and a change of `b`'s source evicts a pod. Looked
+    /// at one after another, `b` would wait on `a`'s list for ever.
+    #[tokio::test]
+    async fn a_policy_whose_pods_never_list_holds_up_no_other_policys_evictions() {
+        let (engine, mut handle) = engine();
+        engine.feed.source_observed("slow", config_map("app-config"), SourceFacts::with_hash("h2"));
+        for (namespace, name) in [("slow", "a"), ("shop", "b")] {
+            let policy: crate::model::policy::ReloadPolicy =
+                serde_json::from_value(pod_policy(namespace, name)).unwrap();
+            engine.policies.apply(&policy);
+        }
+        let asked = Asked::default();
+        let log = asked.clone();
+        let api = tokio::spawn(async move {
+            let mut unanswered = Vec::new();
+            loop {
+                let (method, uri, body, send) = next_request(&mut handle).await;
+                log.lock().push((method.clone(), uri.clone(), body.clone()));
+                if uri.starts_with("/api/v1/namespaces/slow/pods?") {
+                    // Held, never answered (nor dropped, which would fail the list).
+                    unanswered.push(send);
+                } else if uri.starts_with("/api/v1/namespaces/shop/pods?") {
+                    send.send_response(answer(StatusCode::OK, &kafka_pods("shop")));
+                } else if uri.contains("/reloadpolicies/b/status") {
+                    let mut written = pod_policy("shop", "b");
+                    written["status"] = body["status"].clone();
+                    send.send_response(answer(StatusCode::OK, &written));
+                } else {
+                    send.send_response(answer(StatusCode::CREATED, &json!({})));
+                }
+            }
+        });
+        let looks = tokio::spawn(engine.policies.clone().pod_targets_loop());
+        let count = |what: &dyn Fn(&Method, &str) -> bool| {
+            asked.lock().iter().filter(|(m, uri, _)| what(m, uri)).count()
+        };
+        let shop_lists = |m: &Method, uri: &str| {
+            *m == Method::GET && uri.starts_with("/api/v1/namespaces/shop/pods?")
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while count(&shop_lists) < 2 {
+            assert!(std::time::Instant::now() < deadline, "b looked at again: {:?}", asked.lock());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Pages of at most 250.
+        let first = asked.lock().iter().find(|(m, uri, _)| shop_lists(m, uri)).unwrap().1.clone();
+        assert!(first.contains("limit=250"), "{first}");
+        engine.feed.source_observed("shop", config_map("app-config"), SourceFacts::with_hash("h3"));
+        let evictions = |m: &Method, uri: &str| *m == Method::POST && uri.contains("/eviction");
+        while count(&evictions) == 0 {
+            assert!(std::time::Instant::now() < deadline, "b's pod evicted: {:?}", asked.lock());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        looks.abort();
+        api.abort();
+        let asked = asked.lock();
+        let evicted: Vec<&String> =
+            asked.iter().filter(|(m, uri, _)| evictions(m, uri)).map(|(_, uri, _)| uri).collect();
+        assert!(!evicted.is_empty(), "{asked:?}");
+        let oldest = "/api/v1/namespaces/shop/pods/kafka-0/eviction";
+        assert!(evicted.iter().all(|uri| uri.starts_with(oldest)), "{evicted:?}");
+        // `a`'s look still hangs: it was not started a second time.
+        let slow = asked.iter().filter(|(_, uri, _)| uri.starts_with("/api/v1/namespaces/slow/"));
+        assert_eq!(slow.count(), 1, "{asked:?}");
+    }
+
+    /// A `Pod` target's pods are listed page by page (`limit`, then `continue`), each page
+    /// taken before the next is asked for; once the selection is over its bound no further
+    /// page is asked for.
+    #[tokio::test]
+    async fn selected_pods_are_listed_in_pages_and_no_further_than_the_bound() {
+        use crate::decide::pod_targets::Selection;
+        let page = |names: &[&str], next: Option<&str>| {
+            let mut list = kafka_pods("shop");
+            let items: Vec<Value> = names
+                .iter()
+                .map(|n| {
+                    let mut pod = list["items"][0].clone();
+                    pod["metadata"]["name"] = json!(n);
+                    pod["metadata"]["uid"] = json!(format!("uid-{n}"));
+                    pod
+                })
+                .collect();
+            list["items"] = json!(items);
+            if let Some(token) = next {
+                list["metadata"]["continue"] = json!(token);
+            }
+            list
+        };
+        let selector: kube::core::Selector = serde_json::from_value::<
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+        >(json!({"matchLabels": {"app": "kafka"}}))
+        .unwrap()
+        .try_into()
+        .unwrap();
+        for (at_most, pages_asked, within) in [(10, 3, true), (3, 2, false)] {
+            let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+            let client = Client::new(service, "default");
+            let (asked, api) = serve(handle, move |_, uri| {
+                let body = if uri.contains("continue=second") {
+                    page(&["p2", "p3"], Some("third"))
+                } else if uri.contains("continue=third") {
+                    page(&["p4"], None)
+                } else {
+                    page(&["p0", "p1"], Some("second"))
+                };
+                answer(StatusCode::OK, &body)
+            });
+            let mut selection = Selection::new(at_most);
+            crate::kube::evict::select_pods(&client, "shop", &selector, &mut selection)
+                .await
+                .expect("listed");
+            api.abort();
+            let asked = asked.lock();
+            let uris: Vec<&String> = asked.iter().map(|(_, uri, _)| uri).collect();
+            assert_eq!(uris.len(), pages_asked, "{at_most}: {uris:?}");
+            assert!(uris.iter().all(|u| u.contains("limit=250")), "{uris:?}");
+            assert!(uris[1].contains("continue=second"), "{uris:?}");
+            let groups = selection.groups("shop");
+            assert_eq!(groups.is_ok(), within, "{at_most}: {groups:?}");
+            if let Ok(groups) = groups {
+                assert_eq!(groups.owned.values().map(Vec::len).sum::<usize>(), 5);
+            }
+        }
     }
 }

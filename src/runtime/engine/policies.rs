@@ -138,6 +138,8 @@ pub(super) struct Policies {
     rollout_timeout: Duration,
     /// `--ignore-windows`: reload windows hold no rollout.
     ignore_windows: bool,
+    /// Pods the `Pod` targets of one policy may select (`--pod-target-max-pods`).
+    pod_target_max_pods: usize,
 }
 
 /// What [`Policies`] shares with the engine.
@@ -196,6 +198,7 @@ impl Policies {
             },
             rollout_timeout: config.rollout_timeout,
             ignore_windows: config.ignore_windows,
+            pod_target_max_pods: config.pod_target_max_pods,
         }
     }
 

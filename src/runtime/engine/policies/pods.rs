@@ -13,10 +13,10 @@
 
 use super::*;
 use crate::decide::evict::PodView;
-use crate::decide::pod_targets::{self, Advance, Groups, Owner, PodTargets};
+use crate::decide::pod_targets::{self, Advance, Groups, Owner, PodTargets, Selection};
 use crate::decide::policy_part::{PartMode, part_mode, policy_window_gate};
 use crate::decide::turns::{self, Seen, StagedPart};
-use crate::kube::evict::{Evicted, REFUSAL_WAIT_SECS, post_eviction, selected_pods};
+use crate::kube::evict::{Evicted, REFUSAL_WAIT_SECS, post_eviction, select_pods};
 use crate::model::policy::PolicyEvict;
 
 /// How often the policies with `Pod` targets are looked at: a change of a source, and each
@@ -25,25 +25,30 @@ const LOOK_EVERY: Duration = Duration::from_secs(2);
 
 impl Policies {
     /// Looks at every policy with targets of kind `Pod` every [`LOOK_EVERY`], while this
-    /// replica leads and the caches are synced.
-    pub(in crate::runtime::engine) async fn pod_targets_loop(&self) {
+    /// replica leads and the caches are synced. Each policy's look is a task of its own, at
+    /// most one per policy ([`Looks`]): a namespace whose pods are slow to list holds up only
+    /// its own policies.
+    pub(in crate::runtime::engine) async fn pod_targets_loop(self: Arc<Self>) {
         let mut ticker = tokio::time::interval(LOOK_EVERY);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut looks = Looks::default();
         loop {
             ticker.tick().await;
+            looks.reap();
             if !*self.leadership.borrow() || !self.synced.load(Ordering::SeqCst) {
                 continue;
             }
             let policies: Vec<Arc<ActivePolicy>> = {
                 let index = self.index.read();
-                index.keys().iter().filter_map(|(ns, name)| index.get(ns, name)).collect()
+                let keys = index.keys();
+                keys.iter().filter_map(|(ns, name)| index.get(ns, name)).collect()
             };
+            let policies: Vec<Arc<ActivePolicy>> =
+                policies.into_iter().filter(|p| p.rolls_pods).collect();
+            looks.keep_only(policies.iter().map(|p| (p.namespace.clone(), p.name.clone())));
             for policy in policies {
-                let runs = !pod_targets::pod_entries(&policy.spec).is_empty()
-                    && pod_targets::problems(&policy.spec).is_empty();
-                if runs {
-                    self.roll_pods(&policy).await;
-                }
+                let key: PolicyKey = (policy.namespace.clone(), policy.name.clone());
+                let _ = looks.start(key, contained_look(self.clone(), policy));
             }
         }
     }
@@ -65,7 +70,7 @@ impl Policies {
         let content = pod_targets::content(&resolved);
         let groups = match self.selected_groups(policy).await {
             Ok(groups) => groups,
-            Err(why) => return self.cannot_list(&key, why),
+            Err(unlisted) => return self.unlisted(&key, unlisted).await,
         };
         debug!(policy = %name, owners = groups.owned.len(), without_controller = groups.orphans.len(), "pod targets looked at");
         let now = Timestamp::now();
@@ -167,41 +172,65 @@ impl Policies {
         }
     }
 
-    /// The selected pods cannot be listed: said once (a log line and the status' message)
-    /// until they can; nothing is evicted meanwhile.
-    fn cannot_list(&self, key: &PolicyKey, why: String) {
-        let said = self.memory.lock().update(key, |m| m.pods.cannot_list.replace(why.clone()));
-        if said.is_none() {
-            warn!(policy = %format!("{}/{}", key.0, key.1), error = %why,
-                  "cannot list the pods of a target of kind Pod; nothing is evicted until it can");
-            self.statuses.add(key.clone(), Duration::ZERO);
+    /// The selected pods cannot be listed, or are more than a policy may select: nothing is
+    /// evicted meanwhile, and it is said once until they are listed within the bound again
+    /// (the look that succeeds clears it): a log line and the status' message, and for too
+    /// many pods a Warning Event naming the policy, the namespace and the bound.
+    async fn unlisted(&self, key: &PolicyKey, unlisted: Unlisted) {
+        let policy = format!("{}/{}", key.0, key.1);
+        match unlisted {
+            Unlisted::Failed(why) => {
+                let said =
+                    self.memory.lock().update(key, |m| m.pods.cannot_list.replace(why.clone()));
+                if said.is_none() {
+                    warn!(policy = %policy, error = %why,
+                          "cannot list the pods of a target of kind Pod; nothing is evicted until it can");
+                    self.statuses.add(key.clone(), Duration::ZERO);
+                }
+            }
+            Unlisted::TooMany(why) => {
+                // Listed: any earlier failure to list is over.
+                let (said, failed) = self.memory.lock().update(key, |m| {
+                    (m.pods.too_many_pods.replace(why.clone()), m.pods.cannot_list.take())
+                });
+                if said.is_none() || failed.is_some() {
+                    self.statuses.add(key.clone(), Duration::ZERO);
+                }
+                if said.is_some() {
+                    return;
+                }
+                let limit = crate::model::limits::LimitViolation::new("pod_target_pods", &why);
+                self.metrics.rejected(&[limit]);
+                warn!(policy = %policy, namespace = %key.0, limit = self.pod_target_max_pods,
+                      "the targets of kind Pod of a policy select more pods than a policy may; none is evicted until they select fewer");
+                let note = crate::model::limits::truncate(
+                    &format!("ReloadPolicy {policy}: {why}"),
+                    crate::model::limits::MAX_EVENT_NOTE,
+                );
+                self.events.about_policy(key, EventType::Warning, "TooManyPods", note).await;
+            }
         }
     }
 
-    /// The pods `policy`'s `Pod` entries select, grouped by controller; why they cannot be
-    /// listed (looked at again at the next tick).
-    async fn selected_groups(&self, policy: &ActivePolicy) -> Result<Groups, String> {
-        let mut selected = Vec::new();
-        let mut seen = std::collections::HashSet::new();
+    /// The pods `policy`'s `Pod` entries select, grouped by controller, listed page by page
+    /// up to the bound; why they cannot be grouped (looked at again at the next tick).
+    async fn selected_groups(&self, policy: &ActivePolicy) -> Result<Groups, Unlisted> {
+        let mut selection = Selection::new(self.pod_target_max_pods);
         for (index, target) in policy.spec.targets.iter().enumerate() {
             if target.kind != crate::model::policy::PolicyTargetKind::Pod {
                 continue;
             }
             let Some(selector) = policy.target_selector(index) else { continue };
-            match selected_pods(&self.client, &policy.namespace, selector).await {
-                Ok(pods) => {
-                    selected.extend(pods.into_iter().filter(|p| seen.insert(p.view.uid.clone())))
-                }
-                Err(e) => {
-                    return Err(format!(
-                        "the pods selected by spec.targets[{index}] cannot be listed (the \
-                         chart grants it with evict.enabled=true): {}",
-                        crate::model::limits::truncate(&e.to_string(), 300)
-                    ));
-                }
+            let listed = select_pods(&self.client, &policy.namespace, selector, &mut selection);
+            if let Err(e) = listed.await {
+                return Err(Unlisted::Failed(format!(
+                    "the pods selected by spec.targets[{index}] cannot be listed (the chart \
+                     grants it with evict.enabled=true): {}",
+                    crate::model::limits::truncate(&e.to_string(), 300)
+                )));
             }
         }
-        Ok(pod_targets::group(selected))
+        selection.groups(&policy.namespace).map_err(Unlisted::TooMany)
     }
 
     /// New rollouts: written into the status first (the record they go on from), counted as
@@ -309,5 +338,91 @@ async fn say_holds(
             _ => continue,
         };
         events.about_policy(key, EventType::Normal, reason, note).await;
+    }
+}
+
+/// [`Policies::roll_pods`], a panic in it reported as this policy's alone.
+async fn contained_look(policies: Arc<Policies>, policy: Arc<ActivePolicy>) {
+    let look = std::panic::AssertUnwindSafe(policies.roll_pods(&policy)).catch_unwind().await;
+    if let Err(panic) = look {
+        let name = format!("ReloadPolicy {}/{}", policy.namespace, policy.name);
+        crate::runtime::containment::report_panic(&policies.metrics, "pod_targets", &name, &*panic);
+    }
+}
+
+/// Why a look found no pods to roll.
+enum Unlisted {
+    /// The list failed (the rights, the API server).
+    Failed(String),
+    /// More pods than a policy may select ([`Selection`]).
+    TooMany(String),
+}
+
+/// The looks under way, one task per policy: a policy whose last look has not ended is not
+/// looked at again (its turn is taken by the next tick after it ends), and a policy gone is
+/// no longer looked at. Dropped with the loop (shutdown), every look is aborted.
+#[derive(Default)]
+struct Looks {
+    tasks: tokio::task::JoinSet<()>,
+    by_policy: HashMap<PolicyKey, tokio::task::AbortHandle>,
+}
+
+impl Looks {
+    /// Forgets the looks that ended.
+    fn reap(&mut self) {
+        while self.tasks.try_join_next().is_some() {}
+        self.by_policy.retain(|_, look| !look.is_finished());
+    }
+
+    /// Aborts the looks of policies not in `present` (deleted, or no longer with `Pod`
+    /// targets to roll).
+    fn keep_only(&mut self, present: impl IntoIterator<Item = PolicyKey>) {
+        let present: std::collections::HashSet<PolicyKey> = present.into_iter().collect();
+        self.by_policy.retain(|key, look| {
+            let keep = present.contains(key);
+            if !keep {
+                look.abort();
+            }
+            keep
+        });
+    }
+
+    /// Starts `look` for `key` unless its previous look is still under way; whether it did.
+    #[must_use]
+    fn start(&mut self, key: PolicyKey, look: impl Future<Output = ()> + Send + 'static) -> bool {
+        if self.by_policy.get(&key).is_some_and(|l| !l.is_finished()) {
+            return false;
+        }
+        let handle = self.tasks.spawn(look);
+        self.by_policy.insert(key, handle);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_policy_is_looked_at_once_at_a_time_and_not_after_it_is_gone() {
+        let mut looks = Looks::default();
+        let key = |name: &str| ("ns".to_string(), name.to_string());
+        assert!(looks.start(key("stuck"), std::future::pending()));
+        assert!(looks.start(key("quick"), async {}));
+        tokio::task::yield_now().await;
+        for _ in 0..100 {
+            looks.reap();
+            if looks.by_policy.len() == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The stuck one is skipped; the other, whose look ended, is looked at again.
+        assert!(!looks.start(key("stuck"), async {}), "still under way");
+        assert!(looks.start(key("quick"), async {}), "its last look ended");
+        // Gone: its look is aborted and forgotten.
+        looks.keep_only([key("quick")]);
+        assert!(!looks.by_policy.contains_key(&key("stuck")));
+        assert!(looks.start(key("stuck"), async {}), "back: looked at again");
     }
 }
