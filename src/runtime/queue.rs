@@ -30,6 +30,8 @@ struct Pending {
     due: Instant,
     first: Instant,
     seq: u64,
+    /// Waiting for a change's debounce (`add`), not only for a timed look (`schedule`).
+    debouncing: bool,
 }
 
 struct Inner<K> {
@@ -71,9 +73,11 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         self
     }
 
-    /// Schedules `key` after `delay`. A key already waiting keeps the later of its due time and
-    /// now + `delay` (so a burst of changes becomes one run after the last one), but never
-    /// later than `max_wait` after it was first added.
+    /// Schedules `key` after `delay`. A key already waiting for a change keeps the later of its
+    /// due time and now + `delay` (so a burst of changes becomes one run after the last one),
+    /// but never later than `max_wait` after it was first added. A key waiting only for a timed
+    /// look (a pause's end, a retry) is taken after `delay` if that is sooner: the look it
+    /// waits for is not a change to debounce, and every run schedules its next look again.
     pub fn add(&self, key: K, delay: Duration) {
         self.insert(key, delay, true);
     }
@@ -95,21 +99,23 @@ impl<K: Clone + Eq + Hash + Ord> WorkQueue<K> {
         }
         inner.seq += 1;
         let seq = inner.seq;
-        let (due, first) = match inner.pending.remove(&key) {
+        let (due, first, debouncing) = match inner.pending.remove(&key) {
             Some(p) => {
                 inner.order.remove(&(p.due, p.seq, key.clone()));
-                let due = if debounce {
+                if debounce && p.debouncing {
                     let wanted = p.due.max(now + delay).into_std();
-                    Instant::from_std(settle::due(wanted, p.first.into_std(), self.max_wait))
+                    let due = settle::due(wanted, p.first.into_std(), self.max_wait);
+                    (Instant::from_std(due), p.first, true)
+                } else if debounce {
+                    (p.due.min(now + delay), now, true)
                 } else {
-                    p.due.min(now + delay)
-                };
-                (due, p.first)
+                    (p.due.min(now + delay), p.first, p.debouncing)
+                }
             }
-            None => (now + delay, now),
+            None => (now + delay, now, debounce),
         };
         inner.order.insert((due, seq, key.clone()));
-        inner.pending.insert(key, Pending { due, first, seq });
+        inner.pending.insert(key, Pending { due, first, seq, debouncing });
         drop(inner);
         self.notify.notify_waiters();
         self.notify.notify_one();
@@ -289,6 +295,29 @@ mod tests {
         q.schedule("w", Duration::from_secs(30));
         assert_eq!(q.next().await, Some("w"));
         assert!(start.elapsed() < 300 * MS);
+    }
+
+    /// A change to a workload that waits for a timed look (its pause ends in 16 s) is taken
+    /// after its own debounce, not held until `max_wait` after the look was scheduled.
+    #[tokio::test(start_paused = true)]
+    async fn a_change_is_not_postponed_to_a_timed_look() {
+        let q = WorkQueue::new(Duration::from_secs(10));
+        let start = Instant::now();
+        q.schedule("w", Duration::from_secs(16));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        q.add("w", 100 * MS);
+        assert_eq!(q.next().await, Some("w"));
+        let waited = start.elapsed();
+        assert!(waited >= 2100 * MS && waited < 2200 * MS, "{waited:?}");
+        // Its debounce goes on as any other: a second change postpones it.
+        q.done(&"w");
+        q.schedule("w", Duration::from_secs(16));
+        q.add("w", 1000 * MS);
+        tokio::time::advance(500 * MS).await;
+        q.add("w", 1000 * MS);
+        let from = Instant::now();
+        assert_eq!(q.next().await, Some("w"));
+        assert!(from.elapsed() >= 1000 * MS, "{:?}", from.elapsed());
     }
 
     #[tokio::test(start_paused = true)]

@@ -460,17 +460,7 @@ async fn a_policy_selecting_more_pods_than_the_bound_evicts_none_and_another_sti
         watches.push(PodWatch::until_ready(f, "kafka", 3).await);
     }
     bare_pod(&over, "debug").await;
-    let namespaces = format!("{},{}", over.name(), within.name());
-    let op = support::Operator::start(&[
-        "--namespaces",
-        &namespaces,
-        "--debounce",
-        "200ms",
-        "--min-rollout-interval",
-        "0s",
-        "--pod-target-max-pods",
-        "3",
-    ]);
+    let op = support::Operator::over(&[&over, &within], &["--pod-target-max-pods", "3"]);
     for f in [&over, &within] {
         support::policies::create_policy(f, "kafka", policy_spec()).await;
     }

@@ -61,15 +61,7 @@ async fn reload_time(calm: &Fixture, n: usize) -> Duration {
 async fn a_hostile_namespace_cannot_stall_crash_or_bloat_the_operator() {
     let hostile = Fixture::new("hostile").await;
     let calm = Fixture::new("calm").await;
-    let namespaces = format!("{},{}", hostile.name(), calm.name());
-    let mut op = Operator::start(&[
-        "--namespaces",
-        &namespaces,
-        "--debounce",
-        "200ms",
-        "--min-rollout-interval",
-        "0s",
-    ]);
+    let mut op = Operator::over(&[&hostile, &calm], &[]);
     calm.configmap("calm-config", json!({"n": "0"})).await;
     calm.deployment("calm", auto(), env_from_cm("calm-config")).await;
     calm.wait_replicasets("calm", 1).await;

@@ -83,15 +83,7 @@ async fn reloaded_events_about(
 
 /// An operator over both fixtures' namespaces.
 fn operator_for(a: &Fixture, b: &Fixture) -> Operator {
-    let namespaces = format!("{},{}", a.name(), b.name());
-    Operator::start(&[
-        "--namespaces",
-        &namespaces,
-        "--debounce",
-        "200ms",
-        "--min-rollout-interval",
-        "0s",
-    ])
+    Operator::over(&[a, b], &[])
 }
 
 /// A Deployment `web` that reloads on its ConfigMap `web-config`, with its baseline recorded.

@@ -284,6 +284,23 @@ impl Operator {
         Self::start_with_env(args, &[])
     }
 
+    /// An operator over `fixtures`' namespaces only, reacting at once (a 200 ms debounce, no
+    /// minimum interval), with `more` arguments.
+    pub fn over(fixtures: &[&fixture::Fixture], more: &[&str]) -> Self {
+        let namespaces: Vec<&str> = fixtures.iter().map(|f| f.name()).collect();
+        let namespaces = namespaces.join(",");
+        let mut args = vec![
+            "--namespaces",
+            &namespaces,
+            "--debounce",
+            "200ms",
+            "--min-rollout-interval",
+            "0s",
+        ];
+        args.extend_from_slice(more);
+        Self::start(&args)
+    }
+
     /// As [`Operator::start`], with extra environment variables (which may override
     /// `KUBECONFIG`).
     pub fn start_with_env(args: &[&str], vars: &[(&str, &str)]) -> Self {
