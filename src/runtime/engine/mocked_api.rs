@@ -20,6 +20,14 @@ mod tests {
     /// `args`), with its caches synced and a ConfigMap `app-config` in `shop` whose hash is `h2`.
     /// Events go to a client nobody answers.
     fn engine_with(args: &[&str]) -> (Arc<Engine>, ApiHandle) {
+        engine_led(args, crate::kube::leader::sole_leader())
+    }
+
+    /// As [`engine_with`], leading while `leadership` says so.
+    fn engine_led(
+        args: &[&str],
+        leadership: tokio::sync::watch::Receiver<bool>,
+    ) -> (Arc<Engine>, ApiHandle) {
         use clap::Parser;
         let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
         let client = Client::new(service, "default");
@@ -27,7 +35,7 @@ mod tests {
         let events = Client::try_from(nobody).expect("a client");
         let cli = crate::cli::Cli::parse_from(["reloader", "--debounce", "0s"].iter().chain(args));
         let config = crate::runtime::operator::engine_config(&cli.reload);
-        let engine = Engine::new(client, events, config, crate::kube::leader::sole_leader());
+        let engine = Engine::new(client, events, config, leadership);
         engine.feed.caches_synced(true);
         engine.feed.source_observed("shop", config_map("app-config"), SourceFacts::with_hash("h2"));
         (engine, handle)
@@ -343,6 +351,69 @@ mod tests {
         // `a`'s look still hangs: it was not started a second time.
         let slow = asked.iter().filter(|(_, uri, _)| uri.starts_with("/api/v1/namespaces/slow/"));
         assert_eq!(slow.count(), 1, "{asked:?}");
+    }
+
+    /// A replica that stops leading while a policy's pods are being listed evicts nothing and
+    /// writes no status from that look once the list answers: the look is stopped.
+    #[tokio::test]
+    async fn a_look_under_way_when_leadership_is_lost_evicts_nothing() {
+        let (leading, leadership) = tokio::sync::watch::channel(true);
+        let (engine, mut handle) = engine_led(&[], leadership);
+        let policy: crate::model::policy::ReloadPolicy =
+            serde_json::from_value(pod_policy("shop", "b")).unwrap();
+        engine.policies.apply(&policy);
+        let asked = Asked::default();
+        let log = asked.clone();
+        let (listed, mut list_asked) = tokio::sync::mpsc::unbounded_channel();
+        let api = tokio::spawn(async move {
+            let mut lists = 0;
+            loop {
+                let (method, uri, body, send) = next_request(&mut handle).await;
+                log.lock().push((method.clone(), uri.clone(), body.clone()));
+                if uri.starts_with("/api/v1/namespaces/shop/pods?") {
+                    // The first look's list is answered; the next ones when the test says so.
+                    lists += 1;
+                    if lists == 1 {
+                        send.send_response(answer(StatusCode::OK, &kafka_pods("shop")));
+                    } else {
+                        let _ = listed.send(send);
+                    }
+                } else if uri.contains("/reloadpolicies/b/status") {
+                    let mut written = pod_policy("shop", "b");
+                    written["status"] = body["status"].clone();
+                    send.send_response(answer(StatusCode::OK, &written));
+                } else {
+                    send.send_response(answer(StatusCode::CREATED, &json!({})));
+                }
+            }
+        });
+        let looks = tokio::spawn(engine.policies.clone().pod_targets_loop());
+        // The pods seen once at the current content (the first look, answered); the source
+        // changes before the next tick; the next look's list is held, and leadership goes.
+        let first_list = |asked: &Asked| {
+            asked.lock().iter().any(|(_, uri, _)| uri.starts_with("/api/v1/namespaces/shop/pods?"))
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !first_list(&asked) {
+            assert!(std::time::Instant::now() < deadline, "the first look: {:?}", asked.lock());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        engine.feed.source_observed("shop", config_map("app-config"), SourceFacts::with_hash("h3"));
+        let held = tokio::time::timeout(Duration::from_secs(10), list_asked.recv()).await;
+        let held = held.expect("a second look").expect("a list");
+        leading.send(false).unwrap();
+        let flipped = asked.lock().len();
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        held.send_response(answer(StatusCode::OK, &kafka_pods("shop")));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        looks.abort();
+        api.abort();
+        let asked = asked.lock();
+        let written = asked[flipped..].iter().filter(|(m, uri, _)| {
+            uri.contains("/eviction") || (*m == Method::PATCH && uri.contains("/reloadpolicies/"))
+        });
+        assert_eq!(written.count(), 0, "{asked:?}");
     }
 
     /// A `Pod` target's pods are listed page by page (`limit`, then `continue`), each page

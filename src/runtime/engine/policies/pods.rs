@@ -35,7 +35,13 @@ impl Policies {
         loop {
             ticker.tick().await;
             looks.reap();
-            if !*self.leadership.borrow() || !self.synced.load(Ordering::SeqCst) {
+            if !*self.leadership.borrow() {
+                // A replica that no longer leads evicts nothing: its looks under way stop
+                // (each rollout's record is in the status, so the new leader goes on from it).
+                looks.keep_only(std::iter::empty());
+                continue;
+            }
+            if !self.synced.load(Ordering::SeqCst) {
                 continue;
             }
             let policies: Vec<Arc<ActivePolicy>> = {
