@@ -286,12 +286,37 @@ mod tests {
                          pod("kafka-1", "2020-01-01T00:01:00Z")]})
     }
 
+    /// Serves a Pod-target test's API: every request logged in `log`; each pods list handed to
+    /// `list` with its path (which answers it, or keeps it unanswered); policy `b`'s status
+    /// echoed back; anything else created.
+    fn serve_pod_targets(
+        mut handle: ApiHandle,
+        log: Asked,
+        mut list: impl FnMut(&str, mock::SendResponse<Response<Body>>) + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            loop {
+                let (method, uri, body, send) = next_request(&mut handle).await;
+                log.lock().push((method.clone(), uri.clone(), body.clone()));
+                if method == Method::GET && uri.contains("/pods?") {
+                    list(&uri, send);
+                } else if uri.contains("/reloadpolicies/b/status") {
+                    let mut written = pod_policy("shop", "b");
+                    written["status"] = body["status"].clone();
+                    send.send_response(answer(StatusCode::OK, &written));
+                } else {
+                    send.send_response(answer(StatusCode::CREATED, &json!({})));
+                }
+            }
+        })
+    }
+
     /// Policy `a`'s pods (namespace `slow`) are listed and never answered; policy `b`'s (namespace
     /// `shop`) still get their looks every tick, and a change of `b`'s source evicts a pod. Looked
     /// at one after another, `b` would wait on `a`'s list for ever.
     #[tokio::test]
     async fn a_policy_whose_pods_never_list_holds_up_no_other_policys_evictions() {
-        let (engine, mut handle) = engine();
+        let (engine, handle) = engine();
         engine.feed.source_observed("slow", config_map("app-config"), SourceFacts::with_hash("h2"));
         for (namespace, name) in [("slow", "a"), ("shop", "b")] {
             let policy: crate::model::policy::ReloadPolicy =
@@ -300,23 +325,13 @@ mod tests {
         }
         let asked = Asked::default();
         let log = asked.clone();
-        let api = tokio::spawn(async move {
-            let mut unanswered = Vec::new();
-            loop {
-                let (method, uri, body, send) = next_request(&mut handle).await;
-                log.lock().push((method.clone(), uri.clone(), body.clone()));
-                if uri.starts_with("/api/v1/namespaces/slow/pods?") {
-                    // Held, never answered (nor dropped, which would fail the list).
-                    unanswered.push(send);
-                } else if uri.starts_with("/api/v1/namespaces/shop/pods?") {
-                    send.send_response(answer(StatusCode::OK, &kafka_pods("shop")));
-                } else if uri.contains("/reloadpolicies/b/status") {
-                    let mut written = pod_policy("shop", "b");
-                    written["status"] = body["status"].clone();
-                    send.send_response(answer(StatusCode::OK, &written));
-                } else {
-                    send.send_response(answer(StatusCode::CREATED, &json!({})));
-                }
+        let mut unanswered = Vec::new();
+        let api = serve_pod_targets(handle, log, move |uri, send| {
+            if uri.starts_with("/api/v1/namespaces/slow/pods?") {
+                // Held, never answered (nor dropped, which would fail the list).
+                unanswered.push(send);
+            } else {
+                send.send_response(answer(StatusCode::OK, &kafka_pods("shop")));
             }
         });
         let looks = tokio::spawn(engine.policies.clone().pod_targets_loop());
@@ -358,33 +373,21 @@ mod tests {
     #[tokio::test]
     async fn a_look_under_way_when_leadership_is_lost_evicts_nothing() {
         let (leading, leadership) = tokio::sync::watch::channel(true);
-        let (engine, mut handle) = engine_led(&[], leadership);
+        let (engine, handle) = engine_led(&[], leadership);
         let policy: crate::model::policy::ReloadPolicy =
             serde_json::from_value(pod_policy("shop", "b")).unwrap();
         engine.policies.apply(&policy);
         let asked = Asked::default();
         let log = asked.clone();
         let (listed, mut list_asked) = tokio::sync::mpsc::unbounded_channel();
-        let api = tokio::spawn(async move {
-            let mut lists = 0;
-            loop {
-                let (method, uri, body, send) = next_request(&mut handle).await;
-                log.lock().push((method.clone(), uri.clone(), body.clone()));
-                if uri.starts_with("/api/v1/namespaces/shop/pods?") {
-                    // The first look's list is answered; the next ones when the test says so.
-                    lists += 1;
-                    if lists == 1 {
-                        send.send_response(answer(StatusCode::OK, &kafka_pods("shop")));
-                    } else {
-                        let _ = listed.send(send);
-                    }
-                } else if uri.contains("/reloadpolicies/b/status") {
-                    let mut written = pod_policy("shop", "b");
-                    written["status"] = body["status"].clone();
-                    send.send_response(answer(StatusCode::OK, &written));
-                } else {
-                    send.send_response(answer(StatusCode::CREATED, &json!({})));
-                }
+        let mut lists = 0;
+        let api = serve_pod_targets(handle, log, move |_, send| {
+            // The first look's list is answered; the next ones when the test says so.
+            lists += 1;
+            if lists == 1 {
+                send.send_response(answer(StatusCode::OK, &kafka_pods("shop")));
+            } else {
+                let _ = listed.send(send);
             }
         });
         let looks = tokio::spawn(engine.policies.clone().pod_targets_loop());
