@@ -243,7 +243,7 @@ pub struct ReloadArgs {
     /// Pods the targets of kind `Pod` of one ReloadPolicy may select; past it none is rolled.
     /// Hidden: the bound is `model::limits::MAX_POD_TARGET_PODS`; tests lower it.
     #[arg(long, hide = true, default_value_t = crate::model::limits::MAX_POD_TARGET_PODS,
-          value_parser = clap::value_parser!(u64).range(1..).map(|n| usize::try_from(n).unwrap_or(usize::MAX)))]
+          value_parser = clap::value_parser!(u64).range(1..=crate::model::limits::MAX_POD_TARGET_PODS as u64).map(|n| usize::try_from(n).unwrap_or(1)))]
     pub pod_target_max_pods: usize,
 
     /// Rollouts a second across all workloads, after `--rollout-burst`; more wait their turn.
@@ -1016,6 +1016,20 @@ mod tests {
         }
         let cli = Cli::try_parse_from(["reloader", "--resync-period", "0"]).unwrap();
         assert_eq!(cli.reload.resync_period, Duration::ZERO, "0 turns the resync off");
+    }
+
+    #[test]
+    fn the_pod_target_bound_can_be_lowered_never_raised() {
+        let max = crate::model::limits::MAX_POD_TARGET_PODS;
+        let cli = Cli::try_parse_from(["reloader", "--pod-target-max-pods", "3"]).unwrap();
+        assert_eq!(cli.reload.pod_target_max_pods, 3);
+        assert_eq!(Cli::try_parse_from(["reloader"]).unwrap().reload.pod_target_max_pods, max);
+        for bad in ["0".to_string(), (max + 1).to_string(), "-1".into(), "1e9".into()] {
+            assert!(
+                Cli::try_parse_from(["reloader", "--pod-target-max-pods", &bad]).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]
