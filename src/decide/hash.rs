@@ -223,6 +223,15 @@ impl HashKey {
         Ok(Self { hmac: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, bytes), bytes: bytes.into() })
     }
 
+    /// A key for another purpose, derived from this one (HMAC-SHA-256 of `purpose`): whoever
+    /// lacks the hash key cannot compute it, and it says nothing about the hash key.
+    pub fn derive(&self, purpose: &[u8]) -> [u8; 32] {
+        let tag = ring::hmac::sign(&self.hmac, purpose);
+        let mut out = [0u8; 32];
+        out.copy_from_slice(&tag.as_ref()[..32]);
+        out
+    }
+
     /// Fresh random key bytes, for a new key Secret.
     pub fn generate() -> Result<Vec<u8>, HashKeyError> {
         use ring::rand::SecureRandom as _;

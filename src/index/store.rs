@@ -13,7 +13,7 @@ use crate::decide::plan::SourceFacts;
 use crate::decide::selection::{Selection, SelectionInputs};
 use crate::index::sparse::shrink_when_sparse;
 use crate::model::limits::MAX_NAMED_MATCHES;
-use crate::model::source::{SourceKind, SourceRef, SourceState};
+use crate::model::source::{KnownData, SourceKind, SourceRef, SourceState};
 use crate::model::workload::{WorkloadInfo, WorkloadKey};
 
 /// How long the time of a source's removal is kept for debouncing: longer than any settle
@@ -168,7 +168,7 @@ fn instant_at(offset: u64) -> Instant {
 }
 
 /// What the store keeps of a source: its [`SourceFacts`], laid out for tens of thousands of
-/// sources (88 bytes, nothing allocated for the usual source). A `BTreeMap` with one entry
+/// sources (96 bytes, nothing allocated for the usual source). A `BTreeMap` with one entry
 /// allocates a whole node (~550 bytes for `String` pairs), which made `key_hashes` the largest
 /// item per source; for the usual single-key source its one key hash *is* the content hash, so
 /// only the key name is kept, shared with every source with a key of that name. `SourceFacts`
@@ -187,6 +187,8 @@ struct StoredSource {
     key_hashes: StoredKeyHashes,
     /// When the source last changed or appeared ([`now_offset`]).
     last_change: u64,
+    /// The resourceVersion these facts are of, 0 when not known (for the source ledger).
+    resource_version: u64,
 }
 
 /// `changed_at` of a source not seen changing (the operator writes seconds of its clock there,
@@ -293,6 +295,7 @@ impl StoredSource {
             labels: pairs(facts.labels),
             key_hashes,
             last_change: now,
+            resource_version: 0,
         }
     }
 
@@ -363,12 +366,25 @@ impl Store {
         source: SourceRef,
         facts: SourceFacts,
     ) -> SourceUpdate {
+        self.upsert_source_at(namespace, source, facts, 0)
+    }
+
+    /// [`Store::upsert_source`] with the resourceVersion the facts are of (0: not known), kept
+    /// for the source ledger ([`Store::known_sources`]).
+    pub fn upsert_source_at(
+        &mut self,
+        namespace: &str,
+        source: SourceRef,
+        facts: SourceFacts,
+        resource_version: u64,
+    ) -> SourceUpdate {
         let now = now_offset();
         // The table by field, not through `self`: the key names are borrowed alongside.
         let slot = namespace_in(&mut self.namespaces, namespace).slot_mut(&source);
         let names = &mut self.key_names;
         match &mut slot.stored {
             Some(existing) => {
+                existing.resource_version = resource_version;
                 if existing.same_state(&facts.state) {
                     if !same_pairs(&existing.labels, &facts.labels) {
                         // Labels never roll anything, but they can change what a policy selects.
@@ -383,14 +399,17 @@ impl Store {
                     *existing = StoredSource {
                         created_after_first_list: existing.created_after_first_list,
                         created: existing.created,
+                        resource_version,
                         ..changed
                     };
                     SourceUpdate::Changed
                 }
             }
             None => {
-                slot.stored =
-                    Some(StoredSource::new(SourceFacts { changed_at: None, ..facts }, now, names));
+                let mut stored =
+                    StoredSource::new(SourceFacts { changed_at: None, ..facts }, now, names);
+                stored.resource_version = resource_version;
+                slot.stored = Some(stored);
                 self.source_count += 1;
                 // Checked first: the key's text is not built for every source of a list.
                 if !self.removed_at.is_empty() {
@@ -441,6 +460,31 @@ impl Store {
 
     pub fn source_count(&self) -> usize {
         self.source_count
+    }
+
+    /// Every stored source of `kind` whose resourceVersion is known, with the hashes of its
+    /// data at that version, namespace by namespace (for the source ledger).
+    pub fn known_sources(&self, kind: SourceKind, mut each: impl FnMut(&str, &str, KnownData)) {
+        for (namespace, index) in &self.namespaces {
+            for (name, slot) in &index.sources[kind_index(kind)] {
+                let Some(stored) = slot.stored.as_ref().filter(|s| s.resource_version != 0) else {
+                    continue;
+                };
+                let content = stored.hash.to_text();
+                let key_hashes = match &stored.key_hashes {
+                    StoredKeyHashes::Single(key) => vec![(key.to_string(), content.clone())],
+                    StoredKeyHashes::Map(pairs) => pairs.to_vec(),
+                    StoredKeyHashes::Untracked => Vec::new(),
+                };
+                let keys_untracked = matches!(stored.key_hashes, StoredKeyHashes::Untracked);
+                let resource_version = stored.resource_version;
+                each(
+                    namespace,
+                    name,
+                    KnownData { resource_version, content, key_hashes, keys_untracked },
+                );
+            }
+        }
     }
 
     /// Every source of a namespace with its facts (for resolving ReloadPolicy sources).
@@ -675,6 +719,11 @@ impl StoreReader {
         StoreReader(store)
     }
 
+    /// See [`Store::known_sources`] (under the read lock throughout).
+    pub fn known_sources(&self, kind: SourceKind, each: impl FnMut(&str, &str, KnownData)) {
+        self.0.read().known_sources(kind, each)
+    }
+
     /// The workload's entry, if it is known.
     pub fn workload(&self, key: &WorkloadKey) -> Option<Arc<WorkloadEntry>> {
         self.0.read().workload(key)
@@ -716,6 +765,65 @@ mod tests {
     fn facts(hash: &str) -> SourceFacts {
         SourceFacts::with_hash(hash)
     }
+    #[test]
+    fn the_ledger_gets_each_sources_hashes_at_the_version_last_stored() {
+        let sha = |c: char| c.to_string().repeat(40);
+        let mut store = Store::default();
+        let one_key = SourceFacts {
+            key_hashes: BTreeMap::from([("config.yaml".into(), sha('a'))]),
+            ..facts(&sha('a'))
+        };
+        store.upsert_source_at("ns", SourceRef::new(SourceKind::ConfigMap, "app"), one_key, 7);
+        let two_keys = SourceFacts {
+            key_hashes: BTreeMap::from([("a".into(), sha('1')), ("b".into(), sha('2'))]),
+            ..facts(&sha('c'))
+        };
+        store.upsert_source_at("ns", SourceRef::new(SourceKind::ConfigMap, "two"), two_keys, 8);
+        let untracked = SourceFacts { keys_untracked: true, ..facts(&sha('d')) };
+        store.upsert_source_at("ns", SourceRef::new(SourceKind::ConfigMap, "big"), untracked, 9);
+        // A version not known (0) is left out; another kind is not listed.
+        store.upsert_source("ns", SourceRef::new(SourceKind::ConfigMap, "unversioned"), facts("x"));
+        store.upsert_source_at("ns", SourceRef::new(SourceKind::Secret, "s"), facts(&sha('e')), 3);
+        // Labels only: same hashes, the version moves on.
+        let relabelled = SourceFacts {
+            labels: BTreeMap::from([("team".into(), "a".into())]),
+            ..SourceFacts {
+                key_hashes: BTreeMap::from([("a".into(), sha('1')), ("b".into(), sha('2'))]),
+                ..facts(&sha('c'))
+            }
+        };
+        let update = store.upsert_source_at(
+            "ns",
+            SourceRef::new(SourceKind::ConfigMap, "two"),
+            relabelled,
+            11,
+        );
+        assert_eq!(update, SourceUpdate::Relabelled);
+
+        let mut known = Vec::new();
+        store.known_sources(SourceKind::ConfigMap, |ns, name, k| {
+            known.push((ns.to_string(), name.to_string(), k))
+        });
+        known.sort_by(|a, b| a.1.cmp(&b.1));
+        let view: Vec<(&str, u64, &str, usize, bool)> = known
+            .iter()
+            .map(|(_, n, k)| {
+                (
+                    n.as_str(),
+                    k.resource_version,
+                    &k.content[..1],
+                    k.key_hashes.len(),
+                    k.keys_untracked,
+                )
+            })
+            .collect();
+        assert_eq!(
+            view,
+            [("app", 7, "a", 1, false), ("big", 9, "d", 0, true), ("two", 11, "c", 2, false)]
+        );
+        assert_eq!(known[0].2.key_hashes, [("config.yaml".to_string(), sha('a'))]);
+    }
+
     fn entry(name: &str, refs: &[&str], meta: &[(&str, &str)]) -> WorkloadEntry {
         let metadata: BTreeMap<String, String> =
             meta.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();

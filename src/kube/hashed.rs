@@ -17,6 +17,7 @@ use serde::{Deserialize, Deserializer};
 use super::protobuf::{self, ProtoObject, SourceMessage};
 use crate::decide::hash::{self, SourceHashes};
 use crate::model::limits::MAX_KEY_HASHES;
+use crate::model::source::KnownData;
 
 /// A source of kind `K` with its data replaced by the data's hashes.
 #[derive(Debug, Clone)]
@@ -36,6 +37,18 @@ impl<K> Hashed<K> {
         hash: impl FnOnce(bool) -> SourceHashes,
     ) -> Self {
         let hashes = hash(key_count <= MAX_KEY_HASHES);
+        Hashed { metadata, key_count, hashes, kind: PhantomData }
+    }
+
+    /// The source as its metadata says now and the source ledger knew its data at the same
+    /// resourceVersion (see `kube::ledger`).
+    pub fn recalled(metadata: ObjectMeta, known: &KnownData) -> Self {
+        let key_count =
+            if known.keys_untracked { MAX_KEY_HASHES + 1 } else { known.key_hashes.len() };
+        let hashes = SourceHashes {
+            content: known.content.clone(),
+            keys: known.key_hashes.iter().cloned().collect(),
+        };
         Hashed { metadata, key_count, hashes, kind: PhantomData }
     }
 

@@ -32,6 +32,7 @@ pub mod hash_key;
 pub mod hashed;
 pub mod leader;
 pub mod lean;
+pub mod ledger;
 pub mod pending_jobs;
 pub mod protobuf;
 pub mod ratelimit;

@@ -23,6 +23,12 @@ pub const MAGIC: &[u8; 4] = b"k8s\0";
 /// Media type asked for: protobuf, or JSON from a server (or proxy) that does not offer it.
 pub const ACCEPT: &str = "application/vnd.kubernetes.protobuf, application/json";
 
+/// Media type of a watch of objects' metadata only (`metav1.PartialObjectMetadata`, whose
+/// field 1 is the metadata as in every kind's message, so it decodes as the kind without data).
+/// Protobuf only: the JSON form names another kind, which the typed objects refuse.
+pub const ACCEPT_METADATA: &str =
+    "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+
 /// Why a buffer could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecodeError(pub &'static str);
@@ -337,6 +343,11 @@ pub fn decode_list<K: ProtoObject>(buf: &[u8]) -> Result<Page<K>> {
         Ok(())
     })?;
     Ok(page)
+}
+
+/// Decodes one object with its envelope (a GET's answer).
+pub fn decode_object<K: ProtoObject>(buf: &[u8]) -> Result<K> {
+    K::decode_message(unwrap_envelope(buf)?)
 }
 
 /// `metav1.Status`, as the API server answers an error.

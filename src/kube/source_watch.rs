@@ -19,8 +19,14 @@
 //!
 //! It asks for protobuf and accepts JSON: a server or proxy that does not offer protobuf
 //! answers JSON, and the response's Content-Type says which one to read.
+//!
+//! The first list of a watcher given the source ledger (`kube::ledger`) is of metadata only: a
+//! source whose resourceVersion is the ledger's is taken in with the ledger's hashes, the few
+//! others are fetched one by one (or, when more than [`MAX_FETCHED_PERCENT`] of them, listed
+//! whole as above), and the watch goes on from the metadata list's end. A fetched object may
+//! be newer than that point, so the watch's replay of its older versions is skipped.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -35,7 +41,11 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
+use super::hash_key::{KeySlot, KeyState};
+use super::hashed::{Hashed, HashedKind};
+use super::ledger::{LedgerIndex, LedgerKey, LedgerStore, version_number};
 use super::protobuf::{self, Change, ProtoObject};
+use crate::model::source::KnownData;
 
 /// The longest watch frame read: more than any object the API server stores (etcd's default
 /// request limit is 1.5 MiB), less than what a hostile length prefix would make us allocate.
@@ -47,15 +57,54 @@ const WATCH_TIMEOUT_SECS: u32 = 290;
 /// A watch that says nothing for this long after its server-side timeout is taken for dead.
 const IDLE_MARGIN: Duration = Duration::from_secs(5);
 
+/// Sources the ledger did not know that are fetched one by one, at most (else listed whole):
+/// `FETCHED_FLOOR`, or this share of those it knew.
+const MAX_FETCHED_PERCENT: usize = 2;
+const FETCHED_FLOOR: usize = 64;
+/// GETs in flight while fetching them.
+const FETCH_CONCURRENCY: usize = 16;
+/// How long a start waits for the hash key that opens the ledger before listing whole.
+const KEY_WAIT: Duration = Duration::from_secs(5);
+
 /// A kind this watcher can follow: readable as protobuf and as JSON.
 pub trait WatchedSource:
     ProtoObject + Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static
 {
+    /// The object decoded from its metadata alone, with its data as the ledger knew it at the
+    /// same resourceVersion. Only kinds taken in as hashes are given a ledger.
+    fn recalled(metadata_only: Self, known: &KnownData) -> Self;
 }
 
-impl<K> WatchedSource for K where
-    K: ProtoObject + Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static
-{
+impl<K: HashedKind + Send + 'static> WatchedSource for Hashed<K> {
+    fn recalled(metadata_only: Self, known: &KnownData) -> Self {
+        Hashed::recalled(metadata_only.metadata, known)
+    }
+}
+
+#[cfg(test)]
+impl WatchedSource for k8s_openapi::api::core::v1::Secret {
+    fn recalled(_: Self, _: &KnownData) -> Self {
+        unreachable!("tests give whole Secrets no ledger")
+    }
+}
+
+/// Where a watcher's first list finds the source ledger, and the key that opens it.
+pub struct LedgerStart {
+    pub store: std::sync::Arc<LedgerStore>,
+    pub hash_key: std::sync::Arc<KeySlot>,
+}
+
+impl LedgerStart {
+    /// The ledger, once the hash key is loaded; empty without one.
+    async fn load(&self) -> LedgerIndex {
+        self.hash_key.settled(KEY_WAIT).await;
+        match self.hash_key.state() {
+            KeyState::Loaded(key) => {
+                self.store.read(&LedgerKey::new(&key, self.store.kind())).await
+            }
+            _ => LedgerIndex::default(),
+        }
+    }
 }
 
 /// What to watch: a namespace (or all) and a label selector, with a LIST page size.
@@ -75,11 +124,22 @@ pub fn watch<K: WatchedSource>(
     client: Client,
     config: Config,
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send {
+    watch_from_ledger(client, config, None)
+}
+
+/// [`watch`], its first list taken from the source ledger where `ledger` has one.
+pub fn watch_from_ledger<K: WatchedSource>(
+    client: Client,
+    config: Config,
+    ledger: Option<LedgerStart>,
+) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send {
     let source = Source {
         client,
         url: K::url_path(&(), config.namespace.as_deref()),
         streaming: AtomicBool::new(config.streaming_list),
         config,
+        ledger: parking_lot::Mutex::new(ledger),
+        fetched: parking_lot::Mutex::new(HashMap::new()),
     };
     futures::stream::unfold((source, State::Empty), |(source, state)| async move {
         let mut state = state;
@@ -95,9 +155,21 @@ pub fn watch<K: WatchedSource>(
 
 enum State<K> {
     Empty,
-    /// Objects of a streaming list arrive until its `initial-events-end` bookmark.
+    /// Objects of a streaming list arrive until its `initial-events-end` bookmark; after a
+    /// ledger start, those already taken in from the ledger are passed over.
     Streaming {
         events: Events,
+        recall: Option<Box<Recall>>,
+    },
+    /// Metadata of a first list from the ledger arrives until its `initial-events-end` bookmark.
+    Recalling {
+        events: Events,
+        recall: Box<Recall>,
+    },
+    /// The sources the ledger did not know, fetched.
+    Fetched {
+        items: VecDeque<K>,
+        resource_version: String,
     },
     Listing {
         continue_token: Option<String>,
@@ -119,6 +191,23 @@ struct Source {
     config: Config,
     /// Cleared for good when the server refuses a streaming list.
     streaming: AtomicBool,
+    /// Taken by the first list: a later one lists whole.
+    ledger: parking_lot::Mutex<Option<LedgerStart>>,
+    /// Objects fetched after a ledger start, by namespace and name, with their version: the
+    /// watch's replay of older versions of them is passed over.
+    fetched: parking_lot::Mutex<HashMap<(String, String), u64>>,
+}
+
+/// A first list from the ledger under way.
+struct Recall {
+    index: LedgerIndex,
+    /// Sources the ledger did not know at their version.
+    misses: Vec<(String, String)>,
+    known: usize,
+}
+
+fn name_of<K: Resource>(obj: &K) -> (String, String) {
+    (obj.meta().namespace.clone().unwrap_or_default(), obj.meta().name.clone().unwrap_or_default())
 }
 
 type Step<K> = (Option<Result<Event<K>, watcher::Error>>, State<K>);
@@ -127,7 +216,18 @@ impl Source {
     async fn step<K: WatchedSource>(&self, state: State<K>) -> Step<K> {
         match state {
             State::Empty => self.begin().await,
-            State::Streaming { mut events } => streamed(events.next_or_idle::<K>().await, events),
+            State::Streaming { mut events, recall } => {
+                streamed(events.next_or_idle::<K>().await, events, recall)
+            }
+            State::Recalling { mut events, recall } => {
+                self.recalling(events.next_or_idle::<K>().await, events, recall).await
+            }
+            State::Fetched { mut items, resource_version } => match items.pop_front() {
+                Some(item) => {
+                    (Some(Ok(Event::InitApply(item))), State::Fetched { items, resource_version })
+                }
+                None => (Some(Ok(Event::InitDone)), State::Listed { resource_version }),
+            },
             State::Listing { continue_token, items, resource_version } => {
                 self.listing(continue_token, items, resource_version).await
             }
@@ -151,21 +251,40 @@ impl Source {
                             State::Listed { resource_version },
                         )
                     }
+                    Some(Ok(change)) if self.superseded(&change) => {
+                        (None, State::Watching { resource_version, events })
+                    }
                     Some(Ok(change)) => on_change(change, resource_version, events),
                 }
             }
         }
     }
 
-    /// A (re)list begins: as a streaming list, or in pages where the server refuses those.
+    /// A (re)list begins: from the ledger the first time there is one, else as a streaming
+    /// list, or in pages where the server refuses those.
     async fn begin<K: WatchedSource>(&self) -> Step<K> {
+        self.fetched.lock().clear();
+        let ledger = self.ledger.lock().take();
+        if let Some(ledger) = ledger {
+            let index = ledger.load().await;
+            if !index.is_empty() {
+                match self.start_watch_as(None, protobuf::ACCEPT_METADATA).await {
+                    Ok(events) => {
+                        let recall = Box::new(Recall { index, misses: Vec::new(), known: 0 });
+                        return (Some(Ok(Event::Init)), State::Recalling { events, recall });
+                    }
+                    Err(e) => tracing::info!(url = %self.url, error = %e,
+                        "metadata list refused; listing whole"),
+                }
+            }
+        }
         let listing =
             State::Listing { continue_token: None, items: VecDeque::new(), resource_version: None };
         if !self.streaming.load(Ordering::Relaxed) {
             return (Some(Ok(Event::Init)), listing);
         }
         match self.start_watch(None).await {
-            Ok(events) => (Some(Ok(Event::Init)), State::Streaming { events }),
+            Ok(events) => (Some(Ok(Event::Init)), State::Streaming { events, recall: None }),
             // Refused (a server without streaming lists, or with them turned off): pages.
             Err(kube::Error::Api(status)) if matches!(status.code, 400 | 403 | 422) => {
                 tracing::info!(
@@ -221,7 +340,7 @@ impl Source {
             ..ListParams::default()
         };
         let request = Request::new(&self.url).list(&params).map_err(kube::Error::BuildRequest)?;
-        let response = self.send(request).await?;
+        let response = self.send(request, protobuf::ACCEPT).await?;
         let proto = is_protobuf(&response);
         let body = read_body(response).await?;
         if proto {
@@ -238,9 +357,137 @@ impl Source {
         }
     }
 
+    /// The next metadata of a first list from the ledger: taken in where the ledger knows its
+    /// version, else noted; at the list's end, what the ledger did not know is fetched (or the
+    /// sources listed whole when that is many).
+    async fn recalling<K: WatchedSource>(
+        &self,
+        next: Option<kube::Result<Change<K>>>,
+        events: Events,
+        mut recall: Box<Recall>,
+    ) -> Step<K> {
+        match next {
+            Some(Ok(Change::Added(obj) | Change::Modified(obj))) => {
+                let version = version_number(obj.meta().resource_version.as_deref());
+                let (namespace, name) = name_of(&obj);
+                match version.and_then(|v| recall.index.known(&namespace, &name, v)) {
+                    Some(known) => {
+                        recall.known += 1;
+                        let obj = K::recalled(obj, known);
+                        (Some(Ok(Event::InitApply(obj))), State::Recalling { events, recall })
+                    }
+                    None => {
+                        recall.misses.push((namespace, name));
+                        (None, State::Recalling { events, recall })
+                    }
+                }
+            }
+            Some(Ok(Change::Bookmark { resource_version, initial_events_end: true }))
+                if !resource_version.is_empty() =>
+            {
+                drop(events);
+                self.recalled(recall, resource_version).await
+            }
+            Some(Ok(Change::Bookmark { .. })) => (None, State::Recalling { events, recall }),
+            // Anything else: the stream is out of step; start again, listing whole.
+            other => streamed(other, events, None),
+        }
+    }
+
+    /// The end of a first list from the ledger: fetches what it did not know.
+    async fn recalled<K: WatchedSource>(
+        &self,
+        recall: Box<Recall>,
+        resource_version: String,
+    ) -> Step<K> {
+        let misses = recall.misses.len();
+        let most = FETCHED_FLOOR.max(recall.known * MAX_FETCHED_PERCENT / 100);
+        tracing::info!(url = %self.url, known = recall.known, unknown = misses,
+            "sources taken in from the source ledger");
+        if misses > most {
+            // Many changed while the operator was down: listing whole is cheaper than a GET each.
+            return match self.start_watch(None).await {
+                Ok(events) => (None, State::Streaming { events, recall: Some(recall) }),
+                Err(e) => (Some(Err(watcher::Error::InitialListFailed(e))), State::Empty),
+            };
+        }
+        use futures::{StreamExt as _, TryStreamExt as _};
+        let fetched: kube::Result<Vec<Option<K>>> = futures::stream::iter(recall.misses)
+            .map(|(namespace, name)| self.get::<K>(namespace, name))
+            .buffer_unordered(FETCH_CONCURRENCY)
+            .try_collect()
+            .await;
+        match fetched {
+            Ok(items) => {
+                let items: VecDeque<K> = items.into_iter().flatten().collect();
+                let mut newer = self.fetched.lock();
+                for item in &items {
+                    if let Some(v) = version_number(item.meta().resource_version.as_deref()) {
+                        newer.insert(name_of(item), v);
+                    }
+                }
+                (None, State::Fetched { items, resource_version })
+            }
+            Err(e) => (Some(Err(watcher::Error::InitialListFailed(e))), State::Empty),
+        }
+    }
+
+    /// One object as it is now; `None` when it is gone.
+    async fn get<K: WatchedSource>(
+        &self,
+        namespace: String,
+        name: String,
+    ) -> kube::Result<Option<K>> {
+        let url = K::url_path(&(), Some(&namespace));
+        let request = Request::new(url)
+            .get(&name, &kube::api::GetParams::default())
+            .map_err(kube::Error::BuildRequest)?;
+        let response = match self.send(request, protobuf::ACCEPT).await {
+            Ok(response) => response,
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let proto = is_protobuf(&response);
+        let body = read_body(response).await?;
+        if proto {
+            protobuf::decode_object::<K>(body.as_ref()).map(Some).map_err(invalid_data)
+        } else {
+            serde_json::from_slice(body.as_ref()).map(Some).map_err(kube::Error::SerdeError)
+        }
+    }
+
+    /// A change the watch replays of an object fetched at a later version: passed over.
+    fn superseded<K: WatchedSource>(&self, change: &Change<K>) -> bool {
+        let (Change::Added(obj) | Change::Modified(obj) | Change::Deleted(obj)) = change else {
+            return false;
+        };
+        let mut fetched = self.fetched.lock();
+        if fetched.is_empty() {
+            return false;
+        }
+        let key = name_of(obj);
+        let Some(&held) = fetched.get(&key) else { return false };
+        let version = version_number(obj.meta().resource_version.as_deref()).unwrap_or(0);
+        if version > held {
+            // Past the fetched version: later changes are not replays.
+            fetched.remove(&key);
+            return false;
+        }
+        true
+    }
+
     /// A watch from `resource_version`, or (`None`) a streaming list: the current state as
     /// added objects, an `initial-events-end` bookmark, then changes.
     async fn start_watch(&self, resource_version: Option<&str>) -> kube::Result<Events> {
+        self.start_watch_as(resource_version, protobuf::ACCEPT).await
+    }
+
+    /// [`Source::start_watch`] asking for the media type `accept`.
+    async fn start_watch_as(
+        &self,
+        resource_version: Option<&str>,
+        accept: &'static str,
+    ) -> kube::Result<Events> {
         let params = WatchParams {
             label_selector: self.config.label_selector.clone(),
             timeout: Some(WATCH_TIMEOUT_SECS),
@@ -255,17 +502,18 @@ impl Source {
         request
             .headers_mut()
             .insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
-        let response = self.send(request).await?;
+        let response = self.send(request, accept).await?;
         let proto = is_protobuf(&response);
         Ok(Events { body: response.into_body(), frames: Frames::new(proto) })
     }
 
-    /// Sends with the protobuf-or-JSON Accept header; an error status becomes `kube::Error::Api`.
+    /// Sends with the Accept header `accept`; an error status becomes `kube::Error::Api`.
     async fn send(
         &self,
         mut request: http::Request<Vec<u8>>,
+        accept: &'static str,
     ) -> kube::Result<http::Response<kube::client::Body>> {
-        request.headers_mut().insert(ACCEPT, http::HeaderValue::from_static(protobuf::ACCEPT));
+        request.headers_mut().insert(ACCEPT, http::HeaderValue::from_static(accept));
         let response = self.client.send(request.map(kube::client::Body::from)).await?;
         if response.status().is_success() {
             return Ok(response);
@@ -289,20 +537,37 @@ impl Source {
     }
 }
 
-/// The watcher's answer to one change of a running watch.
 /// What a streaming list's next change means: an object of the initial state, its end (the
-/// `initial-events-end` bookmark), or a stream out of step (started again).
-fn streamed<K: WatchedSource>(next: Option<kube::Result<Change<K>>>, events: Events) -> Step<K> {
+/// `initial-events-end` bookmark), or a stream out of step (started again). With `recall`,
+/// objects already taken in from the ledger at the same version are passed over.
+fn streamed<K: WatchedSource>(
+    next: Option<kube::Result<Change<K>>>,
+    events: Events,
+    recall: Option<Box<Recall>>,
+) -> Step<K> {
     match next {
         Some(Ok(Change::Added(obj) | Change::Modified(obj))) => {
-            (Some(Ok(Event::InitApply(obj))), State::Streaming { events })
+            let taken_in = recall.as_ref().is_some_and(|recall| {
+                let (namespace, name) =
+                    (obj.meta().namespace.as_deref(), obj.meta().name.as_deref());
+                version_number(obj.meta().resource_version.as_deref()).is_some_and(|v| {
+                    recall
+                        .index
+                        .known(namespace.unwrap_or_default(), name.unwrap_or_default(), v)
+                        .is_some()
+                })
+            });
+            if taken_in {
+                return (None, State::Streaming { events, recall });
+            }
+            (Some(Ok(Event::InitApply(obj))), State::Streaming { events, recall })
         }
         Some(Ok(Change::Bookmark { resource_version, initial_events_end: true }))
             if !resource_version.is_empty() =>
         {
             (Some(Ok(Event::InitDone)), State::Watching { resource_version, events })
         }
-        Some(Ok(Change::Bookmark { .. })) => (None, State::Streaming { events }),
+        Some(Ok(Change::Bookmark { .. })) => (None, State::Streaming { events, recall }),
         // Nothing is deleted from an initial state: the stream is out of step.
         Some(Ok(Change::Deleted(_))) => {
             (Some(Err(watcher::Error::NoResourceVersion)), State::Empty)
@@ -567,6 +832,171 @@ mod tests {
         let asked = asked.lock().unwrap().clone();
         assert!(asked[0].contains("sendInitialEvents=true"), "{asked:?}");
         assert!(asked[1].contains("limit=10"), "{asked:?}");
+    }
+
+    /// A fake API server for a start from the ledger: the ledger (one chunk knowing `known`
+    /// at rv 5), a metadata list of `known` (rv 5) and of `unknown` (rv 6), whole objects for
+    /// a full list and GETs (rv 12), and a watch from the list's end replaying an older
+    /// version (rv 11) of each fetched object and then a newer one (rv 13).
+    fn ledger_server(
+        known: &'static str,
+        unknown: Vec<String>,
+        asked: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    ) -> (Client, LedgerStart) {
+        use crate::decide::hash::HashKey;
+        use crate::kube::ledger::{ChunkWriter, LedgerKey, LedgerStore};
+        let hash_key = HashKey::new(&[3u8; 32]).unwrap();
+        let mut writer = ChunkWriter::new();
+        let ledger_hash = "1111111111111111111111111111111111111111";
+        let entry = KnownData {
+            resource_version: 5,
+            content: ledger_hash.into(),
+            key_hashes: vec![("k".into(), ledger_hash.into())],
+            keys_untracked: false,
+        };
+        writer.push("ns", known, &entry);
+        let sealed = LedgerKey::new(&hash_key, crate::model::source::SourceKind::Secret)
+            .seal(writer.finish().remove(0));
+        let chunk = serde_json::json!({"kind": "ConfigMapList", "apiVersion": "v1",
+            "metadata": {"resourceVersion": "20"},
+            "items": [{"metadata": {"name": "reloader-source-ledger-secret-0", "namespace": "op"},
+                "binaryData": {"ledger": k8s_openapi::ByteString(sealed)}}]})
+        .to_string();
+        let secret = |name: &str, rv: u32, data: bool| {
+            let data =
+                if data { serde_json::json!({"k": "dg=="}) } else { serde_json::json!(null) };
+            serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name, "namespace": "ns", "resourceVersion": rv.to_string()},
+                "data": data})
+        };
+        let line = |kind: &str, object: serde_json::Value| {
+            format!("{}\n", serde_json::json!({"type": kind, "object": object}))
+        };
+        let end = line(
+            "BOOKMARK",
+            serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"resourceVersion": "10",
+                "annotations": {"k8s.io/initial-events-end": "true"}}}),
+        );
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let uri = request.uri().to_string();
+            let accept = request.headers().get(ACCEPT).and_then(|v| v.to_str().ok());
+            let accept = accept.unwrap_or_default().to_string();
+            asked.lock().unwrap().push(format!("{uri} {accept}"));
+            let body = if uri.contains("/configmaps") {
+                chunk.clone()
+            } else if uri.contains("sendInitialEvents") {
+                // Metadata only when asked for it, whole objects else.
+                let whole = !accept.contains("PartialObjectMetadata");
+                let mut body = line("ADDED", secret(known, 5, whole));
+                for name in &unknown {
+                    body += &line("ADDED", secret(name, 6, whole));
+                }
+                body + &end
+            } else if uri.contains("resourceVersion=10") {
+                let mut body = String::new();
+                for name in &unknown {
+                    body += &line("MODIFIED", secret(name, 11, true));
+                    body += &line("MODIFIED", secret(name, 13, true));
+                }
+                body
+            } else if let Some(name) =
+                unknown.iter().find(|n| uri.contains(&format!("/secrets/{n}")))
+            {
+                secret(name, 12, true).to_string()
+            } else {
+                String::new()
+            };
+            let response = http::Response::builder()
+                .status(200)
+                .header(CONTENT_TYPE, "application/json")
+                .body(kube::client::Body::from(body.into_bytes()))
+                .unwrap();
+            async move { Ok::<_, std::convert::Infallible>(response) }
+        });
+        let client = Client::new(service, "ns");
+        let slot = std::sync::Arc::new(KeySlot::new("op", "key"));
+        slot.install(hash_key);
+        let store =
+            LedgerStore::new(client.clone(), "op".into(), crate::model::source::SourceKind::Secret);
+        (client, LedgerStart { store: std::sync::Arc::new(store), hash_key: slot })
+    }
+
+    /// Names and versions of the events, with the content hash of each applied object.
+    async fn ledger_start_events(
+        client: Client,
+        ledger: LedgerStart,
+        count: usize,
+    ) -> Vec<(String, String, String)> {
+        let config = Config { page_size: 10, streaming_list: true, ..Config::default() };
+        let events = watch_from_ledger::<Hashed<Secret>>(client, config, Some(ledger));
+        events
+            .take(count)
+            .map(|e| match e.unwrap() {
+                Event::Init => ("init".into(), String::new(), String::new()),
+                Event::InitDone => ("done".into(), String::new(), String::new()),
+                Event::InitApply(s) | Event::Apply(s) => {
+                    (s.name_any(), s.resource_version().unwrap(), s.hashes.content[..4].to_string())
+                }
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_start_from_the_ledger_fetches_only_what_it_did_not_know() {
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (client, ledger) = ledger_server("a", vec!["b".into()], asked.clone());
+        let got = ledger_start_events(client, ledger, 5).await;
+        let got: Vec<(&str, &str, &str)> =
+            got.iter().map(|(n, v, h)| (n.as_str(), v.as_str(), h.as_str())).collect();
+        let fetched = &got[2].2;
+        assert_ne!(*fetched, "1111", "hashed from its data");
+        assert_eq!(
+            got,
+            [
+                ("init", "", ""),
+                // Known at its version: the ledger's hash, no data received.
+                ("a", "5", "1111"),
+                // Unknown: fetched (a newer version than the list's).
+                ("b", "12", *fetched),
+                ("done", "", ""),
+                // The watch's replay of b at 11 is passed over; 13 is a change.
+                ("b", "13", *fetched),
+            ]
+        );
+        let asked = asked.lock().unwrap().clone();
+        assert!(
+            asked[1].contains("sendInitialEvents=true")
+                && asked[1].contains("as=PartialObjectMetadata"),
+            "{asked:?}"
+        );
+        assert!(asked[2].contains("/namespaces/ns/secrets/b"), "{asked:?}");
+        assert!(
+            !asked.iter().skip(2).any(|a| a.contains("sendInitialEvents")),
+            "no full list: {asked:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_start_from_the_ledger_with_many_unknown_lists_whole_once() {
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let unknown: Vec<String> = (0..=FETCHED_FLOOR).map(|i| format!("u{i}")).collect();
+        let (client, ledger) = ledger_server("a", unknown.clone(), asked.clone());
+        let got = ledger_start_events(client, ledger, unknown.len() + 3).await;
+        // Init, a from the ledger, then every unknown one from the full list (a is not
+        // applied twice), then the end.
+        assert_eq!(got[1], ("a".into(), "5".into(), "1111".into()));
+        let listed: Vec<&str> = got[2..got.len() - 1].iter().map(|(n, _, _)| n.as_str()).collect();
+        assert_eq!(listed, unknown.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(got.last().unwrap().0, "done");
+        let asked = asked.lock().unwrap().clone();
+        assert!(!asked.iter().any(|a| a.contains("/secrets/u")), "no GETs: {asked:?}");
+        assert!(
+            asked[2].contains("sendInitialEvents=true")
+                && !asked[2].contains("PartialObjectMetadata"),
+            "{asked:?}"
+        );
     }
 
     fn drain(frames: &mut Frames) -> Vec<Change<Secret>> {

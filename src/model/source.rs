@@ -68,6 +68,20 @@ impl fmt::Display for SourceRef {
     }
 }
 
+/// What the operator knew of a source's data at one resourceVersion: its hashes, enough to take
+/// the source in again without its data while its resourceVersion is the same (the source
+/// ledger, `crate::kube::ledger`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownData {
+    pub resource_version: u64,
+    /// The content hash (SHA-1 hex, as the store keeps it).
+    pub content: String,
+    /// Each key's hash, unless `keys_untracked`.
+    pub key_hashes: Vec<(String, String)>,
+    /// More keys than are hashed one by one.
+    pub keys_untracked: bool,
+}
+
 /// What the operator keeps of a source after hashing it: never its data.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceState {

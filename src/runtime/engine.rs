@@ -32,6 +32,7 @@ mod events;
 mod evict;
 mod feed;
 mod follow;
+mod ledger;
 mod loops;
 mod mocked_api;
 mod outcome;
@@ -155,6 +156,8 @@ pub struct Engine {
     hash_key: Arc<crate::kube::hash_key::KeySlot>,
     /// True while this replica may write (always, without `--enable-ha`).
     leadership: watch::Receiver<bool>,
+    /// The source ledger: read by the first source lists, written by the leader.
+    ledgers: Arc<ledger::Ledgers>,
 }
 
 /// What the engine's parts share, made once by [`Engine::new`] and handed to each part as it
@@ -389,6 +392,14 @@ impl Engine {
             workers: crate::runtime::containment::Workers::default(),
         });
         let admission = Arc::new(common.admission(&feed, &policies, &reconciler));
+        let ledgers = Arc::new(ledger::Ledgers::new(
+            &common.client,
+            &common.config.own_namespace,
+            common.index(),
+            common.hash_key.clone(),
+            common.leadership.clone(),
+            common.synced.clone(),
+        ));
         let Common { client, config, events, metrics, queue, hash_key, leadership, .. } = common;
         Arc::new(Engine {
             csi,
@@ -407,6 +418,7 @@ impl Engine {
             events,
             metrics,
             policies,
+            ledgers,
             hash_key,
             leadership,
             config,
@@ -478,6 +490,7 @@ impl Engine {
         tasks.spawn(crate::runtime::memory::trim_periodically());
         tasks.spawn(self.loops.clone().follow_leadership());
         tasks.spawn(self.loops.clone().follow_hash_key());
+        tasks.spawn(self.ledgers.clone().keep());
 
         shutdown.await;
         self.stop(workers, tasks).await;
@@ -555,6 +568,7 @@ impl Engine {
         if !self.events.flush(Duration::from_secs(5)).await {
             warn!("Events of the last rollouts not all written within 5s; stopping anyway");
         }
+        self.ledgers.write_at_shutdown().await;
         self.watch_tasks.stop_all();
         tasks.abort_all();
     }

@@ -43,6 +43,7 @@ mod rollouts;
 mod secret_hygiene;
 mod smoke;
 mod source_encoding;
+mod source_ledger;
 mod staged;
 mod webhook;
 mod windows;

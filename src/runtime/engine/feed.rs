@@ -260,7 +260,7 @@ impl Feed {
 
     pub(super) fn apply_source<K>(&self, kind: SourceKind, obj: Hashed<K>, after_first_list: bool) {
         let keys_untracked = obj.keys_untracked();
-        let Hashed { metadata: meta, key_count: keys, hashes, .. } = obj;
+        let Hashed { metadata: meta, hashes, .. } = obj;
         let ns = meta.namespace.clone().unwrap_or_default();
         if self.namespaces.ignored(&ns) {
             // Never stored, so the store cannot tell new from known: the list is adds.
@@ -281,9 +281,11 @@ impl Feed {
         if keys_untracked {
             violations.push(LimitViolation::new(
                 "key_hashes",
+                // The count is not said: a start from the source ledger knows only that it is
+                // over the limit.
                 format!(
-                    "{keys} data keys, more than the {MAX_KEY_HASHES} hashed one by one: key \
-                     filters and key-precise references treat any change of it as a change"
+                    "more data keys than the {MAX_KEY_HASHES} hashed one by one: key filters \
+                     and key-precise references treat any change of it as a change"
                 ),
             ));
         }
@@ -309,7 +311,8 @@ impl Feed {
             keys_untracked,
         };
         let source = SourceRef::new(kind, meta.name.clone().unwrap_or_default());
-        let update = self.source_observed(&ns, source, facts);
+        let version = crate::kube::ledger::version_number(meta.resource_version.as_deref());
+        let update = self.source_observed_at(&ns, source, facts, version.unwrap_or(0));
         let event_type = if update == SourceUpdate::Created { "add" } else { "update" };
         self.metrics.event_received(event_type, &kind.to_string());
         if !violations.is_empty() && matches!(update, SourceUpdate::Created | SourceUpdate::Changed)
@@ -326,8 +329,20 @@ impl Feed {
         source: SourceRef,
         facts: SourceFacts,
     ) -> SourceUpdate {
+        self.source_observed_at(ns, source, facts, 0)
+    }
+
+    /// [`Feed::source_observed`] of the facts of one resourceVersion (0: not known).
+    pub(super) fn source_observed_at(
+        &self,
+        ns: &str,
+        source: SourceRef,
+        facts: SourceFacts,
+        resource_version: u64,
+    ) -> SourceUpdate {
         let ignored = facts.state.ignored;
-        let update = self.store.write().upsert_source(ns, source.clone(), facts);
+        let update =
+            self.store.write().upsert_source_at(ns, source.clone(), facts, resource_version);
         if !self.is_synced() {
             return update;
         }

@@ -327,8 +327,12 @@ impl Engine {
             // with half the CPU, and no page is held (see `kube::source_watch`).
             streaming_list: true,
         };
+        // Cluster-wide, the first list is from the source ledger where there is one (see
+        // `kube::ledger`); a watch of one namespace lists whole.
+        let ledger = if scope.is_none() { self.ledgers.start_for(kind) } else { None };
         let stream =
-            source_watch::watch::<Hashed<K>>(self.client.clone(), config).default_backoff();
+            source_watch::watch_from_ledger::<Hashed<K>>(self.client.clone(), config, ledger)
+                .default_backoff();
         let engine = &self;
         crate::runtime::watch::drive(
             stream,
