@@ -46,6 +46,11 @@ const MAGIC: &[u8; 4] = b"RLG1";
 /// Entry flags.
 const SAME_NAMESPACE: u8 = 1;
 const KEYS_UNTRACKED: u8 = 2;
+/// One key whose hash is the content hash (every one-key source): only its name is written.
+const ONE_KEY: u8 = 4;
+/// A hash that is 40 lowercase hex digits is written as its 20 bytes.
+const HASH_BYTES: u8 = 0;
+const HASH_TEXT: u8 = 1;
 
 /// A chunk that is not a ledger sealed with this key.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -136,8 +141,13 @@ impl ChunkWriter {
             self.finish_chunk();
         }
         let same = self.entries > 0 && self.namespace == namespace;
+        let one_key = match known.key_hashes.as_slice() {
+            [(_, hash)] => *hash == known.content,
+            _ => false,
+        };
         let flags = if same { SAME_NAMESPACE } else { 0 }
-            | if known.keys_untracked { KEYS_UNTRACKED } else { 0 };
+            | if known.keys_untracked { KEYS_UNTRACKED } else { 0 }
+            | if one_key { ONE_KEY } else { 0 };
         let out = &mut self.current;
         out.push(flags);
         if !same {
@@ -146,11 +156,15 @@ impl ChunkWriter {
         }
         put_str(out, name);
         put_varint(out, known.resource_version);
-        put_str(out, &known.content);
-        put_varint(out, known.key_hashes.len() as u64);
-        for (key, hash) in &known.key_hashes {
-            put_str(out, key);
-            put_str(out, hash);
+        put_hash(out, &known.content);
+        if one_key {
+            put_str(out, &known.key_hashes[0].0);
+        } else {
+            put_varint(out, known.key_hashes.len() as u64);
+            for (key, hash) in &known.key_hashes {
+                put_str(out, key);
+                put_hash(out, hash);
+            }
         }
         self.entries += 1;
     }
@@ -184,6 +198,32 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 fn put_str(out: &mut Vec<u8>, s: &str) {
     put_varint(out, s.len() as u64);
     out.extend_from_slice(s.as_bytes());
+}
+
+fn put_hash(out: &mut Vec<u8>, hash: &str) {
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let bytes: Option<Vec<u8>> = (hash.len() == 40)
+        .then(|| {
+            hash.as_bytes()
+                .chunks_exact(2)
+                .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
+                .collect()
+        })
+        .flatten();
+    match bytes {
+        Some(bytes) => {
+            out.push(HASH_BYTES);
+            out.extend_from_slice(&bytes);
+        }
+        None => {
+            out.push(HASH_TEXT);
+            put_str(out, hash);
+        }
+    }
 }
 
 /// Reads a plain chunk; every length is checked against what is left.
@@ -223,6 +263,14 @@ impl<'a> Reader<'a> {
         let n = usize::try_from(self.varint()?).map_err(|_| LedgerError("length too large"))?;
         std::str::from_utf8(self.bytes(n)?).map_err(|_| LedgerError("not UTF-8"))
     }
+
+    fn hash(&mut self) -> Result<String> {
+        match self.byte()? {
+            HASH_BYTES => Ok(crate::decide::hash::hex(self.bytes(20)?)),
+            HASH_TEXT => Ok(self.str()?.to_owned()),
+            _ => Err(LedgerError("unknown hash form")),
+        }
+    }
 }
 
 /// The ledger as read at a start: by namespace and name, taken out as sources are matched.
@@ -255,15 +303,21 @@ impl LedgerIndex {
             }
             let name = r.str()?;
             let resource_version = r.varint()?;
-            let content = r.str()?.to_owned();
-            let keys = usize::try_from(r.varint()?).map_err(|_| LedgerError("too many keys"))?;
-            if keys > r.buf.len() / 2 {
-                return Err(LedgerError("more keys than bytes"));
-            }
-            let mut key_hashes = Vec::with_capacity(keys);
-            for _ in 0..keys {
-                key_hashes.push((r.str()?.to_owned(), r.str()?.to_owned()));
-            }
+            let content = r.hash()?;
+            let key_hashes = if flags & ONE_KEY != 0 {
+                vec![(r.str()?.to_owned(), content.clone())]
+            } else {
+                let keys =
+                    usize::try_from(r.varint()?).map_err(|_| LedgerError("too many keys"))?;
+                if keys > r.buf.len() / 2 {
+                    return Err(LedgerError("more keys than bytes"));
+                }
+                let mut key_hashes = Vec::with_capacity(keys);
+                for _ in 0..keys {
+                    key_hashes.push((r.str()?.to_owned(), r.hash()?));
+                }
+                key_hashes
+            };
             let known = KnownData {
                 resource_version,
                 content,
@@ -496,8 +550,10 @@ mod tests {
     #[test]
     fn entries_round_trip_through_sealed_chunks_and_only_their_version_matches() {
         let mut writer = ChunkWriter::new();
-        writer.push("shop", "db", &known(41, "aa", &[("user", "u1"), ("password", "p1")]));
+        let sha = "0123456789abcdef0123456789abcdef01234567";
+        writer.push("shop", "db", &known(41, "aa", &[("user", "u1"), ("password", sha)]));
         writer.push("shop", "tls", &known(7, "bb", &[]));
+        writer.push("shop", "one", &known(8, sha, &[("config.yaml", sha)]));
         let untracked = KnownData { keys_untracked: true, ..known(9, "cc", &[]) };
         writer.push("web", "big", &untracked);
         let chunks = writer.finish();
@@ -506,11 +562,16 @@ mod tests {
         let sealed = sealing.seal(chunks[0].clone());
         let mut index = LedgerIndex::default();
         index.read_chunk(&sealing.open(&sealed).unwrap()).unwrap();
-        assert_eq!(index.len(), 3);
+        assert_eq!(index.len(), 4);
         assert_eq!(
             index.known("shop", "db", 41),
-            Some(&known(41, "aa", &[("user", "u1"), ("password", "p1")]))
+            Some(&known(41, "aa", &[("user", "u1"), ("password", sha)]))
         );
+        assert_eq!(index.known("shop", "one", 8), Some(&known(8, sha, &[("config.yaml", sha)])));
+        // A SHA-1 and a one-key source's key take 20 bytes and a name.
+        let mut one = ChunkWriter::new();
+        one.push("shop", "one", &known(8, sha, &[("config.yaml", sha)]));
+        assert!(one.finish()[0].len() < 8 + 1 + 5 + 4 + 2 + 21 + 12, "compact");
         assert_eq!(index.known("web", "big", 9), Some(&untracked));
         // Another version of the object: its data may differ, so nothing is known.
         assert_eq!(index.known("shop", "db", 42), None);
@@ -575,6 +636,10 @@ mod tests {
         );
         // A string length far beyond the bytes.
         let mut long = [MAGIC.as_slice(), &1u32.to_be_bytes(), &[0]].concat();
+        put_str(&mut long, "ns");
+        put_str(&mut long, "a");
+        put_varint(&mut long, 1);
+        long.push(HASH_TEXT);
         put_varint(&mut long, u64::MAX);
         assert!(LedgerIndex::default().read_chunk(&long).is_err());
         // Trailing bytes.
