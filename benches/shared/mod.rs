@@ -42,6 +42,9 @@ pub async fn service_account(
                 .args(["--namespace", namespace])
                 .args(["--show-only", "templates/rbac.yaml"])
                 .args(["--show-only", "templates/hash-key-rbac.yaml"])
+                // Its Role on ConfigMaps of the release namespace: pending-Job records and
+                // the source ledger.
+                .args(["--show-only", "templates/pending-jobs-rbac.yaml"])
                 .output()
                 .with_context(|| format!("{} (make helm)", helm.display()))?;
             if !out.status.success() {

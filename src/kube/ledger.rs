@@ -507,8 +507,8 @@ impl LedgerStore {
         }
     }
 
-    /// Chunks other than the ones this process wrote are found by the next read: a first
-    /// write learns which exist, so that it removes stale ones too.
+    /// Learns which chunks an earlier process left, so that the first write rewrites or
+    /// removes every one of them (a shorter ledger leaves no stale chunk behind).
     pub async fn learn_existing(&self) {
         let params = ListParams::default().labels(&self.selector());
         if let Ok(list) = self.api().list_metadata(&params).await {
