@@ -317,6 +317,18 @@ impl Common {
         }
     }
 
+    /// The source ledger, in the operator's namespace.
+    fn ledgers(&self) -> ledger::Ledgers {
+        ledger::Ledgers::new(
+            &self.client,
+            &self.config.own_namespace,
+            self.index(),
+            self.hash_key.clone(),
+            self.leadership.clone(),
+            self.synced.clone(),
+        )
+    }
+
     /// The index as the workers and the admission path read it (only the feed writes it).
     fn index(&self) -> StoreReader {
         StoreReader::new(self.store.clone())
@@ -392,14 +404,7 @@ impl Engine {
             workers: crate::runtime::containment::Workers::default(),
         });
         let admission = Arc::new(common.admission(&feed, &policies, &reconciler));
-        let ledgers = Arc::new(ledger::Ledgers::new(
-            &common.client,
-            &common.config.own_namespace,
-            common.index(),
-            common.hash_key.clone(),
-            common.leadership.clone(),
-            common.synced.clone(),
-        ));
+        let ledgers = Arc::new(common.ledgers());
         let Common { client, config, events, metrics, queue, hash_key, leadership, .. } = common;
         Arc::new(Engine {
             csi,
