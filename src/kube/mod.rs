@@ -37,5 +37,4 @@ pub mod pending_jobs;
 pub mod protobuf;
 pub mod ratelimit;
 pub mod source_watch;
-pub mod streamed;
 pub mod write;

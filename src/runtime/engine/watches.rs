@@ -194,7 +194,7 @@ impl Engine {
             None => Api::all_with(self.client.clone(), &ar),
         };
         let stream = self.reporting_refusals(
-            crate::kube::streamed::watcher(api, watcher::Config::default()).default_backoff(),
+            watcher::watcher(api, watcher::Config::default()).default_backoff(),
             kind,
             scope.clone(),
         );
@@ -374,7 +374,7 @@ impl Engine {
         // Without the managed fields nothing here reads (see `kube::lean`).
         let api: Api<Lean<K>> = self.api_for(scope.as_deref());
         let stream = self.reporting_refusals(
-            crate::kube::streamed::watcher(api, watcher::Config::default()).default_backoff(),
+            watcher::watcher(api, watcher::Config::default()).default_backoff(),
             kind,
             scope.clone(),
         );
