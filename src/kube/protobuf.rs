@@ -23,11 +23,12 @@ pub const MAGIC: &[u8; 4] = b"k8s\0";
 /// Media type asked for: protobuf, or JSON from a server (or proxy) that does not offer it.
 pub const ACCEPT: &str = "application/vnd.kubernetes.protobuf, application/json";
 
-/// Media type of a watch of objects' metadata only (`metav1.PartialObjectMetadata`, whose
-/// field 1 is the metadata as in every kind's message, so it decodes as the kind without data).
+/// Media type of a list of objects' metadata only (`metav1.PartialObjectMetadataList`: list
+/// metadata in field 1 and items in field 2 as every kind's list, and each item's field 1 its
+/// metadata as in every kind's message, so it decodes as the kind's list without data).
 /// Protobuf only: the JSON form names another kind, which the typed objects refuse.
-pub const ACCEPT_METADATA: &str =
-    "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+pub const ACCEPT_METADATA_LIST: &str =
+    "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1";
 
 /// Why a buffer could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]

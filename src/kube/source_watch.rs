@@ -61,6 +61,8 @@ const IDLE_MARGIN: Duration = Duration::from_secs(5);
 /// `FETCHED_FLOOR`, or this share of those it knew.
 const MAX_FETCHED_PERCENT: usize = 2;
 const FETCHED_FLOOR: usize = 64;
+/// Sources' metadata per page of a first list from the ledger (about 180 bytes each).
+const METADATA_PAGE_SIZE: u32 = 5000;
 /// GETs in flight while fetching them.
 const FETCH_CONCURRENCY: usize = 16;
 /// How long a start waits for the hash key that opens the ledger before listing whole.
@@ -161,9 +163,11 @@ enum State<K> {
         events: Events,
         recall: Option<Box<Recall>>,
     },
-    /// Metadata of a first list from the ledger arrives until its `initial-events-end` bookmark.
+    /// A first list from the ledger: the sources' metadata, in pages.
     Recalling {
-        events: Events,
+        continue_token: Option<String>,
+        items: VecDeque<K>,
+        resource_version: Option<String>,
         recall: Box<Recall>,
     },
     /// The sources the ledger did not know, fetched.
@@ -219,8 +223,8 @@ impl Source {
             State::Streaming { mut events, recall } => {
                 streamed(events.next_or_idle::<K>().await, events, recall)
             }
-            State::Recalling { mut events, recall } => {
-                self.recalling(events.next_or_idle::<K>().await, events, recall).await
+            State::Recalling { continue_token, items, resource_version, recall } => {
+                self.recalling(continue_token, items, resource_version, recall).await
             }
             State::Fetched { mut items, resource_version } => match items.pop_front() {
                 Some(item) => {
@@ -268,14 +272,14 @@ impl Source {
         if let Some(ledger) = ledger {
             let index = ledger.load().await;
             if !index.is_empty() {
-                match self.start_watch_as(None, protobuf::ACCEPT_METADATA).await {
-                    Ok(events) => {
-                        let recall = Box::new(Recall { index, misses: Vec::new(), known: 0 });
-                        return (Some(Ok(Event::Init)), State::Recalling { events, recall });
-                    }
-                    Err(e) => tracing::info!(url = %self.url, error = %e,
-                        "metadata list refused; listing whole"),
-                }
+                let recall = Box::new(Recall { index, misses: Vec::new(), known: 0 });
+                let state = State::Recalling {
+                    continue_token: None,
+                    items: VecDeque::new(),
+                    resource_version: None,
+                    recall,
+                };
+                return (Some(Ok(Event::Init)), state);
             }
         }
         let listing =
@@ -333,14 +337,24 @@ impl Source {
         &self,
         continue_token: Option<String>,
     ) -> kube::Result<(protobuf::ListMeta, Vec<K>)> {
+        self.list_page_as(continue_token, protobuf::ACCEPT, self.config.page_size).await
+    }
+
+    /// A page of at most `limit` objects, asking for the media type `accept`.
+    async fn list_page_as<K: WatchedSource>(
+        &self,
+        continue_token: Option<String>,
+        accept: &'static str,
+        limit: u32,
+    ) -> kube::Result<(protobuf::ListMeta, Vec<K>)> {
         let params = ListParams {
             label_selector: self.config.label_selector.clone(),
-            limit: Some(self.config.page_size),
+            limit: Some(limit),
             continue_token,
             ..ListParams::default()
         };
         let request = Request::new(&self.url).list(&params).map_err(kube::Error::BuildRequest)?;
-        let response = self.send(request, protobuf::ACCEPT).await?;
+        let response = self.send(request, accept).await?;
         let proto = is_protobuf(&response);
         let body = read_body(response).await?;
         if proto {
@@ -357,40 +371,50 @@ impl Source {
         }
     }
 
-    /// The next metadata of a first list from the ledger: taken in where the ledger knows its
-    /// version, else noted; at the list's end, what the ledger did not know is fetched (or the
-    /// sources listed whole when that is many).
+    /// The next source of a first list from the ledger, from its metadata: taken in where
+    /// the ledger knows its version, else noted; after the last page, what the ledger did not
+    /// know is fetched (or the sources listed whole when that is many). A list, not a streaming
+    /// one: the API server sends 50,000 Secrets' metadata in pages for 0.2 s of its CPU, and
+    /// as watch events for 0.7 to 2.6 s.
     async fn recalling<K: WatchedSource>(
         &self,
-        next: Option<kube::Result<Change<K>>>,
-        events: Events,
+        continue_token: Option<String>,
+        mut items: VecDeque<K>,
+        resource_version: Option<String>,
         mut recall: Box<Recall>,
     ) -> Step<K> {
-        match next {
-            Some(Ok(Change::Added(obj) | Change::Modified(obj))) => {
-                let version = version_number(obj.meta().resource_version.as_deref());
-                let (namespace, name) = name_of(&obj);
-                match version.and_then(|v| recall.index.known(&namespace, &name, v)) {
-                    Some(known) => {
-                        recall.known += 1;
-                        let obj = K::recalled(obj, known);
-                        (Some(Ok(Event::InitApply(obj))), State::Recalling { events, recall })
-                    }
-                    None => {
-                        recall.misses.push((namespace, name));
-                        (None, State::Recalling { events, recall })
-                    }
+        while let Some(obj) = items.pop_front() {
+            let version = version_number(obj.meta().resource_version.as_deref());
+            let (namespace, name) = name_of(&obj);
+            match version.and_then(|v| recall.index.known(&namespace, &name, v)) {
+                Some(known) => {
+                    recall.known += 1;
+                    let obj = K::recalled(obj, known);
+                    let state =
+                        State::Recalling { continue_token, items, resource_version, recall };
+                    return (Some(Ok(Event::InitApply(obj))), state);
                 }
+                None => recall.misses.push((namespace, name)),
             }
-            Some(Ok(Change::Bookmark { resource_version, initial_events_end: true }))
-                if !resource_version.is_empty() =>
-            {
-                drop(events);
-                self.recalled(recall, resource_version).await
+        }
+        if let (None, Some(resource_version)) = (&continue_token, resource_version) {
+            return self.recalled(recall, resource_version).await;
+        }
+        match self
+            .list_page_as::<K>(continue_token, protobuf::ACCEPT_METADATA_LIST, METADATA_PAGE_SIZE)
+            .await
+        {
+            Ok((meta, items)) => {
+                let continue_token = Some(meta.continue_token).filter(|t| !t.is_empty());
+                let resource_version = Some(meta.resource_version).filter(|v| !v.is_empty());
+                if continue_token.is_none() && resource_version.is_none() {
+                    return (Some(Err(watcher::Error::NoResourceVersion)), State::Empty);
+                }
+                let items = items.into();
+                (None, State::Recalling { continue_token, items, resource_version, recall })
             }
-            Some(Ok(Change::Bookmark { .. })) => (None, State::Recalling { events, recall }),
-            // Anything else: the stream is out of step; start again, listing whole.
-            other => streamed(other, events, None),
+            // Refused or failed: the next try lists whole (the ledger is read once).
+            Err(e) => (Some(Err(watcher::Error::InitialListFailed(e))), State::Empty),
         }
     }
 
@@ -835,8 +859,8 @@ mod tests {
     }
 
     /// A fake API server for a start from the ledger: the ledger (one chunk knowing `known`
-    /// at rv 5), a metadata list of `known` (rv 5) and of `unknown` (rv 6), whole objects for
-    /// a full list and GETs (rv 12), and a watch from the list's end replaying an older
+    /// at rv 5), a metadata list (at rv 10) of `known` (rv 5) and of `unknown` (rv 6), whole
+    /// objects for a streaming list and GETs (rv 12), and a watch from rv 10 replaying an older
     /// version (rv 11) of each fetched object and then a newer one (rv 13).
     fn ledger_server(
         known: &'static str,
@@ -884,12 +908,17 @@ mod tests {
             asked.lock().unwrap().push(format!("{uri} {accept}"));
             let body = if uri.contains("/configmaps") {
                 chunk.clone()
+            } else if accept.contains("PartialObjectMetadataList") {
+                // The metadata list: no data.
+                let mut items = vec![secret(known, 5, false)];
+                items.extend(unknown.iter().map(|name| secret(name, 6, false)));
+                serde_json::json!({"kind": "SecretList", "apiVersion": "v1",
+                    "metadata": {"resourceVersion": "10"}, "items": items})
+                .to_string()
             } else if uri.contains("sendInitialEvents") {
-                // Metadata only when asked for it, whole objects else.
-                let whole = !accept.contains("PartialObjectMetadata");
-                let mut body = line("ADDED", secret(known, 5, whole));
+                let mut body = line("ADDED", secret(known, 5, true));
                 for name in &unknown {
-                    body += &line("ADDED", secret(name, 6, whole));
+                    body += &line("ADDED", secret(name, 6, true));
                 }
                 body + &end
             } else if uri.contains("resourceVersion=10") {
@@ -967,8 +996,7 @@ mod tests {
         );
         let asked = asked.lock().unwrap().clone();
         assert!(
-            asked[1].contains("sendInitialEvents=true")
-                && asked[1].contains("as=PartialObjectMetadata"),
+            asked[1].contains("limit=5000") && asked[1].contains("as=PartialObjectMetadataList"),
             "{asked:?}"
         );
         assert!(asked[2].contains("/namespaces/ns/secrets/b"), "{asked:?}");
