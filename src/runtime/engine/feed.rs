@@ -284,7 +284,7 @@ impl Feed {
                 // The count is not said: a start from the source ledger knows only that it is
                 // over the limit.
                 format!(
-                    "more data keys than the {MAX_KEY_HASHES} hashed one by one: key filters \
+                    "data keys: more than the {MAX_KEY_HASHES} hashed one by one: key filters \
                      and key-precise references treat any change of it as a change"
                 ),
             ));
