@@ -100,6 +100,14 @@ impl KeySlot {
         self.state.borrow().clone()
     }
 
+    /// The key, when it is loaded.
+    pub fn loaded(&self) -> Option<HashKey> {
+        match &*self.state.borrow() {
+            KeyState::Loaded(key) => Some(key.clone()),
+            _ => None,
+        }
+    }
+
     pub fn subscribe(&self) -> watch::Receiver<KeyState> {
         self.state.subscribe()
     }

@@ -387,13 +387,14 @@ pub struct LedgerStore {
     client: Client,
     namespace: String,
     kind: SourceKind,
-    /// SHA-256 of each chunk as last written (plain), to skip writing what did not change.
-    written: parking_lot::Mutex<Vec<[u8; 32]>>,
+    /// SHA-256 of each chunk as last written (plain), to skip writing what did not change;
+    /// `None` until the chunks an earlier process left are looked up (by the first write).
+    written: tokio::sync::Mutex<Option<Vec<[u8; 32]>>>,
 }
 
 impl LedgerStore {
     pub fn new(client: Client, namespace: String, kind: SourceKind) -> Self {
-        Self { client, namespace, kind, written: parking_lot::Mutex::new(Vec::new()) }
+        Self { client, namespace, kind, written: tokio::sync::Mutex::new(None) }
     }
 
     pub fn kind(&self) -> SourceKind {
@@ -443,7 +444,12 @@ impl LedgerStore {
     pub async fn write(&self, chunks: Vec<Vec<u8>>, key: &LedgerKey) -> kube::Result<usize> {
         let api = self.api();
         let digests: Vec<[u8; 32]> = chunks.iter().map(|c| digest(c)).collect();
-        let before = self.written.lock().clone();
+        // One write at a time (the periodic one and the one at shutdown may meet).
+        let mut written_slot = self.written.lock().await;
+        if written_slot.is_none() {
+            *written_slot = Some(self.existing_chunks().await);
+        }
+        let before = written_slot.clone().unwrap_or_default();
         let mut written = 0;
         for (i, plain) in chunks.into_iter().enumerate() {
             if before.get(i) == Some(&digests[i]) {
@@ -483,7 +489,7 @@ impl LedgerStore {
         for i in digests.len()..before.len().max(digests.len()) {
             self.remove_chunk(&api, i, key).await?;
         }
-        *self.written.lock() = digests;
+        *written_slot = Some(digests);
         Ok(written)
     }
 
@@ -507,12 +513,12 @@ impl LedgerStore {
         }
     }
 
-    /// Learns which chunks an earlier process left, so that the first write rewrites or
-    /// removes every one of them (a shorter ledger leaves no stale chunk behind).
-    pub async fn learn_existing(&self) {
+    /// Digests matching nothing for the chunks an earlier process left, so that the first
+    /// write rewrites or removes every one of them (a shorter ledger leaves no stale chunk).
+    async fn existing_chunks(&self) -> Vec<[u8; 32]> {
         let params = ListParams::default().labels(&self.selector());
-        if let Ok(list) = self.api().list_metadata(&params).await {
-            let count = list
+        let count = match self.api().list_metadata(&params).await {
+            Ok(list) => list
                 .items
                 .iter()
                 .filter_map(|m| {
@@ -520,13 +526,10 @@ impl LedgerStore {
                 })
                 .map(|i| i + 1)
                 .max()
-                .unwrap_or(0);
-            let mut written = self.written.lock();
-            if written.len() < count {
-                // Digests that match nothing: those chunks are rewritten or removed.
-                written.resize(count, [0xff; 32]);
-            }
-        }
+                .unwrap_or(0),
+            Err(_) => 0,
+        };
+        vec![[0xff; 32]; count.min(MAX_CHUNKS)]
     }
 }
 

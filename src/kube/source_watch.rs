@@ -41,7 +41,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 
-use super::hash_key::{KeySlot, KeyState};
+use super::hash_key::KeySlot;
 use super::hashed::{Hashed, HashedKind};
 use super::ledger::{LedgerIndex, LedgerKey, LedgerStore, version_number};
 use super::protobuf::{self, Change, ProtoObject};

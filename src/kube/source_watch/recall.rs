@@ -23,11 +23,9 @@ impl LedgerStart {
     /// The ledger, once the hash key is loaded; empty without one.
     pub(super) async fn load(&self) -> LedgerIndex {
         self.hash_key.settled(KEY_WAIT).await;
-        match self.hash_key.state() {
-            KeyState::Loaded(key) => {
-                self.store.read(&LedgerKey::new(&key, self.store.kind())).await
-            }
-            _ => LedgerIndex::default(),
+        match self.hash_key.loaded() {
+            Some(key) => self.store.read(&LedgerKey::new(&key, self.store.kind())).await,
+            None => LedgerIndex::default(),
         }
     }
 }

@@ -7,7 +7,7 @@
 //! it lacks or holds at another version is fetched at the next start.
 
 use super::*;
-use crate::kube::hash_key::{KeySlot, KeyState};
+use crate::kube::hash_key::KeySlot;
 use crate::kube::ledger::{ChunkWriter, LedgerKey, LedgerStore, is_chunk_name};
 use crate::kube::source_watch::LedgerStart;
 
@@ -62,17 +62,10 @@ impl Ledgers {
         Some(LedgerStart { store: self.store(kind)?.clone(), hash_key: self.hash_key.clone() })
     }
 
-    fn key(&self) -> Option<crate::decide::hash::HashKey> {
-        match self.hash_key.state() {
-            KeyState::Loaded(key) => Some(key),
-            _ => None,
-        }
-    }
-
     /// Writes every kind's ledger when this replica leads, the first lists are done and the
     /// hash key is loaded.
     pub(super) async fn write_all(&self) {
-        let Some(key) = self.key() else { return };
+        let Some(key) = self.hash_key.loaded() else { return };
         if !*self.leadership.borrow() || !self.synced.load(Ordering::SeqCst) {
             return;
         }
@@ -105,9 +98,6 @@ impl Ledgers {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         tokio::time::sleep(FIRST_WRITE_DELAY).await;
-        for store in &self.stores {
-            store.learn_existing().await;
-        }
         loop {
             self.write_all().await;
             tokio::time::sleep(LEDGER_PERIOD).await;
