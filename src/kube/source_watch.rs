@@ -322,15 +322,6 @@ impl Source {
     /// A watch from `resource_version`, or (`None`) a streaming list: the current state as
     /// added objects, an `initial-events-end` bookmark, then changes.
     async fn start_watch(&self, resource_version: Option<&str>) -> kube::Result<Events> {
-        self.start_watch_as(resource_version, protobuf::ACCEPT).await
-    }
-
-    /// [`Source::start_watch`] asking for the media type `accept`.
-    async fn start_watch_as(
-        &self,
-        resource_version: Option<&str>,
-        accept: &'static str,
-    ) -> kube::Result<Events> {
         let params = WatchParams {
             label_selector: self.config.label_selector.clone(),
             timeout: Some(WATCH_TIMEOUT_SECS),
@@ -345,7 +336,7 @@ impl Source {
         request
             .headers_mut()
             .insert(http::header::ACCEPT_ENCODING, http::HeaderValue::from_static("identity"));
-        let response = self.send(request, accept).await?;
+        let response = self.send(request, protobuf::ACCEPT).await?;
         let proto = is_protobuf(&response);
         Ok(Events { body: response.into_body(), frames: Frames::new(proto) })
     }
