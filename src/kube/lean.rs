@@ -6,6 +6,9 @@
 //! bench namespace). [`Lean`] reads a workload's metadata without them (the JSON is still
 //! parsed, into nothing) and its spec and status as kube's typed objects, so everything
 //! downstream takes the same `Deployment` (`DaemonSet`, ...) as before.
+//!
+//! The watches ask for protobuf (`kube::protobuf::workload`, fewer fields still); this JSON
+//! form is what a server or proxy that does not offer protobuf answers.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;

@@ -9,7 +9,7 @@
 //! and as much of the operator's on the bench machine), while their metadata alone is 9 MB
 //! (0.2 s). An object's resourceVersion changes with every write, so a source whose version is
 //! the one the ledger names holds the data the ledger's hashes were computed from. A start with
-//! a ledger lists the sources' metadata only (`kube::source_watch`), takes the hashes of those
+//! a ledger lists the sources' metadata only (`kube::proto_watch`), takes the hashes of those
 //! it matches from here, fetches the few it does not, and watches whole objects from there.
 //!
 //! Every entry is a fact that stays true (this object had this data at this version), so an

@@ -34,7 +34,7 @@ pub mod leader;
 pub mod lean;
 pub mod ledger;
 pub mod pending_jobs;
+pub mod proto_watch;
 pub mod protobuf;
 pub mod ratelimit;
-pub mod source_watch;
 pub mod write;

@@ -49,6 +49,7 @@ use reconcile::Reconciler;
 use write::*;
 
 pub use admission::{Admission, AdmissionError, admission_patch, admitted_kind};
+pub use write::WorkloadObject;
 
 use crate::decide::churn::RolloutLimiter;
 use crate::decide::jobs::is_controlled;

@@ -47,3 +47,4 @@ mod source_ledger;
 mod staged;
 mod webhook;
 mod windows;
+mod workload_encoding;

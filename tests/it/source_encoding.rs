@@ -1,4 +1,4 @@
-//! Secrets and ConfigMaps are listed and watched as protobuf (`kube::source_watch`): what the
+//! Secrets and ConfigMaps are listed and watched as protobuf (`kube::proto_watch`): what the
 //! operator reads that way from the real API server is what it would read as JSON, down to the
 //! hash, and the watch follows adds, changes and deletes.
 
@@ -10,8 +10,8 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::core::Request;
 use kube::runtime::watcher::Event;
 use reloader::kube::hashed::{Hashed, HashedKind};
+use reloader::kube::proto_watch;
 use reloader::kube::protobuf;
-use reloader::kube::source_watch;
 use serde_json::json;
 use support::fixture::{Fixture, TIMEOUT};
 use support::within;
@@ -134,7 +134,7 @@ async fn the_protobuf_watch_streams_its_list_then_follows_changes_and_deletes() 
 async fn lists_then_follows_changes_and_deletes(name: &str, streaming_list: bool) {
     let f = Fixture::new(name).await;
     tricky_sources(&f).await;
-    let config = source_watch::Config {
+    let config = proto_watch::Config {
         namespace: Some(f.name().to_string()),
         label_selector: None,
         // Smaller than the namespace's Secrets: a paged list takes continue tokens.
@@ -150,7 +150,7 @@ async fn lists_then_follows_changes_and_deletes(name: &str, streaming_list: bool
         async move { inner.send(request).await }
     });
     let client = kube::Client::new(recording, f.name());
-    let mut events = Box::pin(source_watch::watch::<Hashed<Secret>>(client, config));
+    let mut events = Box::pin(proto_watch::watch::<Hashed<Secret>>(client, config));
     let mut listed = Vec::new();
     within("the initial list", TIMEOUT, async {
         loop {

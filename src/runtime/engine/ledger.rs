@@ -9,7 +9,7 @@
 use super::*;
 use crate::kube::hash_key::KeySlot;
 use crate::kube::ledger::{ChunkWriter, LedgerKey, LedgerStore, is_chunk_name};
-use crate::kube::source_watch::LedgerStart;
+use crate::kube::proto_watch::LedgerStart;
 
 /// How often the ledger is written while the operator runs (chunks that did not change are
 /// not written).

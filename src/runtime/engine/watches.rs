@@ -3,13 +3,18 @@
 
 use super::*;
 use crate::kube::lean::{Lean, LeanKind};
-use crate::kube::source_watch;
+use crate::kube::proto_watch;
+use crate::kube::protobuf::ProtoObject;
 
 /// LIST page size of the Secret and ConfigMap watchers where streaming lists are refused
 /// (kube's default is 500): each page costs the API server a walk of its cache, and a page's
 /// data is hashed as it is decoded, never copied, so 1,000 Secrets of 8 KiB hold ~8 MiB for the
 /// time of one page.
 pub(super) const SOURCE_PAGE_SIZE: u32 = 1000;
+
+/// LIST page size of the workload watchers (kube's default): a Deployment is a few KiB, so a
+/// page holds about 1.5 MiB while it is read.
+const WORKLOAD_PAGE_SIZE: u32 = 500;
 
 /// The workload watches running, by kind and scope, so that a review of the rights can stop
 /// one or start one (see [`WatchTasks::apply`]).
@@ -319,19 +324,19 @@ impl Engine {
     ) where
         K: HashedKind + Send + 'static,
     {
-        let config = source_watch::Config {
+        let config = proto_watch::Config {
             namespace: scope.clone(),
             label_selector: self.config.resource_label_selector.clone(),
             page_size: SOURCE_PAGE_SIZE,
             // One object at a time instead of pages: the API server serves 50,000 Secrets
-            // with half the CPU, and no page is held (see `kube::source_watch`).
+            // with half the CPU, and no page is held (see `kube::proto_watch`).
             streaming_list: true,
         };
         // Cluster-wide, the first list is from the source ledger where there is one (see
         // `kube::ledger`); a watch of one namespace lists whole.
         let ledger = if scope.is_none() { self.ledgers.start_for(kind) } else { None };
         let stream =
-            source_watch::watch_from_ledger::<Hashed<K>>(self.client.clone(), config, ledger)
+            proto_watch::watch_from_ledger::<Hashed<K>>(self.client.clone(), config, ledger)
                 .default_backoff();
         let engine = &self;
         crate::runtime::watch::drive(
@@ -370,11 +375,17 @@ impl Engine {
         unsynced: Arc<AtomicBool>,
     ) where
         K: LeanKind + WorkloadObject + Send + 'static,
+        Lean<K>: ProtoObject,
     {
-        // Without the managed fields nothing here reads (see `kube::lean`).
-        let api: Api<Lean<K>> = self.api_for(scope.as_deref());
+        let config = proto_watch::Config {
+            namespace: scope.clone(),
+            label_selector: None,
+            page_size: WORKLOAD_PAGE_SIZE,
+            streaming_list: false,
+        };
+        // Protobuf, only the fields read (see `kube::protobuf::workload`).
         let stream = self.reporting_refusals(
-            watcher::watcher(api, watcher::Config::default()).default_backoff(),
+            proto_watch::watch::<Lean<K>>(self.client.clone(), config).default_backoff(),
             kind,
             scope.clone(),
         );

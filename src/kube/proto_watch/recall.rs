@@ -48,7 +48,7 @@ impl Source {
     /// reads a page after the first from etcd, every object whole (0.1 s of its CPU per
     /// 5,000 Secrets, against 0.12 s for all 50,000 at once). Held whole while it is read:
     /// about 180 bytes per object.
-    async fn list_metadata<K: WatchedSource>(&self) -> kube::Result<(protobuf::ListMeta, Vec<K>)> {
+    async fn list_metadata<K: WatchedKind>(&self) -> kube::Result<(protobuf::ListMeta, Vec<K>)> {
         let params = ListParams {
             label_selector: self.config.label_selector.clone(),
             resource_version: Some("0".into()),
@@ -69,7 +69,7 @@ impl Source {
     /// is fetched (or the sources listed whole when that is many). A list, not a streaming
     /// one: the API server sends 50,000 Secrets' metadata as a list for 0.12 to 0.2 s of its
     /// CPU, and as watch events for 0.7 to 2.6 s.
-    pub(super) async fn recalling<K: WatchedSource>(
+    pub(super) async fn recalling<K: WatchedKind>(
         &self,
         mut items: VecDeque<K>,
         resource_version: Option<String>,
@@ -78,10 +78,10 @@ impl Source {
         while let Some(obj) = items.pop_front() {
             let version = version_number(obj.meta().resource_version.as_deref());
             let (namespace, name) = name_of(&obj);
-            match version.and_then(|v| recall.index.known(&namespace, &name, v)) {
-                Some(known) => {
+            let known = version.and_then(|v| recall.index.known(&namespace, &name, v));
+            match known.and_then(|known| K::recalled(obj, known)) {
+                Some(obj) => {
                     recall.known += 1;
-                    let obj = K::recalled(obj, known);
                     let state = State::Recalling { items, resource_version, recall };
                     return (Some(Ok(Event::InitApply(obj))), state);
                 }
@@ -105,7 +105,7 @@ impl Source {
     }
 
     /// The end of a first list from the ledger: fetches what it did not know.
-    async fn recalled<K: WatchedSource>(
+    async fn recalled<K: WatchedKind>(
         &self,
         recall: Box<Recall>,
         resource_version: String,
@@ -143,7 +143,7 @@ impl Source {
     }
 
     /// One object as it is now; `None` when it is gone.
-    async fn get<K: WatchedSource>(
+    async fn get<K: WatchedKind>(
         &self,
         namespace: String,
         name: String,
@@ -167,7 +167,7 @@ impl Source {
     }
 
     /// A change the watch replays of an object fetched at a later version: passed over.
-    pub(super) fn superseded<K: WatchedSource>(&self, change: &Change<K>) -> bool {
+    pub(super) fn superseded<K: WatchedKind>(&self, change: &Change<K>) -> bool {
         let (Change::Added(obj) | Change::Modified(obj) | Change::Deleted(obj)) = change else {
             return false;
         };

@@ -1,4 +1,4 @@
-//! The list-then-watch of Secrets and ConfigMaps, in protobuf.
+//! The list-then-watch of Secrets, ConfigMaps and workloads, in protobuf.
 //!
 //! Why not kube-runtime's `watcher`: it reads JSON only (its API layer is not pluggable), and
 //! JSON is what makes a large cluster's first sync slow: the API server encodes 50,000 Secrets
@@ -16,6 +16,10 @@
 //!   refuses it with a 4xx; the watcher then lists in pages at the most recent version for good and
 //!   watches from the list's resourceVersion.
 //! - A watch is resumed where it ended, with bookmarks; `410 Gone` starts over.
+//!
+//! Workloads (`kube::protobuf::workload`) are listed in pages of 500: 10,000 Deployments are 27 MB
+//! as protobuf against 77 MB as JSON, and their first list took 1.1 to 1.8 s at 5× instead of
+//! about 3 s, with a third of the API server's CPU.
 //!
 //! It asks for protobuf and accepts JSON: a server or proxy that does not offer protobuf
 //! answers JSON, and the response's Content-Type says which one to read.
@@ -43,6 +47,7 @@ use serde::de::DeserializeOwned;
 
 use super::hash_key::KeySlot;
 use super::hashed::{Hashed, HashedKind};
+use super::lean::{Lean, LeanKind};
 use super::ledger::{LedgerIndex, LedgerKey, LedgerStore, version_number};
 use super::protobuf::{self, Change, ProtoObject};
 
@@ -62,26 +67,27 @@ const WATCH_TIMEOUT_SECS: u32 = 290;
 const IDLE_MARGIN: Duration = Duration::from_secs(5);
 
 /// A kind this watcher can follow: readable as protobuf and as JSON.
-pub trait WatchedSource:
+pub trait WatchedKind:
     ProtoObject + Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + 'static
 {
     /// The object decoded from its metadata alone, with its data as the ledger knew it at the
-    /// same resourceVersion. Only kinds taken in as hashes are given a ledger.
-    fn recalled(metadata_only: Self, known: &KnownData) -> Self;
-}
-
-impl<K: HashedKind + Send + 'static> WatchedSource for Hashed<K> {
-    fn recalled(metadata_only: Self, known: &KnownData) -> Self {
-        Hashed::recalled(metadata_only.metadata, known)
+    /// same resourceVersion; `None` for a kind the ledger does not hold (it is fetched).
+    fn recalled(_metadata_only: Self, _known: &KnownData) -> Option<Self> {
+        None
     }
 }
+
+impl<K: HashedKind + Send + 'static> WatchedKind for Hashed<K> {
+    fn recalled(metadata_only: Self, known: &KnownData) -> Option<Self> {
+        Some(Hashed::recalled(metadata_only.metadata, known))
+    }
+}
+
+/// Workloads are listed and watched whole: what the operator keeps of them is not a digest.
+impl<K: LeanKind + Send + 'static> WatchedKind for Lean<K> where Lean<K>: ProtoObject {}
 
 #[cfg(test)]
-impl WatchedSource for k8s_openapi::api::core::v1::Secret {
-    fn recalled(_: Self, _: &KnownData) -> Self {
-        unreachable!("tests give whole Secrets no ledger")
-    }
-}
+impl WatchedKind for k8s_openapi::api::core::v1::Secret {}
 
 /// What to watch: a namespace (or all) and a label selector, with a LIST page size.
 #[derive(Debug, Clone, Default)]
@@ -96,7 +102,7 @@ pub struct Config {
 
 /// Lists, then watches, objects of kind `K` for ever, yielding kube-runtime's watcher events.
 /// Errors are yielded and the next poll retries (wrap it in a backoff, as kube's watcher).
-pub fn watch<K: WatchedSource>(
+pub fn watch<K: WatchedKind>(
     client: Client,
     config: Config,
 ) -> impl Stream<Item = Result<Event<K>, watcher::Error>> + Send {
@@ -104,7 +110,7 @@ pub fn watch<K: WatchedSource>(
 }
 
 /// [`watch`], its first list taken from the source ledger where `ledger` has one.
-pub fn watch_from_ledger<K: WatchedSource>(
+pub fn watch_from_ledger<K: WatchedKind>(
     client: Client,
     config: Config,
     ledger: Option<LedgerStart>,
@@ -179,7 +185,7 @@ struct Source {
 type Step<K> = (Option<Result<Event<K>, watcher::Error>>, State<K>);
 
 impl Source {
-    async fn step<K: WatchedSource>(&self, state: State<K>) -> Step<K> {
+    async fn step<K: WatchedKind>(&self, state: State<K>) -> Step<K> {
         match state {
             State::Empty => self.begin().await,
             State::Streaming { mut events, recall } => {
@@ -228,7 +234,7 @@ impl Source {
 
     /// A (re)list begins: from the ledger the first time there is one, else as a streaming
     /// list, or in pages where the server refuses those.
-    async fn begin<K: WatchedSource>(&self) -> Step<K> {
+    async fn begin<K: WatchedKind>(&self) -> Step<K> {
         self.fetched.lock().clear();
         let ledger = self.ledger.lock().take();
         if let Some(ledger) = ledger {
@@ -263,7 +269,7 @@ impl Source {
 
     /// A paged list: the items of the last page one by one, then the next page, and its end
     /// once the last page is applied.
-    async fn listing<K: WatchedSource>(
+    async fn listing<K: WatchedKind>(
         &self,
         continue_token: Option<String>,
         mut items: VecDeque<K>,
@@ -291,7 +297,7 @@ impl Source {
         }
     }
 
-    async fn list_page<K: WatchedSource>(
+    async fn list_page<K: WatchedKind>(
         &self,
         continue_token: Option<String>,
     ) -> kube::Result<(protobuf::ListMeta, Vec<K>)> {
@@ -374,7 +380,7 @@ impl Source {
 /// What a streaming list's next change means: an object of the initial state, its end (the
 /// `initial-events-end` bookmark), or a stream out of step (started again). With `recall`,
 /// objects already taken in from the ledger at the same version are passed over.
-fn streamed<K: WatchedSource>(
+fn streamed<K: WatchedKind>(
     next: Option<kube::Result<Change<K>>>,
     events: Events,
     recall: Option<Box<Recall>>,
@@ -415,7 +421,7 @@ fn streamed<K: WatchedSource>(
     }
 }
 
-fn on_change<K: WatchedSource>(
+fn on_change<K: WatchedKind>(
     change: Change<K>,
     resource_version: String,
     events: Events,
@@ -474,13 +480,13 @@ struct Events {
 impl Events {
     /// The next change, or `None` at the end of the stream or when it says nothing for longer
     /// than its server-side timeout (a watch taken for dead).
-    async fn next_or_idle<K: WatchedSource>(&mut self) -> Option<kube::Result<Change<K>>> {
+    async fn next_or_idle<K: WatchedKind>(&mut self) -> Option<kube::Result<Change<K>>> {
         let idle = Duration::from_secs(u64::from(WATCH_TIMEOUT_SECS)) + IDLE_MARGIN;
         tokio::time::timeout(idle, self.next::<K>()).await.unwrap_or(None)
     }
 
     /// The next change, `None` when the server ended the watch.
-    async fn next<K: WatchedSource>(&mut self) -> Option<kube::Result<Change<K>>> {
+    async fn next<K: WatchedKind>(&mut self) -> Option<kube::Result<Change<K>>> {
         loop {
             match self.frames.next_frame() {
                 Ok(Some(frame)) => return Some(self.frames.decode::<K>(&frame)),
@@ -590,7 +596,7 @@ impl Frames {
         }
     }
 
-    fn decode<K: WatchedSource>(&self, frame: &[u8]) -> kube::Result<Change<K>> {
+    fn decode<K: WatchedKind>(&self, frame: &[u8]) -> kube::Result<Change<K>> {
         if self.proto {
             return protobuf::decode_watch_event(frame).map_err(invalid_data);
         }
