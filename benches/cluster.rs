@@ -1892,9 +1892,9 @@ fn targets(r: &Value) -> Vec<Value> {
     let ready = f(&scale["ready_median_s"]).or_else(|| f(&scale["ready_after_start_s"]));
     add(
         "ready after start (median of the starts), memory at scale",
-        "≤ 5 s",
+        "≤ 2 s",
         ready.map(|v| format!("{v} s")),
-        ready.map(|v| v <= 5.0),
+        ready.map(|v| v <= 2.0),
     );
     let lat = &r["latency"];
     let (p50, floor) = (f(&lat["idle"]["p50_ms"]), f(&lat["floor_p50_ms"]));
