@@ -17,7 +17,9 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
+mod list_reader;
 mod workload;
+pub use list_reader::ListReader;
 
 /// The prefix of a protobuf-encoded object (`k8s\0`), before its `runtime.Unknown` envelope.
 pub const MAGIC: &[u8; 4] = b"k8s\0";
@@ -593,6 +595,44 @@ mod tests {
         for end in 0..whole.len() {
             let _ = decode_object::<Lean<Deployment>>(&whole[..end]);
         }
+    }
+
+    #[test]
+    fn a_list_read_in_chunks_of_any_size_is_the_list_read_whole() {
+        use std::collections::VecDeque;
+        let secret = |name: &str| Msg::default().bytes(1, &meta(name).0).entry(2, "k", b"v").0;
+        let list_meta = Msg::default().str(2, "77");
+        let mut list = Msg::default().bytes(1, &list_meta.0);
+        for name in ["a", "b", "c"] {
+            list = list.bytes(2, &secret(name));
+        }
+        let whole = envelope("SecretList", &list.0);
+        let names = |items: &VecDeque<Secret>| {
+            items.iter().map(|s| s.metadata.name.clone().unwrap()).collect::<Vec<_>>()
+        };
+        for size in 1..=whole.len() {
+            let (mut reader, mut items) = (ListReader::default(), VecDeque::new());
+            for chunk in whole.chunks(size) {
+                reader.feed::<Secret>(chunk, &mut items).unwrap();
+            }
+            assert_eq!(names(&items), ["a", "b", "c"], "chunks of {size}");
+            assert_eq!(reader.finish().unwrap().resource_version, "77");
+        }
+        // Cut anywhere: the end says so.
+        for end in 0..whole.len() {
+            let (mut reader, mut items) = (ListReader::default(), VecDeque::new());
+            let fed = reader.feed::<Secret>(&whole[..end], &mut items);
+            assert!(fed.is_err() || reader.finish().is_err(), "cut at {end}");
+        }
+        // An item longer than its list, and one longer than anything stored, are errors.
+        let mut reader = ListReader::default();
+        let mut bad = MAGIC.to_vec();
+        bad.extend([0x12, 0x03, 0x12, 0x7f]);
+        assert!(reader.feed::<Secret>(&bad, &mut VecDeque::new()).is_err());
+        let mut reader = ListReader::default();
+        let mut huge = MAGIC.to_vec();
+        huge.extend([0x12, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0xff, 0xff, 0xff, 0xff, 0x0f]);
+        assert!(reader.feed::<Secret>(&huge, &mut VecDeque::new()).is_err());
     }
 
     #[test]

@@ -138,7 +138,7 @@ async fn lists_then_follows_changes_and_deletes(name: &str, streaming_list: bool
         namespace: Some(f.name().to_string()),
         label_selector: None,
         // Smaller than the namespace's Secrets: a paged list takes continue tokens.
-        page_size: 2,
+        page_size: Some(2),
         streaming_list,
     };
     // The requests it makes, seen on the way out.

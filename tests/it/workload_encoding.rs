@@ -221,7 +221,7 @@ async fn the_workload_watch_lists_in_protobuf_then_follows_a_change() {
     let config = proto_watch::Config {
         namespace: Some(f.name().to_string()),
         label_selector: None,
-        page_size: 1,
+        page_size: None,
         streaming_list: false,
     };
     let mut events = Box::pin(proto_watch::watch::<Lean<Deployment>>(f.client.clone(), config));

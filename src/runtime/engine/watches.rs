@@ -12,10 +12,6 @@ use crate::kube::protobuf::ProtoObject;
 /// time of one page.
 pub(super) const SOURCE_PAGE_SIZE: u32 = 1000;
 
-/// LIST page size of the workload watchers (kube's default): a Deployment is a few KiB, so a
-/// page holds about 1.5 MiB while it is read.
-const WORKLOAD_PAGE_SIZE: u32 = 500;
-
 /// The workload watches running, by kind and scope, so that a review of the rights can stop
 /// one or start one (see [`WatchTasks::apply`]).
 #[derive(Default)]
@@ -327,7 +323,7 @@ impl Engine {
         let config = proto_watch::Config {
             namespace: scope.clone(),
             label_selector: self.config.resource_label_selector.clone(),
-            page_size: SOURCE_PAGE_SIZE,
+            page_size: Some(SOURCE_PAGE_SIZE),
             // One object at a time instead of pages: the API server serves 50,000 Secrets
             // with half the CPU, and no page is held (see `kube::proto_watch`).
             streaming_list: true,
@@ -380,10 +376,11 @@ impl Engine {
         let config = proto_watch::Config {
             namespace: scope.clone(),
             label_selector: None,
-            page_size: WORKLOAD_PAGE_SIZE,
+            page_size: None,
             streaming_list: false,
         };
-        // Protobuf, only the fields read (see `kube::protobuf::workload`).
+        // Protobuf, only the fields read (see `kube::protobuf::workload`), in one list read as
+        // it arrives: its pages would be read from etcd (see `kube::proto_watch`).
         let stream = self.reporting_refusals(
             proto_watch::watch::<Lean<K>>(self.client.clone(), config).default_backoff(),
             kind,
