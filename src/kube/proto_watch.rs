@@ -19,10 +19,9 @@
 //!
 //! Workloads (`kube::protobuf::workload`) are listed in one request whose items are read as
 //! the response arrives (`OneList`; `protobuf::ListReader`), never held whole: 10,000
-//! Deployments are 27 MB as protobuf (77 MB as JSON). The API server serves one list from its
-//! watch cache, while each further page of a paged list is read from etcd: 37 MB of its
-//! allocation for all 10,000 against 15 MB for each page of 500 after the first (so fewer of
-//! its garbage collections during a start).
+//! Deployments are 27 MB as protobuf (77 MB as JSON). The API server serves it from its watch
+//! cache in one answer instead of twenty requests one after the other: at 5× the Deployments are
+//! in memory 0.4–0.7 s after the start instead of 1.1–1.8 s.
 //!
 //! It asks for protobuf and accepts JSON: a server or proxy that does not offer protobuf
 //! answers JSON, and the response's Content-Type says which one to read.

@@ -3,8 +3,9 @@
 //! its default.
 //!
 //! Why: a Deployment's JSON is three times its protobuf (10,000 Deployments of the bench: 77 MB
-//! against 27 MB), the API server encodes protobuf with a third of the CPU, and reading the few
-//! fields used here skips the rest of a pod spec by its length instead of parsing it.
+//! against 27 MB), the API server allocates a tenth as much to send it (37 MB against 386 MB for
+//! one list), and reading the few fields used here skips the rest of a pod spec by its length
+//! instead of parsing it.
 //!
 //! What is read: metadata (as for sources, plus generation and owner references), the pod
 //! template's metadata, its containers and init containers (name, env, envFrom, volume

@@ -380,7 +380,7 @@ impl Engine {
             streaming_list: false,
         };
         // Protobuf, only the fields read (see `kube::protobuf::workload`), in one list read as
-        // it arrives: its pages would be read from etcd (see `kube::proto_watch`).
+        // it arrives: one answer from the watch cache instead of pages (see `kube::proto_watch`).
         let stream = self.reporting_refusals(
             proto_watch::watch::<Lean<K>>(self.client.clone(), config).default_backoff(),
             kind,
