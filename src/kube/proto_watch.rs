@@ -749,21 +749,24 @@ mod tests {
         Client::new(service, "ns")
     }
 
-    #[tokio::test]
-    async fn a_refused_streaming_list_falls_back_to_pages() {
-        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let config = Config { page_size: Some(10), streaming_list: true, ..Config::default() };
-        let events = watch::<Secret>(refusing_streaming_lists(asked.clone()), config);
-        let got: Vec<_> = events.take(3).collect().await;
-        let names: Vec<String> = got
-            .into_iter()
+    /// The first list's events, as `init`, the names listed and `done`.
+    async fn first_list(client: Client, config: Config) -> Vec<String> {
+        let got: Vec<_> = watch::<Secret>(client, config).take(3).collect().await;
+        got.into_iter()
             .map(|e| match e.unwrap() {
                 Event::Init => "init".to_string(),
                 Event::InitApply(s) => s.name_any(),
                 Event::InitDone => "done".to_string(),
                 other => panic!("unexpected {other:?}"),
             })
-            .collect();
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_refused_streaming_list_falls_back_to_pages() {
+        let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let config = Config { page_size: Some(10), streaming_list: true, ..Config::default() };
+        let names = first_list(refusing_streaming_lists(asked.clone()), config).await;
         assert_eq!(names, ["init", "db", "done"]);
         let asked = asked.lock().unwrap().clone();
         assert!(asked[0].contains("sendInitialEvents=true"), "{asked:?}");
@@ -774,17 +777,7 @@ mod tests {
     async fn a_list_without_pages_answered_as_json_is_asked_again_in_pages() {
         let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let config = Config { page_size: None, streaming_list: false, ..Config::default() };
-        let events = watch::<Secret>(refusing_streaming_lists(asked.clone()), config);
-        let got: Vec<_> = events.take(3).collect().await;
-        let names: Vec<String> = got
-            .into_iter()
-            .map(|e| match e.unwrap() {
-                Event::Init => "init".to_string(),
-                Event::InitApply(s) => s.name_any(),
-                Event::InitDone => "done".to_string(),
-                other => panic!("unexpected {other:?}"),
-            })
-            .collect();
+        let names = first_list(refusing_streaming_lists(asked.clone()), config).await;
         assert_eq!(names, ["init", "db", "done"]);
         let asked = asked.lock().unwrap().clone();
         assert!(!asked[0].contains("limit="), "one list first: {asked:?}");

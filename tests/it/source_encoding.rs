@@ -59,7 +59,8 @@ fn hashed<K: HashedKind>(items: Vec<K>) -> Vec<Hashed<K>> {
     items.into_iter().map(K::into_hashed).collect()
 }
 
-async fn protobuf_list<K: protobuf::ProtoObject + kube::Resource<DynamicType = ()>>(
+/// A namespace's objects of kind `K`, listed and read as protobuf.
+pub(crate) async fn protobuf_list<K: protobuf::ProtoObject + kube::Resource<DynamicType = ()>>(
     f: &Fixture,
 ) -> Vec<K> {
     let url = K::url_path(&(), Some(f.name()));

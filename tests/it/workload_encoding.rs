@@ -2,17 +2,17 @@
 //! fields the operator uses: what it makes of each kind read that way from the real API server
 //! is what it makes of the JSON, and the watch follows a change.
 
+use crate::source_encoding::protobuf_list;
 use crate::support;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::core::Request;
 use kube::runtime::watcher::Event;
 use reloader::kube::lean::{Lean, LeanKind};
 use reloader::kube::proto_watch;
-use reloader::kube::protobuf::{self, ProtoObject};
+use reloader::kube::protobuf::ProtoObject;
 use reloader::model::annotations::AnnotationKeys;
 use reloader::model::workload::{WorkloadInfo, WorkloadKind};
 use reloader::runtime::engine::WorkloadObject;
@@ -135,24 +135,6 @@ async fn workloads(f: &Fixture) {
         .await;
 }
 
-async fn protobuf_list<K>(f: &Fixture) -> Vec<Lean<K>>
-where
-    K: LeanKind,
-    Lean<K>: ProtoObject,
-{
-    let url = K::url_path(&(), Some(f.name()));
-    let mut request = Request::new(url).list(&ListParams::default()).unwrap();
-    request.headers_mut().insert("accept", protobuf::ACCEPT.parse().unwrap());
-    let response = f.client.send(request.map(Into::into)).await.unwrap();
-    let content_type = response.headers()["content-type"].to_str().unwrap().to_string();
-    assert!(
-        content_type.starts_with("application/vnd.kubernetes.protobuf"),
-        "the API server answers protobuf: {content_type}"
-    );
-    let body = http_body_util::BodyExt::collect(response.into_body()).await.unwrap().to_bytes();
-    protobuf::decode_list::<Lean<K>>(&body).unwrap().items
-}
-
 /// Each object's summary, read as JSON (whole, as kube decodes it) and as protobuf.
 async fn both_reads<K>(
     f: &Fixture,
@@ -168,7 +150,7 @@ where
         .await
         .unwrap()
         .items;
-    let proto = protobuf_list::<K>(f).await;
+    let proto = protobuf_list::<Lean<K>>(f).await;
     let json = json.iter().map(|o| o.info(kind, &keys)).collect();
     let proto = proto.iter().map(|o| o.0.info(kind, &keys)).collect();
     (json, proto)
