@@ -298,7 +298,12 @@ impl Source {
             let resource_version = resource_version.clone();
             return (Some(Ok(Event::InitDone)), State::Listed { resource_version });
         }
-        let Some(limit) = self.page_limit() else { return self.one_list().await };
+        let Some(limit) = self.page_limit() else {
+            return match self.one_list().await {
+                Ok(state) => (None, state),
+                Err(e) => (Some(Err(watcher::Error::InitialListFailed(e))), State::Empty),
+            };
+        };
         match self.list_page::<K>(continue_token, limit).await {
             Ok((meta, items)) => {
                 let continue_token = Some(meta.continue_token).filter(|t| !t.is_empty());
@@ -322,35 +327,25 @@ impl Source {
 
     /// Asks for the whole list; its items are read as they arrive ([`OneList`]). An answer in
     /// JSON is dropped unread, and the list asked for again in pages.
-    async fn one_list<K: WatchedKind>(&self) -> Step<K> {
+    async fn one_list<K: WatchedKind>(&self) -> kube::Result<State<K>> {
         let params = ListParams {
             label_selector: self.config.label_selector.clone(),
             ..ListParams::default()
         };
-        let request = match Request::new(&self.url).list(&params) {
-            Ok(request) => request,
-            Err(e) => {
-                let e = kube::Error::BuildRequest(e);
-                return (Some(Err(watcher::Error::InitialListFailed(e))), State::Empty);
-            }
-        };
-        match self.send(request, protobuf::ACCEPT).await {
-            Ok(response) if is_protobuf(&response) => {
-                let list = OneList {
-                    body: response.into_body(),
-                    reader: protobuf::ListReader::default(),
-                    items: VecDeque::new(),
-                };
-                (None, State::OneList { list: Box::new(list) })
-            }
-            Ok(_) => {
-                tracing::info!(url = %self.url, "list answered as JSON; listing in pages");
-                self.json_answered.store(true, Ordering::Relaxed);
-                let (continue_token, items, resource_version) = (None, VecDeque::new(), None);
-                (None, State::Listing { continue_token, items, resource_version })
-            }
-            Err(e) => (Some(Err(watcher::Error::InitialListFailed(e))), State::Empty),
+        let request = Request::new(&self.url).list(&params).map_err(kube::Error::BuildRequest)?;
+        let response = self.send(request, protobuf::ACCEPT).await?;
+        if !is_protobuf(&response) {
+            tracing::info!(url = %self.url, "list answered as JSON; listing in pages");
+            self.json_answered.store(true, Ordering::Relaxed);
+            let (continue_token, items, resource_version) = (None, VecDeque::new(), None);
+            return Ok(State::Listing { continue_token, items, resource_version });
         }
+        let list = OneList {
+            body: response.into_body(),
+            reader: protobuf::ListReader::default(),
+            items: VecDeque::new(),
+        };
+        Ok(State::OneList { list: Box::new(list) })
     }
 
     async fn list_page<K: WatchedKind>(

@@ -246,10 +246,16 @@ fn object_meta(buf: &[u8]) -> Result<ObjectMeta> {
             3 => meta.namespace = Some(v.string()?),
             5 => meta.uid = Some(v.string()?),
             6 => meta.resource_version = Some(v.string()?),
+            // Two's complement on the wire, as Go writes an int64.
+            7 => meta.generation = Some(v.varint()? as i64),
             8 => meta.creation_timestamp = time(v.bytes()?)?,
             9 => meta.deletion_timestamp = time(v.bytes()?)?,
             11 => string_map_entry(v.bytes()?, &mut meta.labels)?,
             12 => string_map_entry(v.bytes()?, &mut meta.annotations)?,
+            13 => meta
+                .owner_references
+                .get_or_insert_with(Vec::new)
+                .push(workload::owner_reference(v.bytes()?)?),
             _ => {}
         }
         Ok(())

@@ -7,7 +7,7 @@
 //! one list), and reading the few fields used here skips the rest of a pod spec by its length
 //! instead of parsing it.
 //!
-//! What is read: metadata (as for sources, plus generation and owner references), the pod
+//! What is read: metadata (`object_meta`, as for sources), the pod
 //! template's metadata, its containers and init containers (name, env, envFrom, volume
 //! mounts) and volumes (ConfigMap, Secret, projected, CSI attributes), and the spec and status
 //! fields a rollout's progress is read from (`model::progress`). Strings JSON omits when empty
@@ -66,21 +66,8 @@ fn local_name(v: Value<'_>) -> Result<String> {
     Ok(name)
 }
 
-/// Metadata with what workloads add to a source's: generation and owner references.
-fn workload_meta(buf: &[u8]) -> Result<ObjectMeta> {
-    let mut meta = object_meta(buf)?;
-    each_field(buf, |n, v| {
-        match n {
-            7 => meta.generation = Some(int64(v)?),
-            13 => push(&mut meta.owner_references, owner_reference(v.bytes()?)?),
-            _ => {}
-        }
-        Ok(())
-    })?;
-    Ok(meta)
-}
-
-fn owner_reference(buf: &[u8]) -> Result<OwnerReference> {
+/// An owner reference (`metadata.ownerReferences[]`, read by [`object_meta`]).
+pub(super) fn owner_reference(buf: &[u8]) -> Result<OwnerReference> {
     message(buf, |o: &mut OwnerReference, n, v| {
         match n {
             1 => o.kind = v.string()?,
@@ -323,7 +310,7 @@ fn workload<'a, Spec: Default, Status: Default>(
 ) -> Result<(ObjectMeta, Option<Spec>, Option<Status>)> {
     message(buf, |w: &mut (ObjectMeta, Option<Spec>, Option<Status>), n, v| {
         match n {
-            1 => w.0 = workload_meta(v.bytes()?)?,
+            1 => w.0 = object_meta(v.bytes()?)?,
             2 => w.1 = Some(message(v.bytes()?, &spec)?),
             3 => w.2 = Some(message(v.bytes()?, &status)?),
             _ => {}
